@@ -1,0 +1,23 @@
+"""The structured core, pure PyTorch (no spaCy import).
+
+Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterbi`, :func:`marginals`.
+Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterbi`, :func:`crf_marginals`.
+Score layouts are documented in :mod:`.tree` and :mod:`.chain`.
+"""
+from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
+from .semiring import NEG, LogSemiring, MaxSemiring
+from .tree import count_trees, log_partition, marginals, viterbi
+
+__all__ = [
+    "log_partition",
+    "viterbi",
+    "marginals",
+    "count_trees",
+    "crf_log_partition",
+    "crf_viterbi",
+    "crf_marginals",
+    "chain_potentials",
+    "LogSemiring",
+    "MaxSemiring",
+    "NEG",
+]

@@ -1,0 +1,84 @@
+"""Semirings for the chart algorithms: (log-sum-exp, +) for inside/marginals and (max, +) for Viterbi.
+
+A chart item is stored as a pair ``(value, shift)`` made by :meth:`encode`; both semirings
+take and return log-space tensors at their boundaries, so the recurrences in
+:mod:`.tree` and :mod:`.chain` are written once for both.
+
+The one operation with cubic cost is :meth:`contract`, a semiring matrix product over
+a split dimension ``K`` (split points of a span) and a label dimension ``L``::
+
+    out[b, s, f, g] = (+)_{k, l}  X[b, s, f, k, l] (*) Y[b, s, k, l, g]
+
+The log semiring evaluates it as a real matrix product in exp space (BLAS), which is
+much faster than broadcast-and-logsumexp, and keeps it stable by scaling every item
+by its own maximum (``shift``, one scalar per span) and every split point by the best
+pair of shifts. Only label combinations more than ~87 nats (float32; ~708 in float64)
+below the best one of their span can underflow; they are clamped to that floor, which
+changes log Z by less than float precision and leaves all values and gradients finite.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+Tensor = torch.Tensor
+
+# A finite stand-in for log(0): keeps every sum, difference and gradient finite.
+NEG = -1e9
+
+
+def _expand_right(t: Tensor, ndim: int) -> Tensor:
+    return t.reshape(t.shape + (1,) * ndim)
+
+
+class LogSemiring:
+    """(log-sum-exp, +): log partition functions; autograd of the result gives marginals."""
+
+    @staticmethod
+    def encode(x: Tensor, label_ndim: int) -> Tuple[Tensor, Tensor]:
+        """x (B, S, *labels) in log space -> (p, shift), x = log(p) + shift, max p = 1 per span."""
+        shift = x.detach().flatten(2).amax(-1)
+        return torch.exp(x - _expand_right(shift, label_ndim)), shift
+
+    @staticmethod
+    def contract(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tensor:
+        """x (B, S, F, K, L), y (B, S, K, L, G) encoded; shifts (B, S, K) -> log-space (B, S, F, G)."""
+        b, s, f, k, l = x.shape
+        g = y.shape[-1]
+        pair = x_shift + y_shift
+        top = pair.amax(-1, keepdim=True)
+        y = y * _expand_right(torch.exp(pair - top), 2)
+        prod = torch.matmul(x.reshape(b, s, f, k * l), y.reshape(b, s, k * l, g))
+        tiny = torch.finfo(prod.dtype).tiny
+        return torch.log(prod.clamp_min(tiny)) + _expand_right(top, 1)
+
+    @staticmethod
+    def reduce(x: Tensor, dim: int) -> Tensor:
+        """(+) over one dimension of a log-space tensor."""
+        return torch.logsumexp(x, dim)
+
+
+class MaxSemiring:
+    """(max, +): Viterbi. The backward pass of the best score marks one best structure."""
+
+    @staticmethod
+    def encode(x: Tensor, label_ndim: int) -> Tuple[Tensor, Optional[Tensor]]:
+        return x, None
+
+    @staticmethod
+    def contract(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
+        both = x.unsqueeze(-1) + y.unsqueeze(2)  # (B, S, F, K, L, G)
+        # max(dim) (not amax) so that the gradient is one-hot even under ties.
+        return both.flatten(3, 4).max(dim=3).values
+
+    @staticmethod
+    def reduce(x: Tensor, dim: int) -> Tensor:
+        return x.max(dim=dim).values
+
+
+def decode(item: Tuple[Tensor, Optional[Tensor]], label_ndim: int) -> Tensor:
+    """Inverse of ``encode``: the log-space value of an item."""
+    value, shift = item
+    if shift is None:
+        return value
+    tiny = torch.finfo(value.dtype).tiny
+    return torch.log(value.clamp_min(tiny)) + _expand_right(shift, label_ndim)

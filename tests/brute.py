@@ -1,0 +1,95 @@
+"""Brute-force references: enumerate every label sequence and every projective tree (tiny n and M only)."""
+import itertools
+from functools import lru_cache
+
+import numpy as np
+
+
+@lru_cache(maxsize=None)
+def projective_trees(n):
+    """All head vectors (heads[d-1] for d = 1..n, 0 = root) of projective trees with a free root."""
+    trees = []
+    for heads in itertools.product(range(n + 1), repeat=n):
+        if any(h == d for d, h in enumerate(heads, start=1)):
+            continue
+        if _is_tree(heads) and _is_projective(heads):
+            trees.append(heads)
+    return tuple(trees)
+
+
+def _is_tree(heads):
+    for d in range(1, len(heads) + 1):
+        seen, node = set(), d
+        while node != 0:
+            if node in seen:
+                return False
+            seen.add(node)
+            node = heads[node - 1]
+    return True
+
+
+def _is_projective(heads):
+    arcs = [tuple(sorted((h, d))) for d, h in enumerate(heads, start=1)]
+    for (a, b), (c, d) in itertools.combinations(arcs, 2):
+        if a < c < b < d or c < a < d < b:
+            return False
+    return True
+
+
+def enumerate_tree_model(scores, n, label_mask=None, max_dist=None, arc_mask=None):
+    """One sentence. scores (N+1, N+1, M, M) numpy; returns (log Z, best score, best (labels, heads),
+    arc marginals like scores, label marginals (n, M))."""
+    m = scores.shape[-1]
+    label_sets = [
+        [c for c in range(m) if label_mask is None or label_mask[d, c]] for d in range(1, n + 1)
+    ]
+    labelings = np.array(list(itertools.product(*label_sets)), dtype=int).reshape(-1, n)
+    totals, structures = [], []
+    for heads in projective_trees(n):
+        if max_dist is not None and any(abs(h - d) > max_dist for d, h in enumerate(heads, start=1)):
+            continue
+        if arc_mask is not None and not all(arc_mask[h, d] for d, h in enumerate(heads, start=1)):
+            continue
+        total = np.zeros(len(labelings))
+        for d, h in enumerate(heads, start=1):
+            head_label = labelings[:, h - 1] if h > 0 else np.zeros(len(labelings), dtype=int)
+            total += scores[h, d, head_label, labelings[:, d - 1]]
+        totals.append(total)
+        structures.append(heads)
+    totals = np.stack(totals)  # (trees, labelings)
+    top = totals.max()
+    log_z = top + np.log(np.exp(totals - top).sum())
+    t_best, l_best = np.unravel_index(totals.argmax(), totals.shape)
+    probs = np.exp(totals - log_z)
+    arc = np.zeros_like(scores)
+    label = np.zeros((n, m))
+    for t, heads in enumerate(structures):
+        for li, labels in enumerate(labelings):
+            p = probs[t, li]
+            for d, h in enumerate(heads, start=1):
+                head_label = labels[h - 1] if h > 0 else 0
+                arc[h, d, head_label, labels[d - 1]] += p
+                label[d - 1, labels[d - 1]] += p
+    return log_z, totals.max(), (labelings[l_best], structures[t_best]), arc, label
+
+
+def enumerate_chain(potentials, n, label_mask=None):
+    """One sentence of a linear-chain CRF (order from potentials.ndim - 2). Returns (log Z, best, labels, marginals)."""
+    order = potentials.ndim - 2
+    m = potentials.shape[-1]
+    sets = [[c for c in range(m) if label_mask is None or label_mask[t, c]] for t in range(n)]
+    best, best_labels, scores, seqs = -np.inf, None, [], []
+    for labels in itertools.product(*sets):
+        padded = (0,) * order + labels
+        total = sum(potentials[(t,) + padded[t : t + order + 1]] for t in range(n))
+        scores.append(total)
+        seqs.append(labels)
+        if total > best:
+            best, best_labels = total, labels
+    scores = np.array(scores)
+    log_z = scores.max() + np.log(np.exp(scores - scores.max()).sum())
+    marg = np.zeros((n, m))
+    for p, labels in zip(np.exp(scores - log_z), seqs):
+        for t, c in enumerate(labels):
+            marg[t, c] += p
+    return log_z, best, np.array(best_labels, dtype=int), marg

@@ -1,0 +1,231 @@
+"""The latent-tree inside / Viterbi / marginals against brute-force enumeration, and their special cases."""
+import numpy as np
+import pytest
+import torch
+
+from brute import enumerate_tree_model, projective_trees
+from spacy_nldm.structs import (
+    count_trees,
+    crf_log_partition,
+    crf_marginals,
+    crf_viterbi,
+    log_partition,
+    marginals,
+    viterbi,
+)
+
+LENGTHS = [4, 2, 5, 1]  # a padded batch, N = 5
+
+
+def random_scores(lengths, m, seed, dtype=torch.float64, scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    n = max(lengths)
+    return scale * torch.randn(len(lengths), n + 1, n + 1, m, m, generator=gen, dtype=dtype)
+
+
+def random_label_mask(lengths, m, seed):
+    gen = torch.Generator().manual_seed(seed)
+    n = max(lengths)
+    mask = torch.rand(len(lengths), n + 1, m, generator=gen) < 0.6
+    mask[torch.arange(len(lengths)), :, torch.randint(m, (len(lengths),), generator=gen)] = True
+    return mask
+
+
+def random_arc_mask(lengths, seed):
+    gen = torch.Generator().manual_seed(seed)
+    n = max(lengths)
+    mask = torch.rand(len(lengths), n + 1, n + 1, generator=gen) < 0.7
+    mask[:, 0, :] = True  # keep every sentence feasible: root arcs stay
+    return mask
+
+
+@pytest.mark.parametrize("n,expected", [(1, 1), (2, 3), (3, 12), (4, 55), (5, 273)])
+def test_number_of_projective_trees(n, expected):
+    assert len(projective_trees(n)) == expected
+    assert count_trees(n) == expected
+
+
+CASES = [
+    dict(m=3),
+    dict(m=2, label_mask=True),
+    dict(m=3, max_dist=1),
+    dict(m=2, max_dist=2, label_mask=True),
+    dict(m=2, arc_mask=True),
+    dict(m=3, max_dist=3, arc_mask=True, label_mask=True),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_against_enumeration(case):
+    m = case["m"]
+    scores = random_scores(LENGTHS, m, seed=len(str(case)))
+    lengths = torch.tensor(LENGTHS)
+    label_mask = random_label_mask(LENGTHS, m, seed=1) if case.get("label_mask") else None
+    arc_mask = random_arc_mask(LENGTHS, seed=2) if case.get("arc_mask") else None
+    kw = dict(label_mask=label_mask, max_dist=case.get("max_dist"), arc_mask=arc_mask)
+
+    log_z = log_partition(scores, lengths, **kw)
+    best, labels, heads = viterbi(scores, lengths, **kw)
+    arc, label = marginals(scores, lengths, **kw)
+    for b, n in enumerate(LENGTHS):
+        ref_z, ref_best, _, ref_arc, ref_label = enumerate_tree_model(
+            scores[b].numpy(),
+            n,
+            label_mask=None if label_mask is None else label_mask[b].numpy(),
+            max_dist=case.get("max_dist"),
+            arc_mask=None if arc_mask is None else arc_mask[b].numpy(),
+        )
+        assert log_z[b].item() == pytest.approx(ref_z, abs=1e-9)
+        assert best[b].item() == pytest.approx(ref_best, abs=1e-9)
+        # the returned structure is a valid tree whose score is the best score
+        h = tuple(heads[b, :n].tolist())
+        y = labels[b, :n].tolist()
+        assert h in projective_trees(n)
+        if case.get("max_dist"):
+            assert all(abs(hd - d) <= case["max_dist"] for d, hd in enumerate(h, start=1))
+        if label_mask is not None:
+            assert all(label_mask[b, d, c] for d, c in enumerate(y, start=1))
+        structure_score = sum(
+            scores[b, hd, d, y[hd - 1] if hd else 0, y[d - 1]].item() for d, hd in enumerate(h, start=1)
+        )
+        assert structure_score == pytest.approx(ref_best, abs=1e-9)
+        np.testing.assert_allclose(arc[b, : n + 1, : n + 1].numpy(), ref_arc[: n + 1, : n + 1], atol=1e-9)
+        np.testing.assert_allclose(label[b, :n].numpy(), ref_label, atol=1e-9)
+        # padding is ignored and gives zeros
+        assert torch.all(labels[b, n:] == 0) and torch.all(heads[b, n:] == 0)
+        assert torch.all(label[b, n:] == 0)
+
+
+def test_gold_label_mask_gives_log_score_of_the_labels():
+    m, lengths = 3, torch.tensor([4])
+    scores = random_scores([4], m, seed=5)
+    gold = torch.tensor([[0, 2, 1, 1, 0]])
+    mask = torch.nn.functional.one_hot(gold, m).bool()
+    ref_z, *_ = enumerate_tree_model(scores[0].numpy(), 4, label_mask=mask[0].numpy())
+    log_s = log_partition(scores, lengths, label_mask=mask)
+    assert log_s.item() == pytest.approx(ref_z, abs=1e-9)
+    assert log_s.item() < log_partition(scores, lengths).item()
+
+
+def test_empty_sentences():
+    scores = random_scores([0, 3], 2, seed=3)
+    lengths = torch.tensor([0, 3])
+    log_z = log_partition(scores, lengths)
+    assert log_z[0].item() == 0.0
+    best, labels, heads = viterbi(scores, lengths)
+    assert best[0].item() == 0.0 and torch.all(labels[0] == 0) and torch.all(heads[0] == 0)
+    ref_z, *_ = enumerate_tree_model(scores[1].numpy(), 3)
+    assert log_z[1].item() == pytest.approx(ref_z)
+
+
+def test_gradient_matches_finite_differences():
+    scores = random_scores([3], 2, seed=11)
+    lengths = torch.tensor([3])
+    arc, _ = marginals(scores, lengths)
+    eps = 1e-6
+    gen = torch.Generator().manual_seed(0)
+    checked = 0
+    for _ in range(12):
+        h, d = torch.randint(0, 4, (2,), generator=gen).tolist()
+        a, c = torch.randint(0, 2, (2,), generator=gen).tolist()
+        plus, minus = scores.clone(), scores.clone()
+        plus[0, h, d, a, c] += eps
+        minus[0, h, d, a, c] -= eps
+        numeric = (log_partition(plus, lengths) - log_partition(minus, lengths)).item() / (2 * eps)
+        assert arc[0, h, d, a, c].item() == pytest.approx(numeric, abs=1e-6)
+        checked += numeric != 0
+    assert checked > 0
+
+
+def test_marginals_are_distributions():
+    scores = random_scores(LENGTHS, 3, seed=4)
+    lengths = torch.tensor(LENGTHS)
+    arc, label = marginals(scores, lengths, max_dist=2)
+    for b, n in enumerate(LENGTHS):
+        # every real token has exactly one head and one label
+        np.testing.assert_allclose(arc[b, :, 1 : n + 1].sum(dim=(0, 2, 3)).numpy(), np.ones(n), atol=1e-9)
+        np.testing.assert_allclose(label[b, :n].sum(-1).numpy(), np.ones(n), atol=1e-9)
+
+
+def test_max_dist_one_is_the_first_order_crf():
+    m = 4
+    scores = random_scores(LENGTHS, m, seed=7)
+    lengths = torch.tensor(LENGTHS)
+    n = max(LENGTHS)
+    # the chain 0 -> 1 -> ... -> n uses the right-direction arcs t -> t+1
+    potentials = torch.stack([scores[:, t, t + 1] for t in range(n)], dim=1)  # (B, N, M, M)
+    torch.testing.assert_close(log_partition(scores, lengths, max_dist=1), crf_log_partition(potentials, lengths))
+    best, labels, heads = viterbi(scores, lengths, max_dist=1)
+    crf_best, crf_labels = crf_viterbi(potentials, lengths)
+    torch.testing.assert_close(best, crf_best)
+    assert torch.equal(labels, crf_labels)
+    expected_heads = torch.arange(n)[None, :] * (torch.arange(1, n + 1)[None, :] <= lengths[:, None])
+    assert torch.equal(heads, expected_heads)
+    torch.testing.assert_close(marginals(scores, lengths, max_dist=1)[1], crf_marginals(potentials, lengths))
+
+
+def test_root_arcs_only_is_independent_softmax():
+    m = 5
+    scores = random_scores(LENGTHS, m, seed=8)
+    lengths = torch.tensor(LENGTHS)
+    n = max(LENGTHS)
+    root_only = torch.zeros(1, n + 1, n + 1, dtype=torch.bool)
+    root_only[:, 0, :] = True
+    emissions = scores[:, 0, 1:, 0, :]  # (B, N, M)
+    real = torch.arange(n)[None, :] < lengths[:, None]
+    expected = (torch.logsumexp(emissions, -1) * real).sum(-1)
+    torch.testing.assert_close(log_partition(scores, lengths, arc_mask=root_only), expected)
+    _, label = marginals(scores, lengths, arc_mask=root_only)
+    torch.testing.assert_close(label, torch.softmax(emissions, -1) * real[..., None])
+    _, labels, heads = viterbi(scores, lengths, arc_mask=root_only)
+    assert torch.equal(labels, emissions.argmax(-1) * real)
+    assert torch.all(heads == 0)
+
+
+def test_float32_agrees_with_float64():
+    scores = random_scores([12, 7, 3], 6, seed=9, scale=3.0)
+    lengths = torch.tensor([12, 7, 3])
+    z64 = log_partition(scores, lengths)
+    z32 = log_partition(scores.float(), lengths)
+    torch.testing.assert_close(z32.double(), z64, rtol=1e-5, atol=1e-4)
+    _, l64 = marginals(scores, lengths, max_dist=4)
+    _, l32 = marginals(scores.float(), lengths, max_dist=4)
+    torch.testing.assert_close(l32.double(), l64, rtol=0, atol=1e-4)
+
+
+def test_results_do_not_depend_on_batch_padding():
+    lengths = [6, 3, 9]
+    scores = random_scores(lengths, 4, seed=10, dtype=torch.float32)
+    full = log_partition(scores, torch.tensor(lengths))
+    arc, _ = marginals(scores, torch.tensor(lengths))
+    for b, n in enumerate(lengths):
+        alone = scores[b : b + 1, : n + 1, : n + 1]
+        torch.testing.assert_close(log_partition(alone, torch.tensor([n]))[0], full[b])
+        torch.testing.assert_close(marginals(alone, torch.tensor([n]))[0][0], arc[b, : n + 1, : n + 1])
+
+
+@pytest.mark.parametrize("max_dist", [None, 3])
+def test_large_float32_scores_stay_finite(max_dist):
+    lengths = torch.tensor([10, 4, 0, 7])
+    scores = random_scores(lengths.tolist(), 5, seed=12, dtype=torch.float32, scale=1e3)
+    scores[1, 6:, :] = float("nan")  # padding may hold anything
+    scores[0, 2, 3] = float("-inf")
+    scores.requires_grad_(True)
+    mask = random_label_mask(lengths.tolist(), 5, seed=13)
+    for kw in (dict(), dict(label_mask=mask)):
+        log_z = log_partition(scores, lengths, max_dist=max_dist, **kw)
+        (grad,) = torch.autograd.grad(log_z.sum(), scores)
+        assert torch.isfinite(log_z).all()
+        assert torch.isfinite(grad).all()
+        best, _, _ = viterbi(scores, lengths, max_dist=max_dist, **kw)
+        assert torch.isfinite(best).all()
+        assert torch.all(best <= log_z + 1e-3 * log_z.abs().clamp_min(1))
+
+
+def test_bad_input_is_rejected_with_a_clear_message():
+    with pytest.raises(ValueError, match="shape"):
+        log_partition(torch.zeros(2, 3, 4, 2, 2), torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="lengths"):
+        log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([3]))
+    with pytest.raises(ValueError, match="label_mask"):
+        log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([2]), label_mask=torch.ones(1, 2, 2, dtype=torch.bool))
