@@ -229,3 +229,21 @@ def test_bad_input_is_rejected_with_a_clear_message():
         log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([3]))
     with pytest.raises(ValueError, match="label_mask"):
         log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([2]), label_mask=torch.ones(1, 2, 2, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("scale,dtype", [(1.0, torch.float64), (20.0, torch.float32)])
+def test_fast_log_semiring_equals_broadcast_reference(scale, dtype):
+    """The exp-space contraction with per-span shifts against plain broadcast-and-logsumexp."""
+    from spacy_nldm.structs import BroadcastLogSemiring
+
+    lengths = torch.tensor([14, 9, 3])
+    scores = random_scores(lengths.tolist(), 4, seed=21, dtype=dtype, scale=scale).requires_grad_(True)
+    mask = random_label_mask(lengths.tolist(), 4, seed=22)
+    for kw in (dict(), dict(label_mask=mask, max_dist=4)):
+        fast = log_partition(scores, lengths, **kw)
+        slow = log_partition(scores, lengths, semiring=BroadcastLogSemiring, **kw)
+        (g_fast,) = torch.autograd.grad(fast.sum(), scores)
+        (g_slow,) = torch.autograd.grad(slow.sum(), scores)
+        rtol = 1e-10 if dtype == torch.float64 else 1e-5
+        torch.testing.assert_close(fast, slow, rtol=rtol, atol=rtol * scale)
+        torch.testing.assert_close(g_fast, g_slow, rtol=0, atol=1e-8 if dtype == torch.float64 else 1e-4)

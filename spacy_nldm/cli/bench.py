@@ -1,2 +1,169 @@
-"""``python -m spacy_nldm bench structs``: speed and memory of the structured core."""
-from . import bench_app  # noqa: F401
+"""``python -m spacy_nldm bench structs``: speed and memory of the structured core.
+
+Each shape runs in a fresh subprocess, so that its peak memory (resident set on CPU, allocator
+peak on CUDA) is its own. Times are medians over ``--repeats`` runs after one warm-up run.
+"""
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from . import bench_app
+
+
+@bench_app.command("structs")
+def bench_structs(
+    batch: int = typer.Option(32, help="Sentences per batch (B)."),
+    lengths: str = typer.Option("10,20,30,60", help="Sentence lengths n, comma-separated."),
+    labels: str = typer.Option("5,17,25", help="Label counts M, comma-separated."),
+    max_dists: str = typer.Option("none,5", help="Dependency length limits k ('none' = no limit)."),
+    repeats: int = typer.Option(3, help="Timed runs per measurement (median reported)."),
+    reference_up_to: int = typer.Option(30, help="Also time the broadcast-logsumexp reference up to this n."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    dtype: str = typer.Option("float32", help="float32 or float64."),
+    threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
+    output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
+) -> None:
+    """Forward and backward time and peak memory of log_partition, with the 1st-order CRF at the same shape."""
+    header = (
+        "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | peak MB | CRF-1 fwd+bwd s | NLDM/CRF-1 "
+        "| reference fwd+bwd s | reference/ours |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [header]
+    typer.echo(_machine(device, threads))
+    typer.echo(header)
+    for n in _ints(lengths):
+        for m in _ints(labels):
+            for k in max_dists.split(","):
+                config = dict(
+                    batch=batch, n=n, m=m, max_dist=None if k.strip().lower() == "none" else int(k),
+                    repeats=repeats, reference=n <= reference_up_to, device=device, dtype=dtype, threads=threads,
+                )
+                row = _run_isolated(config)
+                line = _format(config, row)
+                lines.append(line)
+                typer.echo(line)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(_machine(device, threads) + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
+        typer.echo(f"Wrote {output}")
+
+
+def _ints(text: str):
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def _machine(device: str, threads: int) -> str:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    where = torch.cuda.get_device_name(0) if device == "cuda" else f"{cpu}, {torch.get_num_threads() if not threads else threads} threads"
+    return f"torch {torch.__version__}, {where}, python {platform.python_version()}"
+
+
+def _run_isolated(config: dict) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "spacy_nldm.cli.bench", json.dumps(config)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        return {"error": tail[0]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _format(config: dict, row: dict) -> str:
+    k = "none" if config["max_dist"] is None else config["max_dist"]
+    lead = f"| {config['batch']} | {config['n']} | {config['m']} | {k} |"
+    if "error" in row:
+        return lead + f" failed: {row['error']} |" + " |" * 7
+    ref = row.get("reference")
+    total = row["forward"] + row["backward"]
+    return (
+        lead + f" {row['forward']:.3f} | {row['backward']:.3f} | {total:.3f} | {row['peak_mb']:.0f} |"
+        f" {row['crf']:.4f} | {total / row['crf']:.1f} |"
+        + (f" {ref:.3f} | {ref / total:.1f} |" if ref is not None else " - | - |")
+    )
+
+
+def _median_time(fn, repeats: int, sync) -> float:
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _measure(config: dict) -> dict:
+    import torch
+
+    from ..structs import BroadcastLogSemiring, crf_log_partition, log_partition
+
+    if config["threads"]:
+        torch.set_num_threads(config["threads"])
+    device, dtype = torch.device(config["device"]), getattr(torch, config["dtype"])
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    b, n, m, k = config["batch"], config["n"], config["m"], config["max_dist"]
+    gen = torch.Generator().manual_seed(0)
+    scores = torch.randn(b, n + 1, n + 1, m, m, generator=gen, dtype=dtype).to(device).requires_grad_(True)
+    lengths = torch.full((b,), n, device=device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = _rss_kb()
+    state = {}
+
+    def forward():
+        state["z"] = log_partition(scores, lengths, max_dist=k)
+
+    def backward():
+        state["z"].sum().backward()
+        scores.grad = None
+
+    forward(), backward()  # warm-up
+    fwd, bwd = [], []
+    for _ in range(config["repeats"]):
+        fwd.append(_median_time(forward, 1, sync))
+        bwd.append(_median_time(backward, 1, sync))
+    if cuda:
+        peak_mb = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024
+    potentials = torch.randn(b, n, m, m, generator=gen, dtype=dtype).to(device).requires_grad_(True)
+
+    def crf():
+        crf_log_partition(potentials, lengths).sum().backward()
+
+    crf()
+    row = dict(
+        forward=statistics.median(fwd), backward=statistics.median(bwd), peak_mb=peak_mb,
+        crf=_median_time(crf, config["repeats"], sync),
+    )
+    if config["reference"]:
+
+        def reference():
+            log_partition(scores, lengths, max_dist=k, semiring=BroadcastLogSemiring).sum().backward()
+
+        row["reference"] = _median_time(reference, 1, sync)
+    return row
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/statm") as statm:
+        pages = int(statm.read().split()[1])
+    return pages * resource.getpagesize() // 1024
+
+
+if __name__ == "__main__":
+    print(json.dumps(_measure(json.loads(sys.argv[1]))))

@@ -47,7 +47,12 @@ class LogSemiring:
         pair = x_shift + y_shift
         top = pair.amax(-1, keepdim=True)
         y = y * _expand_right(torch.exp(pair - top), 2)
-        prod = torch.matmul(x.reshape(b, s, f, k * l), y.reshape(b, s, k * l, g))
+        if g == 1:
+            # Matrix-vector per span: multiply in place and sum the contiguous label axis first;
+            # batched gemv through BLAS is slower here (tiny matrices, strided batch).
+            prod = (x.transpose(2, 3) * y.squeeze(-1).unsqueeze(3)).sum(-1).sum(2).unsqueeze(-1)
+        else:
+            prod = torch.matmul(x.reshape(b, s, f, k * l), y.reshape(b, s, k * l, g))
         tiny = torch.finfo(prod.dtype).tiny
         return torch.log(prod.clamp_min(tiny)) + _expand_right(top, 1)
 
@@ -73,6 +78,19 @@ class MaxSemiring:
     @staticmethod
     def reduce(x: Tensor, dim: int) -> Tensor:
         return x.max(dim=dim).values
+
+
+class BroadcastLogSemiring(MaxSemiring):
+    """(log-sum-exp, +) by broadcasting and ``logsumexp``: the straightforward way, kept as the
+    reference that the fast :class:`LogSemiring` is tested and benchmarked against."""
+
+    @staticmethod
+    def contract(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
+        return torch.logsumexp((x.unsqueeze(-1) + y.unsqueeze(2)).flatten(3, 4), dim=3)
+
+    @staticmethod
+    def reduce(x: Tensor, dim: int) -> Tensor:
+        return torch.logsumexp(x, dim)
 
 
 def decode(item: Tuple[Tensor, Optional[Tensor]], label_ndim: int) -> Tensor:

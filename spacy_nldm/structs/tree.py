@@ -21,7 +21,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .semiring import NEG, LogSemiring, MaxSemiring
+from .semiring import NEG, LogSemiring, MaxSemiring, decode
 
 Tensor = torch.Tensor
 Item = Tuple[Tensor, Optional[Tensor]]  # (value, shift) as made by Semiring.encode
@@ -34,14 +34,16 @@ def log_partition(
     label_mask: Optional[Tensor] = None,
     max_dist: Optional[int] = None,
     arc_mask: Optional[Tensor] = None,
+    semiring=LogSemiring,
 ) -> Tensor:
     """log of the sum over label sequences and projective trees of exp(tree score), shape (B,).
 
     With ``label_mask`` set to the gold labels this is log S(x, y); without it, log Z(x).
-    Differentiable: its gradient with respect to ``scores`` is the arc marginals.
+    Differentiable: its gradient with respect to ``scores`` is the arc marginals. ``semiring`` may be
+    :class:`~.semiring.BroadcastLogSemiring`, the slow reference.
     """
     scores, base = _prepare(scores, lengths, label_mask, arc_mask)
-    return _inside(LogSemiring, scores, base, lengths, max_dist)
+    return _inside(semiring, scores, base, lengths, max_dist)
 
 
 def viterbi(
@@ -117,11 +119,9 @@ def _prepare(
         allowed = allowed & arc_mask.to(device=scores.device, dtype=torch.bool)
     neg = torch.full((), NEG, dtype=scores.dtype, device=scores.device)
     zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
-    arc_value = torch.where(allowed, zero, neg)
-    # Padding gets finite zeros; real arcs keep their (clamped) scores plus the mask.
-    scores = torch.where(
-        real_pair[..., None, None], scores.clamp_min(NEG) + arc_value[..., None, None], zero
-    )
+    # Real arcs keep their scores (clamped: no -inf), disallowed ones get NEG, padding finite zeros.
+    fill = torch.where(real_pair, neg, zero)[..., None, None]
+    scores = torch.where((real_pair & allowed)[..., None, None], scores.clamp_min(NEG), fill)
 
     if label_mask is None:
         label_ok = torch.ones(batch, n1, n_labels, dtype=torch.bool, device=scores.device)
@@ -138,54 +138,178 @@ def _prepare(
     return scores, base
 
 
-def _stack(items: List[Item], slices: List[slice], dim: int, transpose: bool = False) -> Item:
-    """Stack slices of several chart entries along a new split dimension: (values, shifts)."""
-    values = [item[0][:, sl] for item, sl in zip(items, slices)]
-    if transpose:
-        values = [v.transpose(-1, -2) for v in values]
-    value = torch.stack(values, dim=dim)
-    if items[0][1] is None:
-        return value, None
-    return value, torch.stack([item[1][:, sl] for item, sl in zip(items, slices)], dim=2)
+def _band(chart: Tensor, spans: int, count: int, start: int, end: int, start_step: int, end_step: int) -> Tensor:
+    """Strided view V[b, s, k, ...] = chart[b, s + start + k * start_step, s + end + k * end_step, ...]
+    for s < spans, k < count, of a chart (B, N+1, N+1, ...) indexed [span start, span end]."""
+    sb, si, sj = chart.stride()[:3]
+    return chart.as_strided(
+        (chart.shape[0], spans, count, *chart.shape[3:]),
+        (sb, si + sj, start_step * si + end_step * sj, *chart.stride()[3:]),
+        chart.storage_offset() + start * si + end * sj,
+    )
+
+
+class _Charts:
+    """The four charts of the labelled Eisner algorithm, indexed [b, span start, span end, labels].
+
+    Values are stored as the semiring encodes them; ``*_shift`` charts (B, N+1, N+1) exist for the
+    log semiring only. right = CR (head at the start), left = CL (head at the end), inc_right = IR
+    (arc start -> end), inc_left = IL (arc end -> start); incomplete items are [label of start, label of end].
+    """
+
+    names = ("right", "left", "inc_right", "inc_left")
+
+    def __init__(self, like: Tensor, with_shift: bool):
+        batch, n1, _, m, _ = like.shape
+        for name in self.names:
+            shape = (batch, n1, n1, m) if name in ("right", "left") else (batch, n1, n1, m, m)
+            setattr(self, name, like.new_zeros(shape))
+            setattr(self, name + "_shift", like.new_zeros((batch, n1, n1)) if with_shift else None)
+
+    def set_base(self, base: Item) -> None:
+        """Width-0 items CR[i, i] = CL[i, i] from the encoded base (B, N+1, M)."""
+        value, shift = base
+        for name in ("right", "left"):
+            getattr(self, name).diagonal(0, 1, 2).copy_(value.transpose(1, 2))
+            if shift is not None:
+                getattr(self, name + "_shift").diagonal(0, 1, 2).copy_(shift)
+
+    def bands(self, stage: str, w: int, limit: int, shift: bool = False) -> dict:
+        """The chart regions that a stage of width w reads: views (B, S, split, labels...)."""
+        sfx = "_shift" if shift else ""
+        right, left = getattr(self, "right" + sfx), getattr(self, "left" + sfx)
+        spans = right.shape[1] - w
+        if stage == "incomplete":
+            return {
+                "cr": _band(right, spans, w, 0, 0, 0, 1),  # CR[s, s+k], k = 0..w-1
+                "cl": _band(left, spans, w, 1, w, 1, 0),  # CL[s+k+1, s+w]
+            }
+        depth = min(w, limit)  # split points d = 1..depth of the complete items
+        return {
+            "ir": _band(getattr(self, "inc_right" + sfx), spans, depth, 0, 1, 0, 1),  # IR[s, s+d]
+            "cr": _band(right, spans, depth, 1, w, 1, 0),  # CR[s+d, s+w]
+            "il": _band(getattr(self, "inc_left" + sfx), spans, depth, w - depth, w, 1, 0),  # IL[s+e, s+w], e = w-d
+            "cl": _band(left, spans, depth, 0, w - depth, 0, 1),  # CL[s, s+e]
+        }
+
+    def cells(self, names, w: int, shift: bool = False) -> dict:
+        """The cells of width w of the named charts, as views (B, N+1-w, labels...)."""
+        sfx = "_shift" if shift else ""
+        spans = self.right.shape[1] - w
+        return {name: _band(getattr(self, name + sfx), spans, 1, 0, w, 0, 0).squeeze(2) for name in names}
+
+
+def _arcs(scores: Tensor, w: int) -> Tuple[Tensor, Tensor]:
+    """Arc scores of the spans of width w in the [label of start, label of end] layout, (B, S, M, M)."""
+    arc_right = scores.diagonal(offset=w, dim1=1, dim2=2).permute(0, 3, 1, 2)  # start -> end
+    arc_left = scores.diagonal(offset=-w, dim1=1, dim2=2).permute(0, 3, 2, 1)  # end -> start
+    return arc_right, arc_left
+
+
+def _incomplete_stage(semiring, bands: dict, shifts: dict, arc_right: Tensor, arc_left: Tensor) -> dict:
+    """IR and IL of one width: inner(i, j, a, c) = (+)_{r=i..j-1} CR[i, r, a] * CL[r+1, j, c], plus the arc."""
+    inner = semiring.contract(
+        bands["cr"].transpose(2, 3).unsqueeze(-1), shifts["cr"], bands["cl"].unsqueeze(3), shifts["cl"]
+    )  # (B, S, M, M)
+    return {
+        "inc_right": semiring.encode(inner + arc_right, 2),
+        "inc_left": semiring.encode(inner + arc_left, 2),
+    }
+
+
+def _complete_stage(semiring, bands: dict, shifts: dict) -> dict:
+    """CR and CL of one width, from incomplete items of widths <= w and complete items of widths < w."""
+    # CR[i, j, a] = (+)_{r=i+1..j, c} IR[i, r, a, c] * CR[r, j, c]
+    right = semiring.contract(bands["ir"].transpose(2, 3), shifts["ir"], bands["cr"].unsqueeze(-1), shifts["cr"])
+    # CL[i, j, c] = (+)_{r=i..j-1, a} CL[i, r, a] * IL[r, j, a, c]
+    left = semiring.contract(
+        bands["il"].permute(0, 1, 4, 2, 3), shifts["il"], bands["cl"].unsqueeze(-1), shifts["cl"]
+    )
+    return {"right": semiring.encode(right.squeeze(-1), 1), "left": semiring.encode(left.squeeze(-1), 1)}
+
+
+def _stages(n: int, limit: int):
+    """The order of evaluation: for each width, its incomplete items (if w <= limit), then its complete ones."""
+    for w in range(1, n + 1):
+        if w <= limit:
+            yield "incomplete", w
+        yield "complete", w
+
+
+def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, scores: Tensor, bands=None, arcs=None):
+    with_shift = charts.right_shift is not None
+    if bands is None:
+        bands = charts.bands(stage, w, limit)
+    shifts = charts.bands(stage, w, limit, shift=True) if with_shift else dict.fromkeys(bands)
+    if stage == "incomplete":
+        return _incomplete_stage(semiring, bands, shifts, *(arcs or _arcs(scores, w)))
+    return _complete_stage(semiring, bands, shifts)
+
+
+class _Inside(torch.autograd.Function):
+    """Root items CR[0, w, root label] for every width w, (B, N+1), in log space.
+
+    Forward fills the charts stage by stage without recording a graph. Backward is the outside
+    pass: from the last stage to the first, it recomputes one stage under autograd and pushes the
+    gradient of its items into the chart regions it read, so memory stays O(B n^2 M^2).
+    """
+
+    @staticmethod
+    def forward(ctx, semiring, scores: Tensor, base: Tensor, limit: int) -> Tensor:
+        charts = _Charts(scores, with_shift=semiring is LogSemiring)
+        charts.set_base(semiring.encode(base, 1))
+        for stage, w in _stages(scores.shape[1] - 1, limit):
+            out = _run_stage(semiring, charts, stage, w, limit, scores)
+            cells = charts.cells(out, w)
+            shift_cells = charts.cells(out, w, shift=True) if charts.right_shift is not None else {}
+            for name, (value, shift) in out.items():
+                cells[name].copy_(value)
+                if shift is not None:
+                    shift_cells[name].copy_(shift)
+        ctx.semiring, ctx.limit, ctx.charts = semiring, limit, charts
+        ctx.save_for_backward(scores)
+        return _root_values(charts)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        (scores,) = ctx.saved_tensors
+        semiring, limit, charts = ctx.semiring, ctx.limit, ctx.charts
+        grads = _Charts(scores, with_shift=False)
+        with torch.enable_grad():
+            root = charts.right[:, 0, :, 0].detach().requires_grad_(True)
+            shift = None if charts.right_shift is None else charts.right_shift[:, 0, :]
+            (g,) = torch.autograd.grad(decode((root, shift), 0), root, grad_root)
+        grads.right[:, 0, :, 0] += g
+        grad_scores = torch.zeros_like(scores)
+        for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
+            with torch.enable_grad():
+                bands = {k: v.detach().requires_grad_(True) for k, v in charts.bands(stage, w, limit).items()}
+                arcs = tuple(a.detach().requires_grad_(True) for a in _arcs(scores, w)) if stage == "incomplete" else ()
+                out = _run_stage(semiring, charts, stage, w, limit, scores, bands, arcs)
+                cell_grads = grads.cells(out, w)
+                inputs = list(bands.values()) + list(arcs)
+                input_grads = torch.autograd.grad(
+                    [value for value, _ in out.values()], inputs, [cell_grads[name] for name in out]
+                )
+            for band, g in zip(grads.bands(stage, w, limit).values(), input_grads):
+                band.add_(g)
+            for band, g in zip(_arcs(grad_scores, w) if arcs else (), input_grads[len(bands):]):
+                band.add_(g)
+        return None, grad_scores, None, None
+
+
+def _root_values(charts: _Charts) -> Tensor:
+    shift = None if charts.right_shift is None else charts.right_shift[:, 0, :]
+    return decode((charts.right[:, 0, :, 0], shift), 0)
 
 
 def _inside(semiring, scores: Tensor, base: Tensor, lengths: Tensor, max_dist: Optional[int]) -> Tensor:
     """Labelled Eisner in ``semiring``; returns the root item CR[0, n, 0] of each sentence, (B,)."""
-    n1 = scores.shape[1]
-    n = n1 - 1
+    n = scores.shape[1] - 1
+    if max_dist is not None and max_dist < 1:
+        raise ValueError(f"max_dist must be at least 1 (or None), got {max_dist}")
     limit = n if max_dist is None else max(1, min(int(max_dist), n))
-    encode, contract = semiring.encode, semiring.contract
-    first = encode(base, 1)
-    right: List[Item] = [first]  # CR[w]: (B, N+1-w, M), head at the left end i
-    left: List[Item] = [first]  # CL[w]: (B, N+1-w, M), head at the right end j
-    inc_right: List[Optional[Item]] = [None]  # IR[w]: (B, N+1-w, M, M), [a = label of i, c = label of j]
-    inc_left: List[Optional[Item]] = [None]  # IL[w]: same layout, arc j -> i
-    root = [base[:, 0, 0]]
-    for w in range(1, n + 1):
-        spans = n1 - w
-        if w <= limit:
-            # inner(i, j, a, c) = (+)_{r=i..j-1} CR[i, r, a] * CL[r+1, j, c], split k = r - i
-            ks = range(w)
-            x, xs = _stack([right[k] for k in ks], [slice(0, spans)] * w, dim=3)
-            y, ys = _stack([left[w - 1 - k] for k in ks], [slice(k + 1, k + 1 + spans) for k in ks], dim=2)
-            inner = contract(x.unsqueeze(-1), xs, y.unsqueeze(3), ys)  # (B, S, M, M)
-            arc_right = scores.diagonal(offset=w, dim1=1, dim2=2).permute(0, 3, 1, 2)
-            arc_left = scores.diagonal(offset=-w, dim1=1, dim2=2).permute(0, 3, 2, 1)
-            inc_right.append(encode(inner + arc_right, 2))
-            inc_left.append(encode(inner + arc_left, 2))
-        ds = range(1, min(w, limit) + 1)
-        # CR[i, j, a] = (+)_{r, c} IR[i, r, a, c] * CR[r, j, c], with d = r - i
-        x, xs = _stack([inc_right[d] for d in ds], [slice(0, spans)] * len(ds), dim=3)
-        y, ys = _stack([right[w - d] for d in ds], [slice(d, d + spans) for d in ds], dim=2)
-        complete_right = contract(x, xs, y.unsqueeze(-1), ys).squeeze(-1)  # (B, S, M)
-        # CL[i, j, c] = (+)_{r, a} CL[i, r, a] * IL[r, j, a, c], with d = j - r
-        x, xs = _stack([inc_left[d] for d in ds], [slice(w - d, w - d + spans) for d in ds], dim=3, transpose=True)
-        y, ys = _stack([left[w - d] for d in ds], [slice(0, spans)] * len(ds), dim=2)
-        complete_left = contract(x, xs, y.unsqueeze(-1), ys).squeeze(-1)
-        root.append(complete_right[:, 0, 0])
-        right.append(encode(complete_right, 1))
-        left.append(encode(complete_left, 1))
-    root_by_length = torch.stack(root, dim=1)  # (B, N+1)
+    root_by_length = _Inside.apply(semiring, scores, base, limit)  # (B, N+1)
     return root_by_length.gather(1, lengths.to(root_by_length.device).long()[:, None]).squeeze(1)
 
 
