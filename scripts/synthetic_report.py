@@ -1,0 +1,180 @@
+#!/usr/bin/env python3
+"""Table and plot of the synthetic-data learning curve (the paper's Figure 3) from the per-run metrics of
+scripts/synthetic_runs.py.
+
+Writes to --output (default results/synthetic/):
+  table.md      test token accuracy per model and sample size: mean, std over seeds, number of seeds;
+                the NLDM - CRF difference (paired by seed)
+  runs.csv      one line per run (model, size, seed, test and dev accuracy, training seconds)
+  accuracy.png  accuracy against sample size (log x), one line per model, error bars (std over seeds) where
+                more than one seed ran
+
+    python scripts/synthetic_report.py --metrics training/synthetic/metrics --output results/synthetic
+"""
+import argparse
+import csv
+import json
+import math
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = {"nldm": "NLDM", "crf": "Neural CRF (order 1)"}
+SHORT = {"nldm": "NLDM", "crf": "CRF"}
+
+
+def load_runs(metrics_dir: Path):
+    runs = []
+    for path in sorted(metrics_dir.glob("*.json")):
+        if path.name.endswith(".evaluate.json"):
+            continue
+        r = json.loads(path.read_text())
+        if r.get("test_tag_acc") is None:
+            continue
+        runs.append(r)
+    return runs
+
+
+def summarise(runs):
+    """{(model, size): [acc by seed]} and the paired differences {size: [nldm - crf by seed]}."""
+    acc = defaultdict(dict)
+    for r in runs:
+        acc[(r["model"], r["size"])][r["seed"]] = float(r["test_tag_acc"])
+    diffs = {}
+    for size in sorted({s for _, s in acc}):
+        a, b = acc.get(("nldm", size), {}), acc.get(("crf", size), {})
+        common = sorted(set(a) & set(b))
+        if common:
+            diffs[size] = [a[s] - b[s] for s in common]
+    return acc, diffs
+
+
+def mean_std(xs):
+    m = statistics.fmean(xs)
+    s = statistics.stdev(xs) if len(xs) > 1 else float("nan")
+    return m, s
+
+
+def fmt(xs, scale=100.0):
+    if not xs:
+        return "-"
+    m, s = mean_std(xs)
+    if len(xs) > 1:
+        return f"{m * scale:.2f} ± {s * scale:.2f} ({len(xs)})"
+    return f"{m * scale:.2f} (1)"
+
+
+def write_table(acc, diffs, runs, path: Path) -> str:
+    sizes = sorted({s for _, s in acc})
+    models = [m for m in ("nldm", "crf") if any((m, s) in acc for s in sizes)]
+    lines = [
+        "# Synthetic infinite-order HMM data: test token accuracy (%)",
+        "",
+        "Mean ± standard deviation over training seeds (number of seeds in brackets); the data of each size is",
+        "fixed (data seed 0), the seeds change the model's initialisation and the batch order.",
+        "`NLDM - CRF` is the difference paired by seed. Produced by `scripts/synthetic_report.py`",
+        "from the runs of `scripts/synthetic_runs.py` (`spacy project run synthetic`).",
+        "",
+        "| samples | train / test sequences | " + " | ".join(NAMES[m] for m in models) + " | NLDM - CRF |",
+        "|---:|---:|" + "---:|" * len(models) + "---:|",
+    ]
+    for size in sizes:
+        n_train, n_test = int(round(0.8 * size)), size - int(round(0.8 * size)) - int(round(0.1 * size))
+        cells = [fmt(list(acc.get((m, size), {}).values())) for m in models]
+        d = diffs.get(size)
+        if d:
+            m, s = mean_std(d)
+            wins = sum(x > 0 for x in d)
+            dcell = f"{m * 100:+.2f}" + (f" ± {s * 100:.2f}" if len(d) > 1 else "") + f" (NLDM ahead {wins}/{len(d)})"
+        else:
+            dcell = "-"
+        lines.append(f"| {size:,} | {n_train:,} / {n_test:,} | " + " | ".join(cells) + f" | {dcell} |")
+    fps = sorted({r.get("code_fingerprint", "?") for r in runs})
+    heads = sorted({r.get("git_head", "?") for r in runs})
+    secs = defaultdict(list)
+    for r in runs:
+        secs[(r["model"], r["size"])].append(r.get("train_seconds", float("nan")))
+    lines += [
+        "",
+        "Mean training time per run (s, 1 thread, shared 2-core CPU): "
+        + "; ".join(
+            f"{SHORT[m]} {s:,}: {statistics.fmean(v):.0f}"
+            for (m, s), v in sorted(secs.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        )
+        + ".",
+        f"Runs: {len(runs)}; git HEAD at the runs: {', '.join(heads)}; model-code fingerprint(s): {', '.join(fps)}.",
+        "",
+    ]
+    text = "\n".join(lines)
+    path.write_text(text, encoding="utf8")
+    return text
+
+
+def write_csv(runs, path: Path) -> None:
+    keys = ["model", "size", "seed", "data_seed", "test_tag_acc", "dev_tag_acc", "train_seconds",
+            "last_logged_step", "code_fingerprint", "git_head", "finished"]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        for r in sorted(runs, key=lambda r: (r["size"], r["model"], r["seed"])):
+            w.writerow(r)
+
+
+def write_plot(acc, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 3.6), dpi=150)
+    styles = {"nldm": dict(marker="o", color="tab:red"), "crf": dict(marker="s", color="tab:blue")}
+    for model in ("nldm", "crf"):
+        sizes = sorted(s for m, s in acc if m == model)
+        if not sizes:
+            continue
+        ms, es = [], []
+        for s in sizes:
+            m, sd = mean_std(list(acc[(model, s)].values()))
+            ms.append(100 * m)
+            es.append(100 * sd if not math.isnan(sd) else 0.0)
+        n_seeds = sorted({len(acc[(model, s)]) for s in sizes})
+        label = f"{NAMES[model]} ({'/'.join(map(str, n_seeds))} seed{'s' if max(n_seeds) > 1 else ''})"
+        if any(len(acc[(model, s)]) > 1 for s in sizes):
+            ax.errorbar(sizes, ms, yerr=es, capsize=3, label=label, **styles[model])
+        else:
+            ax.plot(sizes, ms, label=label, **styles[model])
+    ax.set_xscale("log")
+    all_sizes = sorted({s for _, s in acc})
+    ax.set_xticks(all_sizes)
+    ax.set_xticklabels([f"{s // 1000}k" if s % 1000 == 0 else str(s) for s in all_sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("number of samples (80% train)")
+    ax.set_ylabel("test token accuracy (%)")
+    ax.set_title("Synthetic infinite-order HMM data")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--metrics", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
+    p.add_argument("--output", type=Path, default=ROOT / "results" / "synthetic")
+    args = p.parse_args()
+    runs = load_runs(args.metrics)
+    if not runs:
+        raise SystemExit(f"no finished runs in {args.metrics}")
+    args.output.mkdir(parents=True, exist_ok=True)
+    acc, diffs = summarise(runs)
+    text = write_table(acc, diffs, runs, args.output / "table.md")
+    write_csv(runs, args.output / "runs.csv")
+    write_plot(acc, args.output / "accuracy.png")
+    print(text)
+    print(f"wrote {args.output / 'table.md'}, {args.output / 'runs.csv'}, {args.output / 'accuracy.png'}")
+
+
+if __name__ == "__main__":
+    main()

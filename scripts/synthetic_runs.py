@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Train and evaluate NLDM and the first-order neural CRF on the synthetic data (paper, section 6.2).
+
+For each seed, then each size, then each model: generate the corpus if it is missing
+(``corpus/synth/<size>``, data seed fixed by --data-seed, so every model and training seed sees the same data),
+``spacy train configs/synthetic_<model>.cfg`` with ``--system.seed <seed>``, then ``spacy evaluate
+model-best`` on the test split (``--gold-preproc``). One JSON file per run goes to --metrics-dir; a run whose
+metrics file exists is skipped, so the script can be stopped and started again. ``--stop-at HH:MM`` (UTC)
+starts no run after that time.
+
+    python scripts/synthetic_runs.py --sizes 1000 3000 10000 --seeds 0 1 2
+"""
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CODE_DIRS = ("spacy_nldm/structs", "spacy_nldm/models", "spacy_nldm/pipeline")
+
+
+def code_fingerprint() -> str:
+    """Hash of the model code, to tell which runs were made with which version of it."""
+    h = hashlib.sha256()
+    for d in CODE_DIRS:
+        for path in sorted((ROOT / d).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def git_head() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except Exception:  # pragma: no cover
+        return "unknown"
+
+
+def ensure_corpus(size: int, data_seed: int, corpus_dir: Path) -> Path:
+    out = corpus_dir / str(size)
+    settings = out / "settings.json"
+    if settings.exists():
+        meta = json.loads(settings.read_text())
+        if meta["settings"]["n_samples"] == size and meta["settings"]["seed"] == data_seed:
+            return out
+    subprocess.run(
+        [sys.executable, "-m", "spacy_nldm", "synth", "--samples", str(size), "--seed", str(data_seed),
+         "--output", str(out)],
+        cwd=ROOT, check=True,
+    )
+    return out
+
+
+def past(stop_at: str) -> bool:
+    if not stop_at:
+        return False
+    hh, mm = (int(x) for x in stop_at.split(":"))
+    now = dt.datetime.now(dt.timezone.utc)
+    return (now.hour, now.minute) >= (hh, mm)
+
+
+def run_one(model: str, size: int, seed: int, args) -> dict:
+    corpus = ensure_corpus(size, args.data_seed, args.corpus_dir)
+    name = f"{model}-{size}-s{seed}"
+    out_dir = args.train_dir / name
+    log = args.train_dir / f"{name}.log"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    cmd = [
+        sys.executable, "-m", "spacy", "train", str(ROOT / "configs" / f"synthetic_{model}.cfg"),
+        "--output", str(out_dir),
+        "--paths.train", str(corpus / "train.spacy"),
+        "--paths.dev", str(corpus / "dev.spacy"),
+        "--system.seed", str(seed),
+        *args.overrides,
+    ]
+    fingerprint = code_fingerprint()
+    t0 = time.time()
+    with log.open("w") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=True)
+    train_s = time.time() - t0
+    tmp = args.metrics_dir / f"{name}.evaluate.json"
+    t1 = time.time()
+    with log.open("a") as f:
+        subprocess.run(
+            [sys.executable, "-m", "spacy", "evaluate", str(out_dir / "model-best"), str(corpus / "test.spacy"),
+             "--output", str(tmp), "--gold-preproc"],
+            cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=True,
+        )
+    eval_s = time.time() - t1
+    scores = json.loads(tmp.read_text())
+    tmp.unlink()
+    meta_path = out_dir / "model-best" / "meta.json"
+    best = json.loads(meta_path.read_text()).get("performance", {}) if meta_path.exists() else {}
+    steps = None
+    for line in reversed(log.read_text().splitlines()):
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            steps = int(parts[1])
+            break
+    return {
+        "model": model,
+        "size": size,
+        "seed": seed,
+        "data_seed": args.data_seed,
+        "test_tag_acc": scores.get("tag_acc"),
+        "dev_tag_acc": best.get("tag_acc"),
+        "test_scores": scores,
+        "train_seconds": round(train_s, 1),
+        "eval_seconds": round(eval_s, 1),
+        "last_logged_step": steps,
+        "overrides": args.overrides,
+        "code_fingerprint": fingerprint,
+        "git_head": git_head(),
+        "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--models", nargs="+", default=["nldm", "crf"], choices=["nldm", "crf"])
+    p.add_argument("--data-seed", type=int, default=0)
+    p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth")
+    p.add_argument("--train-dir", type=Path, default=ROOT / "training" / "synthetic")
+    p.add_argument("--metrics-dir", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per run (OMP_NUM_THREADS)")
+    p.add_argument("--stop-at", default="", help="UTC HH:MM after which no new run starts")
+    # any other option is passed on to spacy train, e.g. --training.max_steps 500
+    args, unknown = p.parse_known_args()
+    args.overrides = unknown
+    args.metrics_dir.mkdir(parents=True, exist_ok=True)
+    args.train_dir.mkdir(parents=True, exist_ok=True)
+    for seed in args.seeds:
+        for size in args.sizes:
+            for model in args.models:
+                path = args.metrics_dir / f"{model}-{size}-s{seed}.json"
+                if path.exists():
+                    print(f"skip {path.name} (exists)", flush=True)
+                    continue
+                if past(args.stop_at):
+                    print(f"stop: past {args.stop_at} UTC, {path.name} not started", flush=True)
+                    return
+                print(f"run {model} size {size} seed {seed} ...", flush=True)
+                result = run_one(model, size, seed, args)
+                path.write_text(json.dumps(result, indent=2) + "\n")
+                print(
+                    f"  {model} {size} s{seed}: test tag_acc {result['test_tag_acc']:.4f} "
+                    f"(dev {result['dev_tag_acc']}), train {result['train_seconds']}s",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
