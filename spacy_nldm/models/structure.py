@@ -1,0 +1,222 @@
+"""From factored edge scores to the structured core: loss, decoding and label marginals.
+
+``F`` (S, L, X, C, M) are a batch of segments' factored scores (see :mod:`.scorers`), ``lengths``
+(S,) their real token counts. :class:`LatentTree` (the NLDM) and :class:`Chain` (CRF of order 1
+or 2) expand F to the tensors of :mod:`spacy_nldm.structs` and call it. Segments are grouped by
+length into buckets whose expanded tensors stay under ``budget`` floats, so padding to the
+longest sentence of a batch costs neither memory nor time.
+"""
+from typing import List, Optional, Tuple
+
+import torch
+
+from .. import structs
+
+Tensor = torch.Tensor
+#: most floats one bucket's expanded score tensor may hold (64 MB in float32)
+DEFAULT_BUDGET = 1 << 24
+
+
+def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
+    """Group indices by increasing length so that len(group) * cost(max length) <= budget."""
+    groups: List[List[int]] = []
+    current: List[int] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if lengths[i] == 0:
+            continue
+        if current and (len(current) + 1) * cost(lengths[i]) > budget:
+            groups.append(current)
+            current = []
+        current.append(i)
+    if current:
+        groups.append(current)
+    return groups
+
+
+class Structure:
+    """Shared bucketing; subclasses implement the per-bucket ``_nll``, ``_decode``, ``_marginals``."""
+
+    def __init__(self, budget: int = DEFAULT_BUDGET):
+        self.budget = budget
+
+    def cost(self, n: int, m: int) -> int:  # floats of the expanded tensor of one segment
+        raise NotImplementedError
+
+    def _buckets(self, F: Tensor, lengths: Tensor):
+        m = F.shape[-1]
+        for group in length_buckets(lengths.tolist(), lambda n: self.cost(n, m), self.budget):
+            idx = torch.tensor(group, dtype=torch.long)
+            lens = lengths[idx]
+            yield idx, F[idx, : int(lens.max())], lens
+
+    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact") -> Tensor:
+        """Summed -log P(y | x): log Z(x) - log S(x, y), S restricted by ``gold_mask`` (S, L, M).
+
+        ``approx="max"`` replaces log S by the best tree's score (the paper's max approximation).
+        """
+        total = F.new_zeros(())
+        for idx, Fb, lens in self._buckets(F, lengths):
+            total = total + self._nll(Fb, lens, gold_mask[idx, : Fb.shape[1]], approx).sum()
+        return total
+
+    def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """Best (labels (S, L), heads (S, L) or None, score (S,)); ``posterior``: per-token arg-max
+        of the label marginals (the tree and score are then the best ones for those labels)."""
+        S, L = F.shape[:2]
+        labels = torch.zeros(S, L, dtype=torch.long)
+        heads = torch.zeros(S, L, dtype=torch.long)
+        best = torch.zeros(S, dtype=F.dtype)
+        with torch.no_grad():
+            for idx, Fb, lens in self._buckets(F, lengths):
+                b_best, b_labels, b_heads = self._decode(Fb, lens, posterior)
+                best[idx] = b_best
+                labels[idx, : Fb.shape[1]] = b_labels
+                if b_heads is not None:
+                    heads[idx, : Fb.shape[1]] = b_heads
+        return labels, (heads if self.has_tree else None), best
+
+    def label_marginals(self, F: Tensor, lengths: Tensor) -> Tensor:
+        """P(y_t = c | x), shape (S, L, M)."""
+        out = F.new_zeros(F.shape[0], F.shape[1], F.shape[-1])
+        with torch.no_grad():
+            for idx, Fb, lens in self._buckets(F, lengths):
+                out[idx, : Fb.shape[1]] = self._marginals(Fb, lens)
+        return out
+
+
+class LatentTree(Structure):
+    """The NLDM: labels linked by a latent projective tree, arcs up to ``max_dist`` long."""
+
+    has_tree = True
+
+    def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET):
+        super().__init__(budget)
+        self.max_dist = max_dist
+
+    def cost(self, n: int, m: int) -> int:
+        return (n + 1) ** 2 * m * m
+
+    def expand(self, F: Tensor) -> Tensor:
+        """(B, N, 2, M+1, M) factored scores -> (B, N+1, N+1, M, M) arc scores of structs
+        (the last axis may be any size: :meth:`restrict` expands scores of selected labels).
+
+        Only the arcs structs reads are written (those up to ``max_dist`` long), and the backward
+        pass reads only them, so the cost is O(B N k M^2) plus one zero fill.
+        """
+        return _ExpandTree.apply(F, self.max_dist)
+
+    def _mask(self, label_mask: Optional[Tensor]) -> Optional[Tensor]:
+        if label_mask is None:
+            return None
+        return torch.cat([label_mask.new_ones(label_mask.shape[0], 1, label_mask.shape[2]), label_mask], dim=1)
+
+    def restrict(self, F: Tensor, label_mask: Tensor) -> Tuple[Tensor, Tensor]:
+        """Arc scores over the allowed labels only: (B, N+1, N+1, K, K) and their (B, N+1, K) mask,
+        K = the most labels any token allows (1 with full gold labels, so that log S costs next
+        to nothing). Sub-label 0 of the root is its label 0."""
+        B, N = label_mask.shape[:2]
+        mask = torch.cat([label_mask.new_zeros(B, 1, label_mask.shape[2]), label_mask], dim=1)
+        mask[:, 0, 0] = True
+        K = max(1, int(mask.sum(-1).max()))
+        idx = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)[..., :K]  # allowed first
+        ok = mask.gather(-1, idx)
+        dep = F.gather(-1, idx[:, 1:, None, None, :].expand(*F.shape[:4], K))  # (B, N, 2, M+1, K)
+        scores = self.expand(dep)  # (B, N+1, N+1, M, K)
+        return scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), ok
+
+    def _nll(self, F, lengths, gold_mask, approx):
+        scores = self.expand(F)
+        log_z = structs.log_partition(scores, lengths, max_dist=self.max_dist)
+        sub, ok = self.restrict(F, gold_mask)
+        if approx == "max":
+            _, labels, heads = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
+            return log_z - self.tree_score(sub, labels, heads, lengths)
+        return log_z - structs.log_partition(sub, lengths, label_mask=ok, max_dist=self.max_dist)
+
+    @staticmethod
+    def tree_score(scores: Tensor, labels: Tensor, heads: Tensor, lengths: Tensor) -> Tensor:
+        """Differentiable score (B,) of given labels (B, N) and heads (B, N) under ``scores``."""
+        B, N = labels.shape
+        root_label = labels.new_zeros(B, 1)
+        head_labels = torch.cat([root_label, labels], dim=1).gather(1, heads)
+        b = torch.arange(B)[:, None].expand(B, N)
+        d = torch.arange(1, N + 1)[None, :].expand(B, N)
+        arc = scores[b, heads, d, head_labels, labels]
+        real = d <= lengths[:, None]
+        return (arc * real).sum(1)
+
+    def _decode(self, F, lengths, posterior):
+        scores = self.expand(F)
+        mask = None
+        if posterior:
+            probs = structs.marginals(scores, lengths, max_dist=self.max_dist)[1]
+            mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool())
+        return structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
+
+    def _marginals(self, F, lengths):
+        return structs.marginals(self.expand(F), lengths, max_dist=self.max_dist)[1]
+
+
+class Chain(Structure):
+    """Linear-chain CRF of order 1 (F: (B, N, 1, M+1, M)) or 2 (F: (B, N, M+1, M+1, M))."""
+
+    has_tree = False
+
+    def __init__(self, order: int = 1, budget: int = DEFAULT_BUDGET):
+        super().__init__(budget)
+        self.order = order
+
+    def cost(self, n: int, m: int) -> int:
+        return n * m ** (self.order + 1)
+
+    def expand(self, F: Tensor) -> Tensor:
+        """Factored scores -> potentials (B, N, M, M) or (B, N, M, M, M); the start state is 0."""
+        B, N, _, _, M = F.shape
+        if self.order == 1:
+            first = F[:, :1, 0, :1].expand(B, 1, M, M)  # start transitions in row 0
+            return torch.cat([first, F[:, 1:, 0, 1:]], dim=1)
+        t0 = F[:, :1, :1, :1].expand(B, 1, M, M, M)
+        t1 = F[:, 1:2, :1, 1:].expand(B, min(N, 2) - 1, M, M, M)
+        return torch.cat([t0, t1, F[:, 2:, 1:, 1:]], dim=1)
+
+    def _nll(self, F, lengths, gold_mask, approx):
+        pot = self.expand(F)
+        return structs.crf_log_partition(pot, lengths) - structs.crf_log_partition(pot, lengths, label_mask=gold_mask)
+
+    def _decode(self, F, lengths, posterior):
+        pot = self.expand(F)
+        mask = None
+        if posterior:
+            probs = structs.crf_marginals(pot, lengths)
+            mask = torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool()
+        best, labels = structs.crf_viterbi(pot, lengths, label_mask=mask)
+        return best, labels, None
+
+    def _marginals(self, F, lengths):
+        return structs.crf_marginals(self.expand(F), lengths)
+
+
+class _ExpandTree(torch.autograd.Function):
+    """scores[:, h, d] = F[:, d-1, 0 if h < d else 1, label of h (0 = root), label of d]."""
+
+    @staticmethod
+    def forward(ctx, F: Tensor, max_dist: Optional[int]) -> Tensor:
+        B, N, _, C, M = F.shape
+        ctx.max_dist, ctx.shape = max_dist, F.shape
+        scores = F.new_zeros(B, N + 1, N + 1, C - 1, M)
+        scores[:, 0, 1:, 0, :] = F[:, :, 0, 0, :]  # root arcs; structs drops those over max_dist
+        for w in range(1, N if max_dist is None else min(max_dist, N - 1) + 1):
+            # diagonal element i is the arc i -> i + w (offset w) or i + w -> i (offset -w); i >= 1
+            scores.diagonal(w, 1, 2)[..., 1:] = F[:, w:, 0, 1:].permute(0, 2, 3, 1)
+            scores.diagonal(-w, 1, 2)[..., 1:] = F[:, : N - w, 1, 1:].permute(0, 2, 3, 1)
+        return scores
+
+    @staticmethod
+    def backward(ctx, d_scores: Tensor):
+        N = ctx.shape[1]
+        dF = d_scores.new_zeros(ctx.shape)
+        dF[:, :, 0, 0, :] = d_scores[:, 0, 1:, 0, :]
+        for w in range(1, N if ctx.max_dist is None else min(ctx.max_dist, N - 1) + 1):
+            dF[:, w:, 0, 1:] += d_scores.diagonal(w, 1, 2)[..., 1:].permute(0, 3, 1, 2)
+            dF[:, : N - w, 1, 1:] += d_scores.diagonal(-w, 1, 2)[..., 1:].permute(0, 3, 1, 2)
+        return dF, None

@@ -1,0 +1,28 @@
+"""Draw a Doc's decoded latent label tree with displaCy."""
+from typing import Any, Dict, Optional
+
+from spacy import displacy
+from spacy.tokens import Doc
+
+ROOT = "ROOT"
+
+
+def tree_to_displacy(doc: Doc, attr: Optional[str] = None) -> Dict[str, Any]:
+    """displaCy "manual" dependency data: a ROOT word first, then the tokens with their predicted
+    labels (``attr`` "tag" or "pos"; default: tag if set, else pos) as tags, one arc per token
+    from its ``Token._.nldm_head`` (None: the ROOT word)."""
+    if attr is None:
+        attr = "tag" if doc.has_annotation("TAG") else "pos"
+    words = [{"text": ROOT, "tag": ""}]
+    words += [{"text": t.text, "tag": getattr(t, attr + "_")} for t in doc]
+    arcs = []
+    for t in doc:
+        head = 0 if t._.nldm_head is None else t._.nldm_head + 1
+        dep = t.i + 1
+        arcs.append({"start": min(head, dep), "end": max(head, dep), "label": "", "dir": "right" if head < dep else "left"})
+    return {"words": words, "arcs": arcs}
+
+
+def render_tree(doc: Doc, attr: Optional[str] = None, *, jupyter: Optional[bool] = None, **options) -> str:
+    """displaCy markup (SVG) of the latent label tree; shown inline in Jupyter."""
+    return displacy.render(tree_to_displacy(doc, attr), style="dep", manual=True, jupyter=jupyter, options=options)

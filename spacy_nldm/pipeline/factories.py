@@ -1,0 +1,112 @@
+"""The ``nldm_tagger`` and ``crf_tagger`` factories (entry points ``spacy_factories``)."""
+from typing import Callable, Optional
+
+from spacy.language import Language
+from thinc.api import Config, Model
+
+from .. import models  # noqa: F401  (registers the architectures)
+from . import scorers  # noqa: F401  (registers the scorer)
+from .tagger import StructuredTagger
+
+_TOK2VEC = """
+[model.tok2vec]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 96
+depth = 4
+embed_size = 2000
+window_size = 1
+maxout_pieces = 3
+subword_features = true
+"""
+
+DEFAULT_NLDM_MODEL = Config().from_str(
+    """
+[model]
+@architectures = "spacy-nldm.NLDMTagger.v1"
+edge_scorer = "trilinear"
+label_dim = 50
+rank = 400
+max_dist = 5
+"""
+    + _TOK2VEC
+)["model"]
+
+DEFAULT_CRF_MODEL = Config().from_str(
+    """
+[model]
+@architectures = "spacy-nldm.CRFTagger.v1"
+order = 1
+edge_scorer = "trilinear"
+label_dim = 50
+rank = 400
+"""
+    + _TOK2VEC
+)["model"]
+
+_SCORER = {"@scorers": "spacy-nldm.tag_scorer.v1"}
+# Only the key of the configured attr is reported, so whichever exists carries the weight.
+_SCORE_WEIGHTS = {"tag_acc": 0.5, "pos_acc": 0.5}
+_ASSIGNS = ["token.tag", "token.pos", "token._.nldm_head", "doc._.nldm_tree_score", "doc._.nldm_probs"]
+
+
+@Language.factory(
+    "nldm_tagger",
+    assigns=_ASSIGNS,
+    default_config={
+        "model": DEFAULT_NLDM_MODEL,
+        "attr": "tag",
+        "decode": "viterbi",
+        "loss": "exact",
+        "max_length": 256,
+        "store_probs": False,
+        "scorer": _SCORER,
+    },
+    default_score_weights=_SCORE_WEIGHTS,
+)
+def make_nldm_tagger(
+    nlp: Language,
+    name: str,
+    model: Model,
+    attr: str,
+    decode: str,
+    loss: str,
+    max_length: int,
+    store_probs: bool,
+    scorer: Optional[Callable],
+) -> StructuredTagger:
+    """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
+    return StructuredTagger(
+        nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
+        store_probs=store_probs, scorer=scorer,
+    )
+
+
+@Language.factory(
+    "crf_tagger",
+    assigns=_ASSIGNS[:2] + ["doc._.nldm_probs"],
+    default_config={
+        "model": DEFAULT_CRF_MODEL,
+        "attr": "tag",
+        "decode": "viterbi",
+        "max_length": 256,
+        "store_probs": False,
+        "scorer": _SCORER,
+    },
+    default_score_weights=_SCORE_WEIGHTS,
+)
+def make_crf_tagger(
+    nlp: Language,
+    name: str,
+    model: Model,
+    attr: str,
+    decode: str,
+    max_length: int,
+    store_probs: bool,
+    scorer: Optional[Callable],
+) -> StructuredTagger:
+    """Linear-chain CRF tagger of order 1 or 2 (the paper's baselines)."""
+    return StructuredTagger(
+        nlp.vocab, model, name, attr=attr, decode=decode, max_length=max_length,
+        store_probs=store_probs, scorer=scorer,
+    )

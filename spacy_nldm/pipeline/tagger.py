@@ -1,0 +1,207 @@
+"""``StructuredTagger``: the trainable component behind ``nldm_tagger`` and ``crf_tagger``.
+
+The model (see :mod:`spacy_nldm.models.tagger`) gives factored edge scores per segment; the
+structure it names (latent tree or chain) turns them into the loss, the decoded labels and the
+label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``) has a meaning.
+"""
+from itertools import islice
+from typing import Callable, Iterable, List, Optional, Tuple
+
+import numpy
+import torch
+from spacy import util
+from spacy.language import Language
+from spacy.parts_of_speech import IDS as POS_IDS
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example, validate_examples, validate_get_examples
+from spacy.vocab import Vocab
+from thinc.api import Model, torch2xp, xp2torch
+
+from ..models.tagger import SegmentScores, get_structure, resize_labels
+from .extensions import register_extensions
+
+ATTRS = ("tag", "pos")
+DECODERS = ("viterbi", "posterior")
+LOSSES = ("exact", "max")
+
+
+class Predictions:
+    """Decoded segments: labels (S, L), heads (S, L) or None, scores (S,), probs (S, L, M) or None."""
+
+    def __init__(self, scores: SegmentScores, labels, heads, best, probs):
+        self.segments = scores.segments
+        self.labels, self.heads, self.best, self.probs = labels, heads, best, probs
+
+
+class StructuredTagger(TrainablePipe):
+    """Predicts ``Token.tag_`` or ``Token.pos_`` (``attr``) with a structured output layer.
+
+    decode: "viterbi" (joint max over labels and tree) or "posterior" (arg-max label marginals).
+    loss: "exact" (log Z - log S) or "max" (log S replaced by the best tree's score; NLDM only).
+    max_length: longer sentences are scored in windows of this many tokens (with a warning).
+    store_probs: keep the label marginals in ``Doc._.nldm_probs``.
+    """
+
+    def __init__(
+        self,
+        vocab: Vocab,
+        model: Model,
+        name: str = "nldm_tagger",
+        *,
+        attr: str = "tag",
+        decode: str = "viterbi",
+        loss: str = "exact",
+        max_length: int = 256,
+        store_probs: bool = False,
+        scorer: Optional[Callable] = None,
+    ):
+        for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES)):
+            if value not in allowed:
+                raise ValueError(f"[spacy-nldm] {name}: {key} must be one of {allowed}, not {value!r}")
+        if max_length < 1:
+            raise ValueError(f"[spacy-nldm] {name}: max_length must be positive, not {max_length}")
+        register_extensions()
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.scorer = scorer
+        self.cfg = {
+            "labels": [],
+            "attr": attr,
+            "decode": decode,
+            "loss": loss,
+            "max_length": max_length,
+            "store_probs": store_probs,
+        }
+        self._sync_model()
+
+    # ----------------------------------------------------------------- labels
+    @property
+    def labels(self) -> Tuple[str, ...]:
+        return tuple(self.cfg["labels"])
+
+    @property
+    def label_data(self) -> List[str]:
+        return list(self.labels)
+
+    @property
+    def attr(self) -> str:
+        return self.cfg["attr"]
+
+    def add_label(self, label: str) -> int:
+        """Add a label (also after initialization: the trained labels keep their weights)."""
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"[spacy-nldm] {self.name}: labels must be non-empty strings, not {label!r}")
+        if label in self.cfg["labels"]:
+            return 0
+        if self.attr == "pos" and label not in POS_IDS:
+            raise ValueError(f"[spacy-nldm] {self.name}: {label!r} is not a Universal POS tag (attr = 'pos')")
+        self.cfg["labels"].append(label)
+        self.vocab.strings.add(label)
+        if self.model.has_dim("nO"):
+            resize_labels(self.model, len(self.labels))
+        return 1
+
+    def _sync_model(self) -> None:
+        self.model.attrs["max_length"] = self.cfg["max_length"]
+        if self.cfg["loss"] == "max" and self.model.attrs["structure"] != "tree":
+            raise ValueError(f"[spacy-nldm] {self.name}: loss = 'max' needs a latent tree model (nldm_tagger)")
+
+    # --------------------------------------------------------------- training
+    def initialize(
+        self, get_examples: Callable[[], Iterable[Example]], *, nlp: Optional[Language] = None, labels=None
+    ) -> None:
+        """Collect the labels (or take ``labels``), size the output layer, initialize the model."""
+        validate_get_examples(get_examples, f"{type(self).__name__}.initialize")
+        if labels is None:
+            found = {getattr(tok, self.attr + "_") for eg in get_examples() for tok in eg.reference}
+            labels = sorted(found - {""})
+        for label in labels:
+            self.add_label(label)
+        if not self.labels:
+            raise ValueError(f"[spacy-nldm] {self.name}: no {self.attr} labels found in the training examples")
+        resize_labels(self.model, len(self.labels))
+        docs = [eg.predicted for eg in islice(get_examples(), 10)]
+        self.model.initialize(X=[d for d in docs if len(d)] or None)
+
+    def get_loss(self, examples: Iterable[Example], scores: SegmentScores):
+        """Summed negative log-likelihood and its gradient with respect to the factored scores."""
+        validate_examples(examples, f"{type(self).__name__}.get_loss")
+        F = xp2torch(scores.scores, requires_grad=True)
+        gold = torch.from_numpy(self._gold_mask(list(examples), scores))
+        lengths = torch.from_numpy(scores.lengths)
+        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.cfg["loss"])
+        if not loss.requires_grad:  # no tokens
+            return 0.0, self.model.ops.alloc(scores.scores.shape, dtype="float32")
+        loss.backward()
+        return float(loss.detach()), torch2xp(F.grad)
+
+    def _gold_mask(self, examples: List[Example], scores: SegmentScores) -> numpy.ndarray:
+        """Allowed labels (S, L, M): the gold label, or all labels where the gold one is unknown."""
+        S, L = scores.scores.shape[:2]
+        index = {label: i for i, label in enumerate(self.labels)}
+        mask = numpy.ones((S, L, len(index)), dtype=bool)
+        golds = {}
+        for s, (d, start, end) in enumerate(scores.segments):
+            if d not in golds:
+                golds[d] = examples[d].get_aligned(self.attr.upper(), as_string=True)
+            for k, label in enumerate(golds[d][start:end]):
+                if not label:  # None (unaligned) or "" (missing): unknown
+                    continue
+                if label not in index:
+                    raise ValueError(
+                        f"[spacy-nldm] {self.name}: the gold {self.attr} {label!r} of token {start + k} in the doc "
+                        f"{examples[d].reference.text[:60]!r} is not one of the {len(index)} labels of the "
+                        "component; initialize on data that has it or call add_label() first"
+                    )
+                mask[s, k] = False
+                mask[s, k, index[label]] = True
+        return mask
+
+    # ------------------------------------------------------------- prediction
+    def predict(self, docs: Iterable[Doc]) -> Predictions:
+        docs = list(docs)
+        scores = self.model.predict(docs)
+        F = xp2torch(scores.scores)
+        lengths = torch.from_numpy(scores.lengths)
+        structure = get_structure(self.model)
+        labels, heads, best = structure.decode(F, lengths, posterior=self.cfg["decode"] == "posterior")
+        probs = structure.label_marginals(F, lengths).numpy() if self.cfg["store_probs"] else None
+        return Predictions(scores, labels.numpy(), None if heads is None else heads.numpy(), best.numpy(), probs)
+
+    def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
+        docs = list(docs)
+        if self.attr == "pos":
+            ids = [POS_IDS[label] for label in self.labels]
+        else:
+            ids = [self.vocab.strings.add(label) for label in self.labels]
+        has_tree = preds.heads is not None
+        for doc in docs:
+            if has_tree:
+                doc._.nldm_tree_score = 0.0
+            if self.cfg["store_probs"]:
+                doc._.nldm_probs = numpy.zeros((len(doc), len(ids)), dtype="float32")
+                doc._.nldm_prob_labels = list(self.labels)
+        for s, (d, start, end) in enumerate(preds.segments):
+            doc = docs[d]
+            for k, token in enumerate(doc[start:end]):
+                setattr(token, self.attr, ids[preds.labels[s, k]])
+                if has_tree:
+                    head = int(preds.heads[s, k])
+                    token._.nldm_head = None if head == 0 else start + head - 1
+            if has_tree:
+                doc._.nldm_tree_score += float(preds.best[s])
+            if preds.probs is not None:
+                doc._.nldm_probs[start:end] = preds.probs[s, : end - start]
+
+    # ---------------------------------------------------------- serialization
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        super().from_bytes(bytes_data, exclude=exclude)
+        self._sync_model()
+        return self
+
+    def from_disk(self, path, *, exclude=tuple()):
+        super().from_disk(path, exclude=exclude)
+        self._sync_model()
+        return self
