@@ -273,29 +273,93 @@ class _Inside(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_root: Tensor):
         (scores,) = ctx.saved_tensors
-        semiring, limit, charts = ctx.semiring, ctx.limit, ctx.charts
-        grads = _Charts(scores, with_shift=False)
+        if ctx.semiring is LogSemiring:
+            return None, _outside_log(ctx.charts, scores, ctx.limit, grad_root), None, None
+        return None, _outside_by_recomputation(ctx.semiring, ctx.charts, scores, ctx.limit, grad_root), None, None
+
+
+def _outside_by_recomputation(semiring, charts: _Charts, scores: Tensor, limit: int, grad_root: Tensor) -> Tensor:
+    """Generic backward: recompute one stage at a time under autograd, last stage first.
+
+    Gradients are taken with respect to the stored (encoded) values; used for the max semiring,
+    where the backward pass of the best score marks the best structure.
+    """
+    grads = _Charts(scores, with_shift=False)
+    with torch.enable_grad():
+        root = charts.right[:, 0, :, 0].detach().requires_grad_(True)
+        shift = None if charts.right_shift is None else charts.right_shift[:, 0, :]
+        (g,) = torch.autograd.grad(decode((root, shift), 0), root, grad_root)
+    grads.right[:, 0, :, 0] += g
+    grad_scores = torch.zeros_like(scores)
+    for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
         with torch.enable_grad():
-            root = charts.right[:, 0, :, 0].detach().requires_grad_(True)
-            shift = None if charts.right_shift is None else charts.right_shift[:, 0, :]
-            (g,) = torch.autograd.grad(decode((root, shift), 0), root, grad_root)
-        grads.right[:, 0, :, 0] += g
-        grad_scores = torch.zeros_like(scores)
-        for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
-            with torch.enable_grad():
-                bands = {k: v.detach().requires_grad_(True) for k, v in charts.bands(stage, w, limit).items()}
-                arcs = tuple(a.detach().requires_grad_(True) for a in _arcs(scores, w)) if stage == "incomplete" else ()
-                out = _run_stage(semiring, charts, stage, w, limit, scores, bands, arcs)
-                cell_grads = grads.cells(out, w)
-                inputs = list(bands.values()) + list(arcs)
-                input_grads = torch.autograd.grad(
-                    [value for value, _ in out.values()], inputs, [cell_grads[name] for name in out]
+            bands = {k: v.detach().requires_grad_(True) for k, v in charts.bands(stage, w, limit).items()}
+            arcs = tuple(a.detach().requires_grad_(True) for a in _arcs(scores, w)) if stage == "incomplete" else ()
+            out = _run_stage(semiring, charts, stage, w, limit, scores, bands, arcs)
+            cell_grads = grads.cells(out, w)
+            inputs = list(bands.values()) + list(arcs)
+            input_grads = torch.autograd.grad(
+                [value for value, _ in out.values()], inputs, [cell_grads[name] for name in out]
+            )
+        for band, g in zip(grads.bands(stage, w, limit).values(), input_grads):
+            band.add_(g)
+        for band, g in zip(_arcs(grad_scores, w) if arcs else (), input_grads[len(bands):]):
+            band.add_(g)
+    return grad_scores
+
+
+def _outside_log(charts: _Charts, scores: Tensor, limit: int, grad_root: Tensor) -> Tensor:
+    """The outside pass of the log semiring, explicit: no stage is recomputed.
+
+    ``outer`` holds d(output) / d(log value) of every item. An item computed as
+    log sum_k exp(u_k + v_k) passes to each term the share exp(u_k + v_k - item), which is
+    rebuilt from the stored scaled values and shifts; that share is the posterior of the term.
+    """
+    outer = _Charts(scores, with_shift=False)
+    outer.right[:, 0, :, 0] = grad_root
+    grad_scores = torch.zeros_like(scores)
+    tiny = torch.finfo(scores.dtype).tiny
+    for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
+        values, shifts = charts.bands(stage, w, limit), charts.bands(stage, w, limit, shift=True)
+        into = outer.bands(stage, w, limit)
+        if stage == "complete":
+            cells, cell_shifts = charts.cells(("right", "left"), w), charts.cells(("right", "left"), w, shift=True)
+            from_cells = outer.cells(("right", "left"), w)
+            # CR: free label a, summed (d, c); CL: free label c, summed (d, a) over IL transposed
+            for name, inc, comp, flip in (("right", "ir", "cr", False), ("left", "il", "cl", True)):
+                x = values[inc].transpose(-1, -2) if flip else values[inc]
+                into_x = into[inc].transpose(-1, -2) if flip else into[inc]
+                _matvec_outside(
+                    x, shifts[inc], values[comp], shifts[comp], cells[name], cell_shifts[name],
+                    from_cells[name], into_x, into[comp], tiny,
                 )
-            for band, g in zip(grads.bands(stage, w, limit).values(), input_grads):
-                band.add_(g)
-            for band, g in zip(_arcs(grad_scores, w) if arcs else (), input_grads[len(bands):]):
-                band.add_(g)
-        return None, grad_scores, None, None
+        else:
+            from_right, from_left = outer.cells(("inc_right", "inc_left"), w).values()
+            arc_right, arc_left = _arcs(grad_scores, w)
+            arc_right.add_(from_right)
+            arc_left.add_(from_left)
+            # inner(s, a, c) = log sum_k exp(CR[s, k, a] + CL[s, k, c])
+            pair = shifts["cr"] + shifts["cl"]
+            scale = torch.exp(pair - pair.amax(-1, keepdim=True)).unsqueeze(-1)  # (B, S, w, 1)
+            cr, cl = values["cr"] * scale, values["cl"]
+            inner = torch.matmul(cr.transpose(-1, -2), cl).clamp_min(tiny)  # (B, S, M, M), up to exp(top)
+            share = (from_right + from_left) / inner
+            into["cr"].add_(cr * torch.matmul(cl, share.transpose(-1, -2)))
+            into["cl"].add_(cl * torch.matmul(cr, share))
+    return grad_scores
+
+
+def _matvec_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_x, into_y, tiny) -> None:
+    """Outside step of out[s, f] = log sum_{d, l} exp(X[s, d, f, l] + Y[s, d, l]), all in scaled form:
+    x (B, S, D, F, L), y (B, S, D, L), out (B, S, F); adds the shares into ``into_x`` and ``into_y``."""
+    pair = x_shift + y_shift
+    top = pair.amax(-1, keepdim=True)  # as in the forward contraction
+    y = y * torch.exp(pair - top).unsqueeze(-1)
+    total = (out * torch.exp(out_shift.unsqueeze(-1) - top)).clamp_min(tiny)  # sum_{d,l} x y, (B, S, F)
+    share = x * (from_out / total)[:, :, None, :, None]
+    share.mul_(y[:, :, :, None, :])
+    into_x.add_(share)
+    into_y.add_(share.sum(-2))
 
 
 def _root_values(charts: _Charts) -> Tensor:
