@@ -6,7 +6,8 @@ For each seed, then each size, then each model: generate the corpus if it is mis
 ``spacy train configs/synthetic_<model>.cfg`` with ``--system.seed <seed>``, then ``spacy evaluate
 model-best`` on the test split (``--gold-preproc``). One JSON file per run goes to --metrics-dir; a run whose
 metrics file exists is skipped, so the script can be stopped and started again. ``--stop-at HH:MM`` (UTC)
-starts no run after that time.
+starts no run after that time. Several copies can run at once on the same folders: each claims a run with a
+lock file (``<run>.lock``, holding its pid) before starting it.
 
     python scripts/synthetic_runs.py --sizes 1000 3000 10000 --seeds 0 1 2
 """
@@ -64,6 +65,27 @@ def past(stop_at: str) -> bool:
     hh, mm = (int(x) for x in stop_at.split(":"))
     now = dt.datetime.now(dt.timezone.utc)
     return (now.hour, now.minute) >= (hh, mm)
+
+
+def claim(lock: Path) -> bool:
+    """Create ``lock`` with our pid; False if another live process holds it (a dead holder's lock is taken)."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+                os.kill(pid, 0)
+                return False
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                lock.unlink(missing_ok=True)
+                continue
+            except PermissionError:
+                return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
 
 
 def run_one(model: str, size: int, seed: int, args) -> dict:
@@ -151,9 +173,22 @@ def main() -> None:
                 if past(args.stop_at):
                     print(f"stop: past {args.stop_at} UTC, {path.name} not started", flush=True)
                     return
-                print(f"run {model} size {size} seed {seed} ...", flush=True)
-                result = run_one(model, size, seed, args)
-                path.write_text(json.dumps(result, indent=2) + "\n")
+                lock = path.with_suffix(".lock")
+                if not claim(lock):
+                    print(f"skip {path.name} (claimed by another process)", flush=True)
+                    continue
+                try:
+                    if path.exists():
+                        continue
+                    print(f"run {model} size {size} seed {seed} ...", flush=True)
+                    try:
+                        result = run_one(model, size, seed, args)
+                    except subprocess.CalledProcessError as err:
+                        print(f"  FAILED ({err}); see {args.train_dir / (path.stem + '.log')}", flush=True)
+                        continue
+                    path.write_text(json.dumps(result, indent=2) + "\n")
+                finally:
+                    lock.unlink(missing_ok=True)
                 print(
                     f"  {model} {size} s{seed}: test tag_acc {result['test_tag_acc']:.4f} "
                     f"(dev {result['dev_tag_acc']}), train {result['train_seconds']}s",
