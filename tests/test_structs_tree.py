@@ -247,3 +247,27 @@ def test_fast_log_semiring_equals_broadcast_reference(scale, dtype):
         rtol = 1e-10 if dtype == torch.float64 else 1e-5
         torch.testing.assert_close(fast, slow, rtol=rtol, atol=rtol * scale)
         torch.testing.assert_close(g_fast, g_slow, rtol=0, atol=1e-8 if dtype == torch.float64 else 1e-4)
+
+
+def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
+    """The forward charts are allocated uninitialised; fill them with NaN to prove no stage reads garbage."""
+    from spacy_nldm.structs import tree
+
+    original = tree._Charts.__init__
+
+    def poisoned(self, like, with_shift, zeros=True):
+        original(self, like, with_shift, zeros)
+        if not zeros:
+            for name in self.names:
+                for chart in (getattr(self, name), getattr(self, name + "_shift")):
+                    if chart is not None:
+                        chart.fill_(float("nan"))
+
+    monkeypatch.setattr(tree._Charts, "__init__", poisoned)
+    lengths = torch.tensor([6, 2, 0])
+    scores = random_scores(lengths.tolist(), 3, seed=30).requires_grad_(True)
+    for max_dist in (None, 2):
+        log_z = log_partition(scores, lengths, max_dist=max_dist)
+        (grad,) = torch.autograd.grad(log_z.sum(), scores)
+        best, _, _ = viterbi(scores, lengths, max_dist=max_dist)
+        assert torch.isfinite(log_z).all() and torch.isfinite(grad).all() and torch.isfinite(best).all()

@@ -159,12 +159,15 @@ class _Charts:
 
     names = ("right", "left", "inc_right", "inc_left")
 
-    def __init__(self, like: Tensor, with_shift: bool):
+    def __init__(self, like: Tensor, with_shift: bool, zeros: bool = True):
+        """Charts for scores like ``like``. With ``zeros=False`` they are left uninitialised: the
+        stages read only cells that an earlier stage wrote (span end >= start, width <= limit)."""
         batch, n1, _, m, _ = like.shape
+        alloc = like.new_zeros if zeros else like.new_empty
         for name in self.names:
             shape = (batch, n1, n1, m) if name in ("right", "left") else (batch, n1, n1, m, m)
-            setattr(self, name, like.new_zeros(shape))
-            setattr(self, name + "_shift", like.new_zeros((batch, n1, n1)) if with_shift else None)
+            setattr(self, name, alloc(shape))
+            setattr(self, name + "_shift", alloc((batch, n1, n1)) if with_shift else None)
 
     def set_base(self, base: Item) -> None:
         """Width-0 items CR[i, i] = CL[i, i] from the encoded base (B, N+1, M)."""
@@ -256,7 +259,7 @@ class _Inside(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, semiring, scores: Tensor, base: Tensor, limit: int) -> Tensor:
-        charts = _Charts(scores, with_shift=semiring is LogSemiring)
+        charts = _Charts(scores, with_shift=semiring is LogSemiring, zeros=False)
         charts.set_base(semiring.encode(base, 1))
         for stage, w in _stages(scores.shape[1] - 1, limit):
             out = _run_stage(semiring, charts, stage, w, limit, scores)
