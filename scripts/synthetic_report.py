@@ -50,6 +50,31 @@ def summarise(runs):
     return acc, diffs
 
 
+def word_majority_baseline(corpus: Path) -> float:
+    """Test accuracy of tagging each word with its most frequent label in train (the most frequent label
+    overall for unseen words): what the words alone give, without any context."""
+    from collections import Counter
+
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    vocab = Vocab()
+    by_word = defaultdict(Counter)
+    overall = Counter()
+    for doc in DocBin().from_disk(corpus / "train.spacy").get_docs(vocab):
+        for t in doc:
+            by_word[t.text][t.tag_] += 1
+            overall[t.tag_] += 1
+    default = overall.most_common(1)[0][0]
+    best = {w: c.most_common(1)[0][0] for w, c in by_word.items()}
+    right = total = 0
+    for doc in DocBin().from_disk(corpus / "test.spacy").get_docs(vocab):
+        for t in doc:
+            right += best.get(t.text, default) == t.tag_
+            total += 1
+    return right / total
+
+
 def mean_std(xs):
     m = statistics.fmean(xs)
     s = statistics.stdev(xs) if len(xs) > 1 else float("nan")
@@ -65,7 +90,7 @@ def fmt(xs, scale=100.0):
     return f"{m * scale:.2f} (1)"
 
 
-def write_table(acc, diffs, runs, path: Path) -> str:
+def write_table(acc, diffs, runs, path: Path, baselines=None) -> str:
     sizes = sorted({s for _, s in acc})
     models = [m for m in ("nldm", "crf") if any((m, s) in acc for s in sizes)]
     lines = [
@@ -76,9 +101,13 @@ def write_table(acc, diffs, runs, path: Path) -> str:
         "`NLDM - CRF` is the difference paired by seed. Produced by `scripts/synthetic_report.py`",
         "from the runs of `scripts/synthetic_runs.py` (`spacy project run synthetic`).",
         "",
-        "| samples | train / test sequences | " + " | ".join(NAMES[m] for m in models) + " | NLDM - CRF |",
-        "|---:|---:|" + "---:|" * len(models) + "---:|",
+        "The last column is a context-free reference: each test word tagged with its most frequent label in train.",
+        "",
+        "| samples | train / test sequences | " + " | ".join(NAMES[m] for m in models)
+        + " | NLDM - CRF | word-majority baseline |",
+        "|---:|---:|" + "---:|" * len(models) + "---:|---:|",
     ]
+    baselines = baselines or {}
     for size in sizes:
         n_train, n_test = int(round(0.8 * size)), size - int(round(0.8 * size)) - int(round(0.1 * size))
         cells = [fmt(list(acc.get((m, size), {}).values())) for m in models]
@@ -89,7 +118,8 @@ def write_table(acc, diffs, runs, path: Path) -> str:
             dcell = f"{m * 100:+.2f}" + (f" ± {s * 100:.2f}" if len(d) > 1 else "") + f" (NLDM ahead {wins}/{len(d)})"
         else:
             dcell = "-"
-        lines.append(f"| {size:,} | {n_train:,} / {n_test:,} | " + " | ".join(cells) + f" | {dcell} |")
+        base = f"{100 * baselines[size]:.2f}" if size in baselines else "-"
+        lines.append(f"| {size:,} | {n_train:,} / {n_test:,} | " + " | ".join(cells) + f" | {dcell} | {base} |")
     fps = sorted({r.get("code_fingerprint", "?") for r in runs})
     heads = sorted({r.get("git_head", "?") for r in runs})
     secs = defaultdict(list)
@@ -163,13 +193,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--metrics", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
     p.add_argument("--output", type=Path, default=ROOT / "results" / "synthetic")
+    p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth",
+                   help="where <size>/train.spacy and test.spacy are, for the word-majority baseline")
     args = p.parse_args()
     runs = load_runs(args.metrics)
     if not runs:
         raise SystemExit(f"no finished runs in {args.metrics}")
     args.output.mkdir(parents=True, exist_ok=True)
     acc, diffs = summarise(runs)
-    text = write_table(acc, diffs, runs, args.output / "table.md")
+    baselines = {}
+    for size in sorted({s for _, s in acc}):
+        if (args.corpus_dir / str(size) / "test.spacy").exists():
+            baselines[size] = word_majority_baseline(args.corpus_dir / str(size))
+    text = write_table(acc, diffs, runs, args.output / "table.md", baselines)
     write_csv(runs, args.output / "runs.csv")
     write_plot(acc, args.output / "accuracy.png")
     print(text)

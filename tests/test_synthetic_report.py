@@ -34,11 +34,14 @@ def test_report_synthetic(tmp_path, monkeypatch):
     report = load_script("synthetic_report")
     metrics = fake_runs(tmp_path)
     out = tmp_path / "out"
-    monkeypatch.setattr(sys, "argv", ["synthetic_report.py", "--metrics", str(metrics), "--output", str(out)])
+    monkeypatch.setattr(
+        sys, "argv",
+        ["synthetic_report.py", "--metrics", str(metrics), "--output", str(out), "--corpus-dir", str(tmp_path)],
+    )
     report.main()
     table = (out / "table.md").read_text()
-    assert "| 1,000 | 800 / 100 | 81.00 ± 1.00 (3) | 79.00 ± 1.00 (3) | +2.00 ± 1.00 (NLDM ahead 3/3) |" in table
-    assert "| 3,000 | 2,400 / 300 | 85.00 (1) | 86.00 (1) | -1.00 (NLDM ahead 0/1) |" in table
+    assert "| 1,000 | 800 / 100 | 81.00 ± 1.00 (3) | 79.00 ± 1.00 (3) | +2.00 ± 1.00 (NLDM ahead 3/3) | - |" in table
+    assert "| 3,000 | 2,400 / 300 | 85.00 (1) | 86.00 (1) | -1.00 (NLDM ahead 0/1) | - |" in table
     assert len((out / "runs.csv").read_text().strip().splitlines()) == 1 + 8
     assert (out / "accuracy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
