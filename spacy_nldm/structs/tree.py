@@ -42,8 +42,8 @@ def log_partition(
     Differentiable: its gradient with respect to ``scores`` is the arc marginals. ``semiring`` may be
     :class:`~.semiring.BroadcastLogSemiring`, the slow reference.
     """
-    scores, base = _prepare(scores, lengths, label_mask, arc_mask)
-    return _inside(semiring, scores, base, lengths, max_dist)
+    arcs, base = _prepare(scores, lengths, label_mask, arc_mask)
+    return _inside(semiring, arcs, base, lengths, max_dist)
 
 
 def viterbi(
@@ -61,8 +61,8 @@ def viterbi(
     """
     with torch.enable_grad():
         leaf = scores.detach().requires_grad_(True)
-        prepared, base = _prepare(leaf, lengths, label_mask, arc_mask)
-        best = _inside(MaxSemiring, prepared, base, lengths, max_dist)
+        arcs, base = _prepare(leaf, lengths, label_mask, arc_mask)
+        best = _inside(MaxSemiring, arcs, base, lengths, max_dist)
         (chosen,) = torch.autograd.grad(best.sum(), leaf)
     labels, heads = _structure(chosen, lengths)
     return best.detach(), labels, heads
@@ -98,8 +98,8 @@ def count_trees(n: int, max_dist: Optional[int] = None) -> int:
 
 def _prepare(
     scores: Tensor, lengths: Tensor, label_mask: Optional[Tensor], arc_mask: Optional[Tensor]
-) -> Tuple[Tensor, Tensor]:
-    """Check shapes; fold masks and padding into finite scores; build the base items (B, N+1, M)."""
+) -> Tuple["_ArcScores", Tensor]:
+    """Check shapes; gather the arc masks and padding into ``_ArcScores``; build the base items (B, N+1, M)."""
     if scores.dim() != 5 or scores.shape[1] != scores.shape[2] or scores.shape[3] != scores.shape[4]:
         raise ValueError(f"scores must have shape (B, N+1, N+1, M, M), got {tuple(scores.shape)}")
     if not scores.is_floating_point():
@@ -119,9 +119,6 @@ def _prepare(
         allowed = allowed & arc_mask.to(device=scores.device, dtype=torch.bool)
     neg = torch.full((), NEG, dtype=scores.dtype, device=scores.device)
     zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
-    # Real arcs keep their scores (clamped: no -inf), disallowed ones get NEG, padding finite zeros.
-    fill = torch.where(real_pair, neg, zero)[..., None, None]
-    scores = torch.where((real_pair & allowed)[..., None, None], scores.clamp_min(NEG), fill)
 
     if label_mask is None:
         label_ok = torch.ones(batch, n1, n_labels, dtype=torch.bool, device=scores.device)
@@ -135,7 +132,7 @@ def _prepare(
     label_ok[:, 0, 0] = True  # the root carries label 0
     # Every label choice of a position passes through its width-0 items, so masking them suffices.
     base = torch.where(label_ok, zero, neg)
-    return scores, base
+    return _ArcScores(scores, real_pair & allowed), base
 
 
 def _band(chart: Tensor, spans: int, count: int, start: int, end: int, start_step: int, end_step: int) -> Tensor:
@@ -202,11 +199,39 @@ class _Charts:
         return {name: _band(getattr(self, name + sfx), spans, 1, 0, w, 0, 0).squeeze(2) for name in names}
 
 
-def _arcs(scores: Tensor, w: int) -> Tuple[Tensor, Tensor]:
-    """Arc scores of the spans of width w in the [label of start, label of end] layout, (B, S, M, M)."""
+def _diagonals(scores: Tensor, w: int) -> Tuple[Tensor, Tensor]:
+    """Views of the arcs of the spans of width w, [label of start, label of end] layout, (B, S, M, M)."""
     arc_right = scores.diagonal(offset=w, dim1=1, dim2=2).permute(0, 3, 1, 2)  # start -> end
     arc_left = scores.diagonal(offset=-w, dim1=1, dim2=2).permute(0, 3, 2, 1)  # end -> start
     return arc_right, arc_left
+
+
+class _ArcScores:
+    """The score tensor and its allowed arcs (B, N+1, N+1), read one span width at a time.
+
+    Masks are applied per width, so that only the widths the algorithm reads are touched (with
+    ``max_dist``, O(n k M^2) rather than O(n^2 M^2)). Disallowed arcs, padding and -inf read as NEG.
+    """
+
+    def __init__(self, scores: Tensor, allowed: Tensor):
+        self.scores, self.allowed = scores, allowed
+        self.neg = torch.full((), NEG, dtype=scores.dtype, device=scores.device)
+
+    def width(self, w: int, scores: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        raw = _diagonals(self.scores if scores is None else scores, w)
+        return tuple(torch.where(ok, arc.clamp_min(NEG), self.neg) for arc, ok in zip(raw, self._ok(w)))
+
+    def add_grad(self, grad_scores: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
+        """Add gradients w.r.t. the masked arcs of width w into ``grad_scores`` (like scores)."""
+        raw = _diagonals(self.scores, w)
+        for target, arc, ok, grad in zip(_diagonals(grad_scores, w), raw, self._ok(w), (grad_right, grad_left)):
+            target.add_(torch.where(ok & (arc >= NEG), grad, 0.0))
+
+    def _ok(self, w: int) -> Tuple[Tensor, Tensor]:
+        return (
+            self.allowed.diagonal(offset=w, dim1=1, dim2=2)[..., None, None],
+            self.allowed.diagonal(offset=-w, dim1=1, dim2=2)[..., None, None],
+        )
 
 
 def _incomplete_stage(semiring, bands: dict, shifts: dict, arc_right: Tensor, arc_left: Tensor) -> dict:
@@ -239,13 +264,13 @@ def _stages(n: int, limit: int):
         yield "complete", w
 
 
-def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, scores: Tensor, bands=None, arcs=None):
+def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, arcs: "_ArcScores", bands=None, arc_values=None):
     with_shift = charts.right_shift is not None
     if bands is None:
         bands = charts.bands(stage, w, limit)
     shifts = charts.bands(stage, w, limit, shift=True) if with_shift else dict.fromkeys(bands)
     if stage == "incomplete":
-        return _incomplete_stage(semiring, bands, shifts, *(arcs or _arcs(scores, w)))
+        return _incomplete_stage(semiring, bands, shifts, *(arc_values or arcs.width(w)))
     return _complete_stage(semiring, bands, shifts)
 
 
@@ -258,35 +283,37 @@ class _Inside(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, semiring, scores: Tensor, base: Tensor, limit: int) -> Tensor:
+    def forward(ctx, semiring, scores: Tensor, allowed: Tensor, base: Tensor, limit: int) -> Tensor:
+        arcs = _ArcScores(scores.detach(), allowed)
         charts = _Charts(scores, with_shift=semiring is LogSemiring, zeros=False)
         charts.set_base(semiring.encode(base, 1))
         for stage, w in _stages(scores.shape[1] - 1, limit):
-            out = _run_stage(semiring, charts, stage, w, limit, scores)
+            out = _run_stage(semiring, charts, stage, w, limit, arcs)
             cells = charts.cells(out, w)
             shift_cells = charts.cells(out, w, shift=True) if charts.right_shift is not None else {}
             for name, (value, shift) in out.items():
                 cells[name].copy_(value)
                 if shift is not None:
                     shift_cells[name].copy_(shift)
-        ctx.semiring, ctx.limit, ctx.charts = semiring, limit, charts
-        ctx.save_for_backward(scores)
+        ctx.semiring, ctx.limit, ctx.charts, ctx.arcs = semiring, limit, charts, arcs
         return _root_values(charts)
 
     @staticmethod
     def backward(ctx, grad_root: Tensor):
-        (scores,) = ctx.saved_tensors
         if ctx.semiring is LogSemiring:
-            return None, _outside_log(ctx.charts, scores, ctx.limit, grad_root), None, None
-        return None, _outside_by_recomputation(ctx.semiring, ctx.charts, scores, ctx.limit, grad_root), None, None
+            grad = _outside_log(ctx.charts, ctx.arcs, ctx.limit, grad_root)
+        else:
+            grad = _outside_by_recomputation(ctx.semiring, ctx.charts, ctx.arcs, ctx.limit, grad_root)
+        return None, grad, None, None, None
 
 
-def _outside_by_recomputation(semiring, charts: _Charts, scores: Tensor, limit: int, grad_root: Tensor) -> Tensor:
+def _outside_by_recomputation(semiring, charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tensor) -> Tensor:
     """Generic backward: recompute one stage at a time under autograd, last stage first.
 
     Gradients are taken with respect to the stored (encoded) values; used for the max semiring,
     where the backward pass of the best score marks the best structure.
     """
+    scores = arcs.scores
     grads = _Charts(scores, with_shift=False)
     with torch.enable_grad():
         root = charts.right[:, 0, :, 0].detach().requires_grad_(True)
@@ -297,27 +324,28 @@ def _outside_by_recomputation(semiring, charts: _Charts, scores: Tensor, limit: 
     for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
         with torch.enable_grad():
             bands = {k: v.detach().requires_grad_(True) for k, v in charts.bands(stage, w, limit).items()}
-            arcs = tuple(a.detach().requires_grad_(True) for a in _arcs(scores, w)) if stage == "incomplete" else ()
-            out = _run_stage(semiring, charts, stage, w, limit, scores, bands, arcs)
+            arc_values = tuple(a.requires_grad_(True) for a in arcs.width(w)) if stage == "incomplete" else ()
+            out = _run_stage(semiring, charts, stage, w, limit, arcs, bands, arc_values)
             cell_grads = grads.cells(out, w)
-            inputs = list(bands.values()) + list(arcs)
+            inputs = list(bands.values()) + list(arc_values)
             input_grads = torch.autograd.grad(
                 [value for value, _ in out.values()], inputs, [cell_grads[name] for name in out]
             )
         for band, g in zip(grads.bands(stage, w, limit).values(), input_grads):
             band.add_(g)
-        for band, g in zip(_arcs(grad_scores, w) if arcs else (), input_grads[len(bands):]):
-            band.add_(g)
+        if arc_values:
+            arcs.add_grad(grad_scores, w, *input_grads[len(bands):])
     return grad_scores
 
 
-def _outside_log(charts: _Charts, scores: Tensor, limit: int, grad_root: Tensor) -> Tensor:
+def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tensor) -> Tensor:
     """The outside pass of the log semiring, explicit: no stage is recomputed.
 
     ``outer`` holds d(output) / d(log value) of every item. An item computed as
     log sum_k exp(u_k + v_k) passes to each term the share exp(u_k + v_k - item), which is
     rebuilt from the stored scaled values and shifts; that share is the posterior of the term.
     """
+    scores = arcs.scores
     outer = _Charts(scores, with_shift=False)
     outer.right[:, 0, :, 0] = grad_root
     grad_scores = torch.zeros_like(scores)
@@ -338,9 +366,7 @@ def _outside_log(charts: _Charts, scores: Tensor, limit: int, grad_root: Tensor)
                 )
         else:
             from_right, from_left = outer.cells(("inc_right", "inc_left"), w).values()
-            arc_right, arc_left = _arcs(grad_scores, w)
-            arc_right.add_(from_right)
-            arc_left.add_(from_left)
+            arcs.add_grad(grad_scores, w, from_right, from_left)
             # inner(s, a, c) = log sum_k exp(CR[s, k, a] + CL[s, k, c])
             pair = shifts["cr"] + shifts["cl"]
             scale = torch.exp(pair - pair.amax(-1, keepdim=True)).unsqueeze(-1)  # (B, S, w, 1)
@@ -370,13 +396,13 @@ def _root_values(charts: _Charts) -> Tensor:
     return decode((charts.right[:, 0, :, 0], shift), 0)
 
 
-def _inside(semiring, scores: Tensor, base: Tensor, lengths: Tensor, max_dist: Optional[int]) -> Tensor:
+def _inside(semiring, arcs: _ArcScores, base: Tensor, lengths: Tensor, max_dist: Optional[int]) -> Tensor:
     """Labelled Eisner in ``semiring``; returns the root item CR[0, n, 0] of each sentence, (B,)."""
-    n = scores.shape[1] - 1
+    n = arcs.scores.shape[1] - 1
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be at least 1 (or None), got {max_dist}")
     limit = n if max_dist is None else max(1, min(int(max_dist), n))
-    root_by_length = _Inside.apply(semiring, scores, base, limit)  # (B, N+1)
+    root_by_length = _Inside.apply(semiring, arcs.scores, arcs.allowed, base, limit)  # (B, N+1)
     return root_by_length.gather(1, lengths.to(root_by_length.device).long()[:, None]).squeeze(1)
 
 
