@@ -31,10 +31,14 @@ def bench_structs(
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
 ) -> None:
-    """Forward and backward time and peak memory of log_partition, with the 1st-order CRF at the same shape."""
+    """Forward and backward time and peak memory of log_partition, with the 1st-order CRF at the same shape.
+
+    'CPU s' is the process CPU time of forward+backward: on a shared machine with --threads 1 it is
+    close to the wall time the same run would take alone.
+    """
     header = (
-        "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | peak MB | CRF-1 fwd+bwd s | NLDM/CRF-1 "
-        "| reference fwd+bwd s | reference/ours |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | fwd+bwd CPU s | peak MB | CRF-1 fwd+bwd s "
+        "| NLDM/CRF-1 | reference fwd+bwd s | reference/ours |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [header]
     typer.echo(_machine(device, threads))
@@ -82,11 +86,11 @@ def _format(config: dict, row: dict) -> str:
     k = "none" if config["max_dist"] is None else config["max_dist"]
     lead = f"| {config['batch']} | {config['n']} | {config['m']} | {k} |"
     if "error" in row:
-        return lead + f" failed: {row['error']} |" + " |" * 7
+        return lead + f" failed: {row['error']} |" + " |" * 8
     ref = row.get("reference")
     total = row["forward"] + row["backward"]
     return (
-        lead + f" {row['forward']:.3f} | {row['backward']:.3f} | {total:.3f} | {row['peak_mb']:.0f} |"
+        lead + f" {row['forward']:.3f} | {row['backward']:.3f} | {total:.3f} | {row['cpu']:.3f} | {row['peak_mb']:.0f} |"
         f" {row['crf']:.4f} | {total / row['crf']:.1f} |"
         + (f" {ref:.3f} | {ref / total:.1f} |" if ref is not None else " - | - |")
     )
@@ -132,10 +136,12 @@ def _measure(config: dict) -> dict:
         scores.grad = None
 
     forward(), backward()  # warm-up
-    fwd, bwd = [], []
+    fwd, bwd, cpu = [], [], []
     for _ in range(config["repeats"]):
+        start_cpu = time.process_time()
         fwd.append(_median_time(forward, 1, sync))
         bwd.append(_median_time(backward, 1, sync))
+        cpu.append(time.process_time() - start_cpu)
     if cuda:
         peak_mb = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
@@ -147,7 +153,7 @@ def _measure(config: dict) -> dict:
 
     crf()
     row = dict(
-        forward=statistics.median(fwd), backward=statistics.median(bwd), peak_mb=peak_mb,
+        forward=statistics.median(fwd), backward=statistics.median(bwd), cpu=statistics.median(cpu), peak_mb=peak_mb,
         crf=_median_time(crf, config["repeats"], sync),
     )
     if config["reference"]:
@@ -155,6 +161,7 @@ def _measure(config: dict) -> dict:
         def reference():
             log_partition(scores, lengths, max_dist=k, semiring=BroadcastLogSemiring).sum().backward()
 
+        reference()  # warm-up
         row["reference"] = _median_time(reference, 1, sync)
     return row
 
