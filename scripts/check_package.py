@@ -1,0 +1,26 @@
+"""Load an installed packaged pipeline by name with spacy.load and tag a sentence (the `package` workflow's check).
+
+    python scripts/check_package.py en_nldm_twitter
+"""
+import sys
+
+import spacy
+from spacy.tokens import Doc
+
+
+def main() -> None:
+    name = sys.argv[1]
+    nlp = spacy.load(name)
+    words = "@user I predict I won't win a single game I bet on . Got Cliff Lee today".split()
+    doc = nlp(Doc(nlp.vocab, words=words))
+    print(f"spacy.load({name!r}): pipeline {nlp.pipe_names}, version {nlp.meta.get('version')}")
+    print(" ".join(f"{t.text}/{t.tag_}" for t in doc))
+    if Doc.has_extension("nldm_tree_score") or spacy.tokens.Token.has_extension("nldm_head"):
+        heads = [getattr(t._, "nldm_head", None) for t in doc] if spacy.tokens.Token.has_extension("nldm_head") else None
+        print("latent tree heads:", heads)
+    if not all(t.tag_ for t in doc):
+        sys.exit("error: the loaded pipeline left tokens untagged")
+
+
+if __name__ == "__main__":
+    main()
