@@ -1,0 +1,142 @@
+"""Edge scorers, the expansion of factored scores to structs' tensors, and the structured losses."""
+import itertools
+
+import pytest
+import torch
+
+from spacy_nldm.models.scorers import SCORERS, make_scorer
+from spacy_nldm.models.structure import Chain, LatentTree, length_buckets
+
+
+def naive_tree_scores(F):
+    """Definition: scores[b, h, d, a, c] from F[b, d-1, dir, head label + 1 (0 = root), c]."""
+    B, N, _, _, M = F.shape
+    scores = torch.zeros(B, N + 1, N + 1, M, M, dtype=F.dtype)
+    for h in range(N + 1):
+        for d in range(1, N + 1):
+            if h == 0:
+                scores[:, 0, d, 0] = F[:, d - 1, 0, 0]
+            elif h != d:
+                scores[:, h, d] = F[:, d - 1, 0 if h < d else 1, 1:]
+    return scores
+
+
+def band(N, k):
+    pos = torch.arange(N + 1)
+    dist = (pos[:, None] - pos[None, :]).abs()
+    return ((dist <= (k or N)) | (pos[:, None] == 0))[None, :, :, None, None]
+
+
+@pytest.mark.parametrize("N,k", [(1, None), (2, 1), (4, None), (6, 2), (7, 5)])
+def test_tree_expansion_matches_definition_and_gradient(N, k):
+    torch.manual_seed(N)
+    F = torch.randn(2, N, 2, 4, 3, dtype=torch.float64, requires_grad=True)
+    got, want = LatentTree(max_dist=k).expand(F), naive_tree_scores(F)
+    mask = band(N, k)
+    assert torch.equal(got * mask, want * mask)
+    g = torch.randn_like(got) * mask
+    assert torch.allclose(torch.autograd.grad(got, F, g)[0], torch.autograd.grad(want, F, g)[0])
+
+
+def test_chain_expansion_matches_definition():
+    torch.manual_seed(0)
+    M, N = 3, 4
+    F1 = torch.randn(2, N, 1, M + 1, M)
+    pot = Chain(order=1).expand(F1)
+    assert torch.equal(pot[:, 0, 0], F1[:, 0, 0, 0])  # start row
+    assert torch.equal(pot[:, 2, 1], F1[:, 2, 0, 2])  # previous label 1 = context 2
+    F2 = torch.randn(2, N, M + 1, M + 1, M)
+    pot2 = Chain(order=2).expand(F2)
+    assert pot2.shape == (2, N, M, M, M)
+    assert torch.equal(pot2[:, 0, 0, 0], F2[:, 0, 0, 0])
+    assert torch.equal(pot2[:, 1, 0, 2], F2[:, 1, 0, 3])  # y_{-1} = start, y_0 = 2
+    assert torch.equal(pot2[:, 3, 1, 2], F2[:, 3, 2, 3])
+
+
+def all_labelings(n, m):
+    return [torch.tensor(y) for y in itertools.product(range(m), repeat=n)]
+
+
+@pytest.mark.parametrize(
+    "structure,shape",
+    [(LatentTree(None), (2, 4)), (LatentTree(1), (2, 4)), (LatentTree(2), (2, 4)), (Chain(1), (1, 4)), (Chain(2), (4, 4))],
+)
+def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structure, shape):
+    torch.manual_seed(1)
+    n, m = 3, 3
+    F = torch.randn(1, n, *shape, m, dtype=torch.float64)
+    lengths = torch.tensor([n])
+    probs = {}
+    for y in all_labelings(n, m):
+        gold = torch.nn.functional.one_hot(y, m).bool()[None]
+        probs[tuple(y.tolist())] = float(torch.exp(-structure.nll(F, lengths, gold)))
+    assert sum(probs.values()) == pytest.approx(1.0, abs=1e-9)
+    # a partial label (token 1 unknown) gives the summed probability of the consistent labelings
+    partial = torch.ones(1, n, m, dtype=torch.bool)
+    partial[0, 0] = torch.tensor([False, True, False])
+    partial[0, 2] = torch.tensor([True, False, False])
+    want = sum(p for y, p in probs.items() if y[0] == 1 and y[2] == 0)
+    assert float(torch.exp(-structure.nll(F, lengths, partial))) == pytest.approx(want, rel=1e-9)
+    # no label known: log Z - log Z
+    assert float(structure.nll(F, lengths, torch.ones(1, n, m, dtype=torch.bool))) == pytest.approx(0, abs=1e-9)
+    # marginals agree with the enumeration, and posterior decoding takes their arg-max
+    marg = structure.label_marginals(F, lengths)[0]
+    for t in range(n):
+        for c in range(m):
+            assert float(marg[t, c]) == pytest.approx(sum(p for y, p in probs.items() if y[t] == c), abs=1e-9)
+    labels, _, _ = structure.decode(F, lengths, posterior=True)
+    assert labels[0].tolist() == marg.argmax(-1).tolist()
+
+
+def test_max_approximation_bounds_the_exact_loss():
+    torch.manual_seed(2)
+    F = torch.randn(3, 5, 2, 5, 4, dtype=torch.float64)
+    lengths = torch.tensor([5, 3, 1])
+    gold = torch.nn.functional.one_hot(torch.randint(0, 4, (3, 5)), 4).bool()
+    tree = LatentTree(max_dist=3)
+    assert float(tree.nll(F, lengths, gold, approx="max")) > float(tree.nll(F, lengths, gold))
+
+
+def test_viterbi_tree_is_well_formed():
+    torch.manual_seed(3)
+    F = torch.randn(2, 6, 2, 4, 3)
+    labels, heads, best = LatentTree(max_dist=2).decode(F, torch.tensor([6, 4]))
+    for b, n in enumerate([6, 4]):
+        h = heads[b, :n].tolist()
+        assert all(0 <= x <= n and x != i + 1 for i, x in enumerate(h))
+        assert all(abs(x - (i + 1)) <= 2 for i, x in enumerate(h) if x != 0 or i + 1 <= 2)
+        assert heads[b, n:].eq(0).all() and labels[b, n:].eq(0).all()
+    assert heads.shape == labels.shape == (2, 6) and best.shape == (2,)
+
+
+def test_buckets_cover_and_respect_budget():
+    lengths = [5, 0, 30, 7, 7, 100, 2]
+    groups = length_buckets(lengths, lambda n: n * n, budget=2000)
+    assert sorted(i for g in groups for i in g) == [0, 2, 3, 4, 5, 6]
+    for g in groups:
+        assert len(g) == 1 or len(g) * max(lengths[i] for i in g) ** 2 <= 2000
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+@pytest.mark.parametrize("order", [1, 2])
+def test_scorer_resize_keeps_trained_labels_and_state_dict_adapts(name, order):
+    torch.manual_seed(4)
+    scorer = make_scorer(name, n_dirs=1 if order == 2 else 2, label_dim=6, rank=8, order=order)
+    scorer.resize(5, 3)
+    for p in scorer.parameters():  # make every parameter matter
+        torch.nn.init.normal_(p)
+    h = torch.randn(2, 4, 5)
+    before = scorer(h)
+    scorer.resize(5, 4)
+    after = scorer(h)
+    assert after.shape[-1] == 4 and after.shape[-2] == 5
+    assert torch.allclose(after[..., :4, :3] if order == 1 else after[:, :, :4, :4, :3], before, atol=1e-4)
+    fresh = make_scorer(name, n_dirs=1 if order == 2 else 2, label_dim=6, rank=8, order=order)
+    fresh.load_state_dict(scorer.state_dict())
+    assert (fresh.nI, fresh.nO) == (5, 4)
+    assert torch.equal(fresh(h), after)
+
+
+def test_unknown_scorer_is_an_error():
+    with pytest.raises(ValueError, match="edge_scorer"):
+        make_scorer("quadrilinear", n_dirs=2, label_dim=4, rank=4)

@@ -1,0 +1,251 @@
+"""The nldm_tagger / crf_tagger components: API, labels, partial labels, decoding, serialisation."""
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+from spacy.tokens import Doc
+from spacy.training import Example
+
+from spacy_nldm.corpora.ark import read_ark
+from spacy_nldm.pipeline import render_tree, tree_to_displacy
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+ARK_TRAIN = DATA / "twitter_pos" / "oct27.train"
+SMALL_TOK2VEC = {
+    "@architectures": "spacy.HashEmbedCNN.v2",
+    "pretrained_vectors": None,
+    "width": 32,
+    "depth": 1,
+    "embed_size": 500,
+    "window_size": 1,
+    "maxout_pieces": 2,
+    "subword_features": True,
+}
+
+
+def small_model(factory, **overrides):
+    model = {"edge_scorer": "trilinear", "label_dim": 8, "rank": 16, "tok2vec": SMALL_TOK2VEC}
+    model.update(overrides)
+    return model
+
+
+@pytest.fixture(scope="module")
+def ark():
+    if not ARK_TRAIN.exists():
+        pytest.skip(f"no ARK data at {ARK_TRAIN}")
+    return [(s.words, s.tags) for s in read_ark(ARK_TRAIN)][:20]
+
+
+def examples(nlp, sents):
+    return [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in sents]
+
+
+def trained(factory, sents, steps=3, component=None, **model):
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe(factory, config={"model": small_model(factory, **model), **(component or {})})
+    egs = examples(nlp, sents)
+    optimizer = nlp.initialize(lambda: egs)
+    for _ in range(steps):
+        nlp.update(egs, sgd=optimizer)
+    return nlp, pipe
+
+
+def test_factories_found_through_entry_points_in_a_fresh_interpreter():
+    code = (
+        "import spacy, sys\n"
+        "nlp = spacy.blank('en')\n"
+        "nlp.add_pipe('nldm_tagger'); nlp.add_pipe('crf_tagger', config={'model': {'order': 2}})\n"
+        "assert 'spacy_nldm' not in nlp.config['nlp']['pipeline']\n"
+        "print(nlp.pipe_names, nlp.get_pipe('crf_tagger').model.attrs['order'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['nldm_tagger', 'crf_tagger'] 2"
+
+
+def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
+    nlp, pipe = trained("nldm_tagger", ark, steps=1)
+    want = sorted({t for _, tags in ark for t in tags})
+    assert list(pipe.labels) == want and "!" in pipe.labels
+    scores = pipe.model.predict([Doc(nlp.vocab, words=w) for w, _ in ark[:3]])
+    gold = pipe._gold_mask(examples(nlp, ark[:3]), scores)
+    for s, n in enumerate(scores.lengths):  # fully labelled: one allowed label per token, "!" included
+        assert gold[s, :n].sum(-1).tolist() == [1] * n
+        assert [pipe.labels[i] for i in gold[s, :n].argmax(-1)] == ark[s][1]
+    doc = nlp(" ".join(ark[0][0]))
+    assert all(t.tag_ in pipe.labels for t in doc)
+    assert all(t._.nldm_head is None or 0 <= t._.nldm_head < len(doc) for t in doc)
+    assert isinstance(doc._.nldm_tree_score, float)
+    assert pipe.score(examples(nlp, ark[:5]))["tag_acc"] is not None
+
+
+def test_add_label_after_initialize_keeps_the_trained_scores(ark):
+    nlp, pipe = trained("nldm_tagger", ark[:10], steps=1)
+    docs = [Doc(nlp.vocab, words=w) for w, _ in ark[:2]]
+    before = pipe.model.predict(docs).scores
+    assert pipe.add_label("NEWTAG") == 1 and pipe.add_label("NEWTAG") == 0
+    after = pipe.model.predict(docs).scores
+    M = before.shape[-1]
+    assert after.shape[-1] == M + 1
+    numpy.testing.assert_allclose(after[..., : M + 1, :M], before, rtol=1e-5, atol=1e-5)
+
+
+def test_partial_labels_are_unknown_not_errors(ark):
+    nlp, pipe = trained("nldm_tagger", ark[:8], steps=1)
+    words, tags = ark[0]
+
+    def loss_with(tag_list):
+        eg = Example.from_dict(Doc(nlp.vocab, words=words), {"tags": tag_list})
+        return pipe.get_loss([eg], pipe.model.predict([eg.predicted]))[0]
+
+    full = loss_with(tags)
+    partial = loss_with([t if i % 2 else "" for i, t in enumerate(tags)])
+    none = loss_with([""] * len(tags))
+    assert abs(none) < 1e-3 and 0 <= partial < full
+    eg = Example.from_dict(Doc(nlp.vocab, words=words), {"tags": [""] + tags[1:]})
+    losses = nlp.update([eg], sgd=nlp.resume_training())
+    assert numpy.isfinite(losses["nldm_tagger"])
+
+
+def test_unseen_gold_label_is_a_clear_error(ark):
+    nlp, pipe = trained("crf_tagger", ark[:5], steps=1)
+    eg = Example.from_dict(Doc(nlp.vocab, words=["hello", "world"]), {"tags": ["N", "NOT_A_TAG"]})
+    with pytest.raises(ValueError, match=r"'NOT_A_TAG'.*'hello world"):
+        nlp.update([eg])
+
+
+def test_empty_one_token_and_long_docs(ark):
+    nlp, pipe = trained("nldm_tagger", ark[:5], steps=1, component={"max_length": 8})
+    docs = list(nlp.pipe(["", "hi", " ".join(["lol"] * 19)]))
+    assert len(docs[0]) == 0 and docs[0]._.nldm_tree_score == 0.0
+    assert docs[1][0].tag_ in pipe.labels and docs[1][0]._.nldm_head is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        long = nlp(" ".join(["lol"] * 19))
+    assert any("max_length=8" in str(w.message) for w in caught)
+    assert all(t.tag_ for t in long)
+    for t in long:  # each window is its own tree
+        if t._.nldm_head is not None:
+            assert t._.nldm_head // 8 == t.i // 8
+    losses = nlp.update(examples(nlp, [(["hi"], ["!"]), (["a"] * 19, ["D"] * 19)]), sgd=nlp.resume_training())
+    assert numpy.isfinite(losses["nldm_tagger"])
+
+
+def test_sentences_are_scored_separately(ark):
+    nlp, pipe = trained("nldm_tagger", ark[:5], steps=1)
+    (w1, _), (w2, _) = ark[5], ark[6]
+    n1, n2 = len(w1), len(w2)
+    joined = Doc(nlp.vocab, words=w1 + w2, sent_starts=[True] + [False] * (n1 - 1) + [True] + [False] * (n2 - 1))
+    scores = pipe.model.predict([joined])
+    assert scores.segments == [(0, 0, n1), (0, n1, n1 + n2)] and scores.lengths.tolist() == [n1, n2]
+    doc = nlp(joined)
+    for t in doc:  # one tree per sentence
+        assert t._.nldm_head is None or (t._.nldm_head < n1) == (t.i < n1)
+    assert sum(t._.nldm_head is None for t in doc) >= 2
+    unsplit = nlp(Doc(nlp.vocab, words=w1 + w2))
+    assert pipe.model.predict([unsplit]).lengths.tolist() == [n1 + n2]
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_posterior_decoding_and_stored_probs(ark, factory):
+    nlp, pipe = trained(factory, ark[:8], steps=2, component={"decode": "posterior", "store_probs": True})
+    doc = nlp(" ".join(ark[9][0]))
+    probs = doc._.nldm_probs
+    assert probs.shape == (len(doc), len(pipe.labels))
+    numpy.testing.assert_allclose(probs.sum(1), 1.0, rtol=1e-4)
+    assert [t.tag_ for t in doc] == [pipe.labels[i] for i in probs.argmax(1)]
+    assert doc[0]._.nldm_probs[doc[0].tag_] == pytest.approx(float(probs[0].max()))
+
+
+@pytest.mark.parametrize(
+    "factory,model,component",
+    [
+        ("nldm_tagger", {"max_dist": None, "edge_scorer": "bilinear"}, {"store_probs": True}),
+        ("nldm_tagger", {"max_dist": 3, "edge_scorer": "emission_transition"}, {"loss": "max"}),
+        ("crf_tagger", {"order": 2}, {"store_probs": True}),
+    ],
+)
+def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, factory, model, component):
+    nlp, _ = trained(factory, ark[:10], steps=2, component=component, **model)
+    texts = [" ".join(w) for w, _ in ark[10:14]]
+
+    def predict(pipeline):
+        out = []
+        for doc in pipeline.pipe(texts):
+            out.append(([t.tag_ for t in doc], [t._.nldm_head for t in doc], doc._.nldm_tree_score))
+            if doc._.nldm_probs is not None:
+                out.append(doc._.nldm_probs.tolist())
+        return out
+
+    want = predict(nlp)
+    nlp.to_disk(tmp_path / "pipe")
+    assert predict(spacy.load(tmp_path / "pipe")) == want
+    fresh = spacy.blank("en")
+    config = {k: v for k, v in nlp.get_pipe_config(factory).items() if k != "factory"}
+    fresh.add_pipe(factory, config=config)
+    fresh.from_bytes(nlp.to_bytes())
+    assert predict(fresh) == want
+
+
+def test_pos_attribute_and_scorer_key():
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe("crf_tagger", config={"attr": "pos", "model": small_model("crf_tagger")})
+    words = ["I", "saw", "the", "cat", "."]
+    egs = [Example.from_dict(Doc(nlp.vocab, words=words), {"pos": ["PRON", "VERB", "DET", "NOUN", "PUNCT"]})] * 4
+    optimizer = nlp.initialize(lambda: egs)
+    for _ in range(15):
+        nlp.update(egs, sgd=optimizer)
+    assert set(pipe.labels) == {"PRON", "VERB", "DET", "NOUN", "PUNCT"}
+    assert [t.pos_ for t in nlp(" ".join(words))] == ["PRON", "VERB", "DET", "NOUN", "PUNCT"]
+    assert nlp.evaluate(egs)["pos_acc"] == 1.0
+    with pytest.raises(ValueError, match="Universal POS"):
+        pipe.add_label("NN")
+
+
+def test_invalid_settings_are_errors():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="decode"):
+        nlp.add_pipe("nldm_tagger", config={"decode": "beam"})
+    with pytest.raises(ValueError, match="loss"):
+        nlp.add_pipe("crf_tagger", name="crf", config={"model": {"order": 1}}).__class__(
+            nlp.vocab, nlp.get_pipe("crf").model, "x", loss="max"
+        )
+
+
+def test_listener_shares_a_tok2vec_component(ark):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
+    listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
+    nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", tok2vec=listener)})
+    tok2vec = nlp.get_pipe("tok2vec")
+    egs = examples(nlp, ark[:10])
+    optimizer = nlp.initialize(lambda: egs)
+    assert tok2vec.listening_components == ["nldm_tagger"]
+    embed = tok2vec.model.get_ref("embed")
+    before = [p.copy() for p in (embed.layers[0].get_param("E"),)] if embed.layers[0].has_param("E") else None
+    weights = tok2vec.model.to_bytes()
+    for _ in range(2):
+        losses = nlp.update(egs, sgd=optimizer)
+    assert losses["nldm_tagger"] > 0
+    assert tok2vec.model.to_bytes() != weights  # the tagger's gradient reached the shared tok2vec
+    doc = nlp(" ".join(ark[11][0]))
+    assert all(t.tag_ for t in doc) and doc.tensor.shape == (len(doc), 32)
+    del before
+
+
+def test_render_tree_draws_the_latent_tree(ark):
+    nlp, pipe = trained("nldm_tagger", ark[:5], steps=1)
+    doc = nlp(" ".join(ark[6][0]))
+    data = tree_to_displacy(doc)
+    assert [w["text"] for w in data["words"]] == ["ROOT"] + [t.text for t in doc]
+    assert [w["tag"] for w in data["words"][1:]] == [t.tag_ for t in doc]
+    assert len(data["arcs"]) == len(doc)
+    for arc, t in zip(data["arcs"], doc):
+        head = 0 if t._.nldm_head is None else t._.nldm_head + 1
+        assert {arc["start"], arc["end"]} == {head, t.i + 1}
+    html = render_tree(doc, jupyter=False)
+    assert "<svg" in html and doc[0].tag_ in html
