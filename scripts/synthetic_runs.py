@@ -59,6 +59,18 @@ def ensure_corpus(size: int, data_seed: int, corpus_dir: Path) -> Path:
     return out
 
 
+def ensure_heldout(n: int, data_seed: int, sample_seed: int, corpus_dir: Path) -> Path:
+    """A large test set from the same model (same --seed), other samples (--sample-seed): every run, whatever
+    its size, is also scored on it, so that the comparison is not limited by a 100-sequence test split."""
+    path = corpus_dir / f"heldout-{n}-s{data_seed}-{sample_seed}" / "heldout.spacy"
+    if not path.exists():
+        sys.path.insert(0, str(ROOT))
+        from spacy_nldm.corpora.synthetic import SynthSettings, generate, write_heldout
+
+        write_heldout(generate(SynthSettings(n_samples=n, seed=data_seed, sample_seed=sample_seed)), path)
+    return path
+
+
 def past(stop_at: str) -> bool:
     if not stop_at:
         return False
@@ -121,6 +133,17 @@ def run_one(model: str, size: int, seed: int, args) -> dict:
     eval_s = time.time() - t1
     scores = json.loads(tmp.read_text())
     tmp.unlink()
+    heldout_scores = {}
+    if args.heldout:
+        heldout = ensure_heldout(args.heldout, args.data_seed, args.heldout_sample_seed, args.corpus_dir)
+        with log.open("a") as f:
+            subprocess.run(
+                [sys.executable, "-m", "spacy", "evaluate", str(out_dir / "model-best"), str(heldout),
+                 "--output", str(tmp), "--gold-preproc"],
+                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=True,
+            )
+        heldout_scores = json.loads(tmp.read_text())
+        tmp.unlink()
     meta_path = out_dir / "model-best" / "meta.json"
     best = json.loads(meta_path.read_text()).get("performance", {}) if meta_path.exists() else {}
     steps = None
@@ -137,6 +160,8 @@ def run_one(model: str, size: int, seed: int, args) -> dict:
         "test_tag_acc": scores.get("tag_acc"),
         "dev_tag_acc": best.get("tag_acc"),
         "test_scores": scores,
+        "heldout_tag_acc": heldout_scores.get("tag_acc"),
+        "heldout_sequences": args.heldout or None,
         "train_seconds": round(train_s, 1),
         "eval_seconds": round(eval_s, 1),
         "last_logged_step": steps,
@@ -156,6 +181,9 @@ def main() -> None:
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth")
     p.add_argument("--train-dir", type=Path, default=ROOT / "training" / "synthetic")
     p.add_argument("--metrics-dir", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
+    p.add_argument("--heldout", type=int, default=10000,
+                   help="also score each run on this many fresh sequences of the same model (0: no)")
+    p.add_argument("--heldout-sample-seed", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (OMP_NUM_THREADS)")
     p.add_argument("--stop-at", default="", help="UTC HH:MM after which no new run starts")
     # any other option is passed on to spacy train, e.g. --training.max_steps 500

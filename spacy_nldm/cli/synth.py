@@ -1,6 +1,7 @@
 """``python -m spacy_nldm synth``: synthetic data from the infinite-order HMM of the paper (section 6.2)."""
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -12,6 +13,7 @@ def synth_cli(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for train/dev/test.spacy and settings.json"),
     samples: int = typer.Option(10000, "--samples", "-n", help="Number of sequences (split 80/10/10)"),
     seed: int = typer.Option(0, "--seed", help="Seed of the model's parameters (the noise uses seed+1, the split seed+2)"),
+    sample_seed: Optional[int] = typer.Option(None, "--sample-seed", help="Seed of the samples and the split (default: seed+1 / seed+2); the model's parameters stay those of --seed"),
     n_labels: int = typer.Option(5, "--labels", help="Number of labels"),
     n_words: int = typer.Option(1000, "--words", help="Number of word types"),
     max_length: int = typer.Option(10, "--max-length", help="Longest sequence (lengths are uniform in [min, max])"),
@@ -30,6 +32,7 @@ def synth_cli(
     settings = SynthSettings(
         n_samples=samples,
         seed=seed,
+        sample_seed=sample_seed,
         n_labels=n_labels,
         n_words=n_words,
         max_length=max_length,

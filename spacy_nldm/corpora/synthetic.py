@@ -19,7 +19,8 @@ into the LSTM's input instead would let the word LSTM's state accumulate the who
 channel of label information that the paper does not describe.)
 
 Everything (embeddings, LSTM weights, output layers) is drawn from a ``torch.Generator`` seeded with
-``seed``; the sampling noise comes from a second generator seeded with ``seed + 1``, drawn as one
+``seed``; the sampling noise comes from a second generator seeded with ``sample_seed`` (default ``seed + 1``;
+another sample seed draws new samples from the same model, e.g. a held-out test set), drawn as one
 (n_samples, 2 * max_length + 1) block of uniforms, so that the first n samples of a larger set are the n
 samples of a smaller one (the sets are nested; row i does not depend on n). Sampling is by inverse CDF on
 float64 probabilities, the LSTMs run batched over all samples, one step per position.
@@ -47,6 +48,8 @@ class SynthSettings:
 
     n_samples: int = 10000
     seed: int = 0
+    # seed of the sampling noise and the split (None: seed + 1 and seed + 2); the model is the same for any value
+    sample_seed: Optional[int] = None
     n_labels: int = 5
     n_words: int = 1000
     max_length: int = 10
@@ -167,7 +170,8 @@ class InfiniteOrderHMM:
     def sample(self, n: int, chunk: int = 8192) -> SynthData:
         s = self.settings
         T = s.max_length
-        noise_gen = torch.Generator().manual_seed(int(s.seed) + 1)
+        noise_seed = int(s.seed) + 1 if s.sample_seed is None else int(s.sample_seed)
+        noise_gen = torch.Generator().manual_seed(noise_seed)
         # one row of uniforms per sample: T for the labels, T for the words, 1 for the length
         u = torch.rand(n, 2 * T + 1, generator=noise_gen, dtype=torch.float64)
         words = np.full((n, T), -1, dtype=np.int64)
@@ -217,7 +221,8 @@ class InfiniteOrderHMM:
     def _split(self, n: int) -> np.ndarray:
         """80/10/10 (settings.split) by a seeded random permutation of the samples."""
         s = self.settings
-        gen = torch.Generator().manual_seed(int(s.seed) + 2)
+        split_seed = int(s.seed) + 2 if s.sample_seed is None else int(s.sample_seed) + 1
+        gen = torch.Generator().manual_seed(split_seed)
         perm = torch.randperm(n, generator=gen).numpy()
         n_train = int(round(s.split[0] * n))
         n_dev = int(round(s.split[1] * n))
@@ -348,8 +353,8 @@ def format_statistics(stats: Dict) -> str:
 # --------------------------------------------------------------------------------------------------- spaCy I/O
 
 
-def to_docs(data: SynthData, which: str, vocab=None):
-    """spaCy Docs of one split (words as ``w123``, labels as ``L3`` on ``token.tag_``)."""
+def to_docs(data: SynthData, which: Optional[str], vocab=None):
+    """spaCy Docs of one split (None: all samples), words as ``w123``, labels as ``L3`` on ``token.tag_``."""
     from spacy.tokens import Doc
     from spacy.vocab import Vocab
 
@@ -388,3 +393,19 @@ def write_corpus(data: SynthData, output: Path, stats: Optional[Dict] = None) ->
     (output / SETTINGS_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
     paths["settings"] = output / SETTINGS_FILE
     return paths
+
+
+def write_heldout(data: SynthData, path: Path) -> Path:
+    """All the samples of ``data`` in one DocBin (a held-out test set drawn with another ``sample_seed``),
+    with the settings in ``<path stem>.json`` beside it."""
+    from spacy.tokens import DocBin
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = DocBin(attrs=["ORTH", "TAG", "SPACY"], store_user_data=False)
+    for doc in to_docs(data, None):
+        db.add(doc)
+    db.to_disk(path)
+    meta = {"generator": "spacy_nldm.corpora.synthetic (held-out set)", "settings": data.settings.to_dict()}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
+    return path
