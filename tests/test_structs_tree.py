@@ -271,3 +271,22 @@ def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
         (grad,) = torch.autograd.grad(log_z.sum(), scores)
         best, _, _ = viterbi(scores, lengths, max_dist=max_dist)
         assert torch.isfinite(log_z).all() and torch.isfinite(grad).all() and torch.isfinite(best).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_cpu():
+    lengths = torch.tensor([7, 3, 5])
+    scores = random_scores(lengths.tolist(), 4, seed=40, dtype=torch.float32)
+    mask = random_label_mask(lengths.tolist(), 4, seed=41)
+    for kw in (dict(), dict(max_dist=2, label_mask=mask)):
+        gpu_kw = {k: v.cuda() if torch.is_tensor(v) else v for k, v in kw.items()}
+        on_gpu = (scores.cuda(), lengths.cuda())
+        torch.testing.assert_close(
+            log_partition(*on_gpu, **gpu_kw).cpu(), log_partition(scores, lengths, **kw), rtol=1e-5, atol=1e-4
+        )
+        torch.testing.assert_close(
+            viterbi(*on_gpu, **gpu_kw)[0].cpu(), viterbi(scores, lengths, **kw)[0], rtol=1e-5, atol=1e-4
+        )
+        torch.testing.assert_close(
+            marginals(*on_gpu, **gpu_kw)[1].cpu(), marginals(scores, lengths, **kw)[1], rtol=0, atol=1e-4
+        )
