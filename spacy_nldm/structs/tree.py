@@ -346,7 +346,12 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
     rebuilt from the stored scaled values and shifts; that share is the posterior of the term.
     """
     scores = arcs.scores
-    outer = _Charts(scores, with_shift=False)
+    outer = _Charts(scores, with_shift=False, zeros=False)
+    outer.right.zero_()
+    outer.left.zero_()
+    for w in range(1, limit + 1):  # only the incomplete cells that exist are read: widths <= limit
+        for cell in outer.cells(("inc_right", "inc_left"), w).values():
+            cell.zero_()
     outer.right[:, 0, :, 0] = grad_root
     grad_scores = torch.zeros_like(scores)
     tiny = torch.finfo(scores.dtype).tiny
