@@ -185,12 +185,19 @@ def main() -> None:
                    help="also score each run on this many fresh sequences of the same model (0: no)")
     p.add_argument("--heldout-sample-seed", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1, help="torch threads per run (OMP_NUM_THREADS)")
+    p.add_argument("--data-only", action="store_true", help="only generate the corpora and the held-out set")
     p.add_argument("--stop-at", default="", help="UTC HH:MM after which no new run starts")
     # any other option is passed on to spacy train, e.g. --training.max_steps 500
     args, unknown = p.parse_known_args()
     args.overrides = unknown
     args.metrics_dir.mkdir(parents=True, exist_ok=True)
     args.train_dir.mkdir(parents=True, exist_ok=True)
+    if args.data_only:
+        for size in args.sizes:
+            print(f"corpus {ensure_corpus(size, args.data_seed, args.corpus_dir)}", flush=True)
+        if args.heldout:
+            print(f"held-out {ensure_heldout(args.heldout, args.data_seed, args.heldout_sample_seed, args.corpus_dir)}")
+        return
     for seed in args.seeds:
         for size in args.sizes:
             for model in args.models:
