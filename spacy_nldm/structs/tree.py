@@ -185,12 +185,16 @@ class _Charts:
                 "cl": _band(left, spans, w, 1, w, 1, 0),  # CL[s+k+1, s+w]
             }
         depth = min(w, limit)  # split points d = 1..depth of the complete items
-        return {
+        out = {
             "ir": _band(getattr(self, "inc_right" + sfx), spans, depth, 0, 1, 0, 1),  # IR[s, s+d]
             "cr": _band(right, spans, depth, 1, w, 1, 0),  # CR[s+d, s+w]
-            "il": _band(getattr(self, "inc_left" + sfx), spans, depth, w - depth, w, 1, 0),  # IL[s+e, s+w], e = w-d
-            "cl": _band(left, spans, depth, 0, w - depth, 0, 1),  # CL[s, s+e]
         }
+        if w <= limit:
+            # A left-complete span wider than max_dist is never used: its head could only attach
+            # to a head outside the span by an arc longer than max_dist. So CL stops at the limit.
+            out["il"] = _band(getattr(self, "inc_left" + sfx), spans, depth, w - depth, w, 1, 0)  # IL[s+e, s+w]
+            out["cl"] = _band(left, spans, depth, 0, w - depth, 0, 1)  # CL[s, s+e], e = w - d
+        return out
 
     def cells(self, names, w: int, shift: bool = False) -> dict:
         """The cells of width w of the named charts, as views (B, N+1-w, labels...)."""
@@ -246,14 +250,18 @@ def _incomplete_stage(semiring, bands: dict, shifts: dict, arc_right: Tensor, ar
 
 
 def _complete_stage(semiring, bands: dict, shifts: dict) -> dict:
-    """CR and CL of one width, from incomplete items of widths <= w and complete items of widths < w."""
+    """CR (and CL while w <= max_dist) of one width, from incomplete items of widths <= w and
+    complete items of widths < w."""
     # CR[i, j, a] = (+)_{r=i+1..j, c} IR[i, r, a, c] * CR[r, j, c]
     right = semiring.contract(bands["ir"].transpose(2, 3), shifts["ir"], bands["cr"].unsqueeze(-1), shifts["cr"])
-    # CL[i, j, c] = (+)_{r=i..j-1, a} CL[i, r, a] * IL[r, j, a, c]
-    left = semiring.contract(
-        bands["il"].permute(0, 1, 4, 2, 3), shifts["il"], bands["cl"].unsqueeze(-1), shifts["cl"]
-    )
-    return {"right": semiring.encode(right.squeeze(-1), 1), "left": semiring.encode(left.squeeze(-1), 1)}
+    out = {"right": semiring.encode(right.squeeze(-1), 1)}
+    if "il" in bands:
+        # CL[i, j, c] = (+)_{r=i..j-1, a} CL[i, r, a] * IL[r, j, a, c]
+        left = semiring.contract(
+            bands["il"].permute(0, 1, 4, 2, 3), shifts["il"], bands["cl"].unsqueeze(-1), shifts["cl"]
+        )
+        out["left"] = semiring.encode(left.squeeze(-1), 1)
+    return out
 
 
 def _stages(n: int, limit: int):
@@ -363,6 +371,8 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
             from_cells = outer.cells(("right", "left"), w)
             # CR: free label a, summed (d, c); CL: free label c, summed (d, a) over IL transposed
             for name, inc, comp, flip in (("right", "ir", "cr", False), ("left", "il", "cl", True)):
+                if inc not in values:
+                    continue
                 x = values[inc].transpose(-1, -2) if flip else values[inc]
                 into_x = into[inc].transpose(-1, -2) if flip else into[inc]
                 _matvec_outside(
