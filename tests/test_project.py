@@ -1,0 +1,138 @@
+"""project.yml and configs: structure checks, and a smoke run of the project's own commands on mirror slices."""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import srsly
+from thinc.api import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+MIRROR = (ROOT / "../shared/data").resolve()
+SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
+needs_mirror = pytest.mark.skipif(not (MIRROR / "twitter_pos" / "oct27.train").exists(), reason="no data mirror")
+
+
+def _project():
+    from weasel.util import load_project_config
+
+    return load_project_config(ROOT, interpolate=True)
+
+
+def test_project_yml_validates_and_workflows_name_commands():
+    cfg = _project()
+    names = {c["name"] for c in cfg["commands"]}
+    for wf in ("all", "reproduce", "package"):
+        assert wf in cfg["workflows"]
+        assert set(cfg["workflows"][wf]) <= names
+    assert cfg["workflows"]["all"][-1] == "table-all"
+    assert cfg["vars"]["mirror"] == "../shared/data"
+
+
+def test_assets_are_pinned_upstream_and_match_the_mirror():
+    cfg = _project()
+    assets = cfg["assets"]
+    assert len(assets) >= 25
+    for a in assets:
+        # an upstream file at an exact commit (40 hex digits), with an md5 checksum
+        assert re.match(r"https://raw\.githubusercontent\.com/[^/]+/[^/]+/[0-9a-f]{40}/", a["url"]), a["url"]
+        assert re.fullmatch(r"[0-9a-f]{32}", a["checksum"])
+        assert a["dest"].startswith("../shared/data/")
+        dest = ROOT / a["dest"]
+        if dest.exists():
+            assert hashlib.md5(dest.read_bytes()).hexdigest() == a["checksum"], a["dest"]
+
+
+def _cfg(system: str) -> Config:
+    return Config().from_disk(ROOT / "configs" / f"{system}.cfg", interpolate=False)
+
+
+def _component(cfg: Config) -> str:
+    (name,) = cfg["nlp"]["pipeline"]
+    return name
+
+
+def test_the_four_systems_share_one_encoder_and_one_training_setup():
+    cfgs = {s: _cfg(s) for s in SYSTEMS}
+    encoders = {s: c["components"][_component(c)]["model"]["tok2vec"] for s, c in cfgs.items()}
+    ref = encoders["softmax"]
+    assert ref["encode"]["@architectures"] == "spacy.TorchBiLSTMEncoder.v1" and ref["encode"]["depth"] == 1
+    assert ref["encode"]["width"] // 2 in (100, 200, 400)  # D_h per direction, paper 6.1
+    for s in SYSTEMS:
+        assert encoders[s] == ref, s
+        for section in ("training", "corpora", "paths"):
+            assert cfgs[s][section] == cfgs["softmax"][section], (s, section)
+        assert cfgs[s]["corpora"]["train"]["gold_preproc"] is True
+        assert cfgs[s]["corpora"]["dev"]["gold_preproc"] is True
+    tagger = cfgs["softmax"]["components"]["tagger"]
+    from spacy_nldm.corpora.ark import ARK_TAGS
+
+    assert not any(tag.startswith(tagger["neg_prefix"]) for tag in ARK_TAGS | {"!"})
+    assert cfgs["crf1"]["components"]["crf"]["model"]["order"] == 1
+    assert cfgs["crf2"]["components"]["crf"]["model"]["order"] == 2
+    nldm = cfgs["nldm"]["components"]["nldm"]
+    assert nldm["factory"] == "nldm_tagger" and nldm["model"]["@architectures"] == "spacy-nldm.NLDMTagger.v1"
+    assert nldm["model"]["label_dim"] in (10, 50, 100) and nldm["model"]["rank"] in (100, 400, 600)
+    assert 2 <= nldm["model"]["max_dist"] <= 10
+
+
+@needs_mirror
+def test_smoke_convert_and_train_on_mirror_slices(tmp_path):
+    """The project's own commands (spacy project run) on slices of the mirror; softmax trains a few steps."""
+    mirror = tmp_path / "mirror"
+    (mirror / "twitter_pos").mkdir(parents=True)
+
+    def head_blocks(src: Path, dst: Path, n: int) -> None:
+        blocks = src.read_text(encoding="utf8").split("\n\n")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        dst.write_text("\n\n".join(blocks[:n]).rstrip("\n") + "\n\n", encoding="utf8")
+
+    for name in ("oct27.train", "oct27.dev", "oct27.test", "daily547.conll"):
+        head_blocks(MIRROR / "twitter_pos" / name, mirror / "twitter_pos" / name, 40)
+    for split in ("train", "dev", "test"):
+        head_blocks(MIRROR / "ud/UD_Telugu-MTG" / f"te_mtg-ud-{split}.conllu",
+                    mirror / "ud/UD_Telugu-MTG" / f"te_mtg-ud-{split}.conllu", 30)
+    for split in ("dev", "test"):  # multiword tokens; no train file, as in the mirror
+        head_blocks(MIRROR / "ud/UD_Italian-PoSTWITA" / f"it_postwita-ud-{split}.conllu",
+                    mirror / "ud/UD_Italian-PoSTWITA" / f"it_postwita-ud-{split}.conllu", 20)
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    shutil.copy(ROOT / "project.yml", proj / "project.yml")
+    shutil.copytree(ROOT / "configs", proj / "configs")
+    shutil.copytree(ROOT / "scripts", proj / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def run(command: str, *overrides: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(proj),
+                              f"--vars.mirror={mirror}", "--vars.ud_datasets=te,it", *overrides],
+                             capture_output=True, text=True, env=env, cwd=proj)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res.stdout
+
+    out = run("convert-twitter")
+    assert "Wrote 80 sentences" in out and "Wrote 40 sentences" in out
+    out = run("convert-ud")
+    assert "Wrote 30 sentences" in out and "it has dev/test only" in out.replace("note: ", "").replace(
+        str(mirror / "ud/UD_Italian-PoSTWITA/it_postwita-ud-train.conllu") + " is not in the mirror (see "
+        + str(mirror / "ud/UD_Italian-PoSTWITA") + "/MISSING_TRAIN.md): ", "")
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    te = list(DocBin().from_disk(proj / "corpus/ud/te/train.spacy").get_docs(Vocab()))
+    assert len(te) == 30 and all(t.tag_ == t.pos_ != "" for d in te for t in d)
+    it_dev = list(DocBin().from_disk(proj / "corpus/ud/it/dev.spacy").get_docs(Vocab()))
+    assert len(it_dev) == 20 and not (proj / "corpus/ud/it/train.spacy").exists()
+
+    run("train-softmax", "--vars.all_steps_softmax=4", "--vars.all_eval_frequency=2")
+    assert (proj / "training/twitter/softmax/model-best/meta.json").exists()
+    assert srsly.read_json(proj / "training/twitter/softmax/time.json")["returncode"] == 0
+    run("evaluate-softmax")
+    scores = srsly.read_json(proj / "metrics/twitter/softmax.json")
+    assert 0.0 <= scores["tag_acc"] <= 1.0
