@@ -4,7 +4,7 @@ A chart item is stored as a pair ``(value, shift)`` made by :meth:`encode`; both
 take and return log-space tensors at their boundaries, so the recurrences in
 :mod:`.tree` and :mod:`.chain` are written once for both.
 
-The one operation with cubic cost is :meth:`contract`, a semiring matrix product over
+The operation with cubic cost is :meth:`contract`, a semiring matrix product over
 a split dimension ``K`` (split points of a span) and a label dimension ``L``::
 
     out[b, s, f, g] = (+)_{k, l}  X[b, s, f, k, l] (*) Y[b, s, k, l, g]
@@ -15,6 +15,8 @@ by its own maximum (``shift``, one scalar per span) and every split point by the
 pair of shifts. Only label combinations more than ~87 nats (float32; ~708 in float64)
 below the best one of their span can underflow; they are clamped to that floor, which
 changes log Z by less than float precision and leaves all values and gradients finite.
+:meth:`contract_columns` is the same product for one start position and all span ends at once
+(the rows of spans wider than max_dist), with one shift per (split point, span end).
 """
 from typing import Optional, Tuple
 
@@ -61,6 +63,19 @@ class LogSemiring:
         """(+) over one dimension of a log-space tensor."""
         return torch.logsumexp(x, dim)
 
+    @staticmethod
+    def contract_columns(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tensor:
+        """out[b, g, f] = (+)_{k, l} X[b, k, f, l] * Y[b, k, g, l]; x (B, K, F, L) with shifts (B, K),
+        y (B, K, G, L) with shifts (B, K, G) -> log-space (B, G, F), as one matrix product per b."""
+        b, k, f, l = x.shape
+        g = y.shape[2]
+        pair = x_shift.unsqueeze(-1) + y_shift  # (B, K, G)
+        top = pair.amax(1)  # (B, G)
+        y = y * torch.exp(pair - top.unsqueeze(1)).unsqueeze(-1)
+        prod = torch.bmm(x.transpose(1, 2).reshape(b, f, k * l), y.permute(0, 1, 3, 2).reshape(b, k * l, g))
+        tiny = torch.finfo(prod.dtype).tiny
+        return torch.log(prod.clamp_min(tiny)).transpose(1, 2) + top.unsqueeze(-1)
+
 
 class MaxSemiring:
     """(max, +): Viterbi. The backward pass of the best score marks one best structure."""
@@ -79,6 +94,11 @@ class MaxSemiring:
     def reduce(x: Tensor, dim: int) -> Tensor:
         return x.max(dim=dim).values
 
+    @staticmethod
+    def contract_columns(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
+        both = x.unsqueeze(2) + y.unsqueeze(3)  # (B, K, G, F, L)
+        return both.permute(0, 2, 3, 1, 4).flatten(3, 4).max(dim=3).values
+
 
 class BroadcastLogSemiring(MaxSemiring):
     """(log-sum-exp, +) by broadcasting and ``logsumexp``: the straightforward way, kept as the
@@ -91,6 +111,11 @@ class BroadcastLogSemiring(MaxSemiring):
     @staticmethod
     def reduce(x: Tensor, dim: int) -> Tensor:
         return torch.logsumexp(x, dim)
+
+    @staticmethod
+    def contract_columns(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
+        both = x.unsqueeze(2) + y.unsqueeze(3)  # (B, K, G, F, L)
+        return torch.logsumexp(both.permute(0, 2, 3, 1, 4).flatten(3, 4), dim=3)
 
 
 def decode(item: Tuple[Tensor, Optional[Tensor]], label_ndim: int) -> Tensor:

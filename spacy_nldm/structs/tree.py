@@ -12,10 +12,19 @@ Conventions (shared by every public function here):
   exist only for spans of width <= k, which cuts the work from O(n^3 M^2) to O(n^2 k M^2).
 - ``arc_mask`` (B or 1, N+1, N+1) bool: allowed arcs h -> d.
 
-The recurrences are the labelled Eisner algorithm of DESIGN.md, evaluated width by width,
-vectorised over sentences and over all spans of one width; ``_inside`` is generic in the
-semiring, so the same code gives log Z (log semiring) and the best tree (max semiring).
-Charts are lists indexed by span width; entry w holds the spans (i, i+w) for i = 0..N-w.
+The recurrences are the labelled Eisner algorithm of DESIGN.md, evaluated in stages that are
+vectorised over sentences and spans and generic in the semiring, so the same code gives log Z
+(log semiring) and the best tree (max semiring):
+
+- for widths w = 1..k (k = max_dist, or n): the incomplete items of width w, then the complete
+  ones, all spans of that width at once;
+- with max_dist, the right-complete spans wider than k row by row (start i from n-k-1 down to 0),
+  every span end at once: they need only incomplete items of width <= k and rows below, so each
+  row is one matrix product. Left-complete spans wider than k are never needed.
+
+Charts are tensors indexed [b, span start, span end, labels]; stages read strided views of them.
+The backward pass is an outside pass over the same stages in reverse (explicit for the log
+semiring, by recomputing one stage at a time under autograd for the others).
 """
 from typing import List, Optional, Tuple
 
@@ -174,33 +183,37 @@ class _Charts:
             if shift is not None:
                 getattr(self, name + "_shift").diagonal(0, 1, 2).copy_(shift)
 
-    def bands(self, stage: str, w: int, limit: int, shift: bool = False) -> dict:
-        """The chart regions that a stage of width w reads: views (B, S, split, labels...)."""
+    def bands(self, stage: str, key: int, limit: int, shift: bool = False) -> dict:
+        """The chart regions that a stage reads (views). ``key`` is the span width of an
+        "incomplete" or "complete" stage and the span start (row) of a "row" stage."""
         sfx = "_shift" if shift else ""
         right, left = getattr(self, "right" + sfx), getattr(self, "left" + sfx)
+        inc_right, inc_left = getattr(self, "inc_right" + sfx), getattr(self, "inc_left" + sfx)
+        if stage == "row":  # (B, K, ...): IR[i, i+d] and CR[i+d, j] for d = 1..K, j = i+K+1..N
+            i = key
+            return {"ir": inc_right[:, i, i + 1 : i + limit + 1], "cr": right[:, i + 1 : i + limit + 1, i + limit + 1 :]}
+        w = key
         spans = right.shape[1] - w
-        if stage == "incomplete":
+        if stage == "incomplete":  # (B, S, w, ...)
             return {
                 "cr": _band(right, spans, w, 0, 0, 0, 1),  # CR[s, s+k], k = 0..w-1
                 "cl": _band(left, spans, w, 1, w, 1, 0),  # CL[s+k+1, s+w]
             }
-        depth = min(w, limit)  # split points d = 1..depth of the complete items
-        out = {
-            "ir": _band(getattr(self, "inc_right" + sfx), spans, depth, 0, 1, 0, 1),  # IR[s, s+d]
-            "cr": _band(right, spans, depth, 1, w, 1, 0),  # CR[s+d, s+w]
+        return {  # complete, w <= limit: (B, S, w, ...)
+            "ir": _band(inc_right, spans, w, 0, 1, 0, 1),  # IR[s, s+d], d = 1..w
+            "cr": _band(right, spans, w, 1, w, 1, 0),  # CR[s+d, s+w]
+            "il": _band(inc_left, spans, w, 0, w, 1, 0),  # IL[s+e, s+w], e = w - d
+            "cl": _band(left, spans, w, 0, 0, 0, 1),  # CL[s, s+e]
         }
-        if w <= limit:
-            # A left-complete span wider than max_dist is never used: its head could only attach
-            # to a head outside the span by an arc longer than max_dist. So CL stops at the limit.
-            out["il"] = _band(getattr(self, "inc_left" + sfx), spans, depth, w - depth, w, 1, 0)  # IL[s+e, s+w]
-            out["cl"] = _band(left, spans, depth, 0, w - depth, 0, 1)  # CL[s, s+e], e = w - d
-        return out
 
-    def cells(self, names, w: int, shift: bool = False) -> dict:
-        """The cells of width w of the named charts, as views (B, N+1-w, labels...)."""
+    def cells(self, stage: str, key: int, limit: int, shift: bool = False) -> dict:
+        """The cells that a stage writes, by chart name, as views."""
         sfx = "_shift" if shift else ""
-        spans = self.right.shape[1] - w
-        return {name: _band(getattr(self, name + sfx), spans, 1, 0, w, 0, 0).squeeze(2) for name in names}
+        if stage == "row":  # CR[i, j] for j = i+K+1..N: (B, N-i-K, ...)
+            return {"right": getattr(self, "right" + sfx)[:, key, key + limit + 1 :]}
+        names = ("inc_right", "inc_left") if stage == "incomplete" else ("right", "left")
+        spans = self.right.shape[1] - key
+        return {name: _band(getattr(self, name + sfx), spans, 1, 0, key, 0, 0).squeeze(2) for name in names}
 
 
 def _diagonals(scores: Tensor, w: int) -> Tuple[Tensor, Tensor]:
@@ -250,26 +263,34 @@ def _incomplete_stage(semiring, bands: dict, shifts: dict, arc_right: Tensor, ar
 
 
 def _complete_stage(semiring, bands: dict, shifts: dict) -> dict:
-    """CR (and CL while w <= max_dist) of one width, from incomplete items of widths <= w and
-    complete items of widths < w."""
+    """CR and CL of one width w <= max_dist, from incomplete items of widths <= w and complete
+    items of widths < w."""
     # CR[i, j, a] = (+)_{r=i+1..j, c} IR[i, r, a, c] * CR[r, j, c]
     right = semiring.contract(bands["ir"].transpose(2, 3), shifts["ir"], bands["cr"].unsqueeze(-1), shifts["cr"])
-    out = {"right": semiring.encode(right.squeeze(-1), 1)}
-    if "il" in bands:
-        # CL[i, j, c] = (+)_{r=i..j-1, a} CL[i, r, a] * IL[r, j, a, c]
-        left = semiring.contract(
-            bands["il"].permute(0, 1, 4, 2, 3), shifts["il"], bands["cl"].unsqueeze(-1), shifts["cl"]
-        )
-        out["left"] = semiring.encode(left.squeeze(-1), 1)
-    return out
+    # CL[i, j, c] = (+)_{r=i..j-1, a} CL[i, r, a] * IL[r, j, a, c]
+    left = semiring.contract(bands["il"].permute(0, 1, 4, 2, 3), shifts["il"], bands["cl"].unsqueeze(-1), shifts["cl"])
+    return {"right": semiring.encode(right.squeeze(-1), 1), "left": semiring.encode(left.squeeze(-1), 1)}
+
+
+def _row_stage(semiring, bands: dict, shifts: dict) -> dict:
+    """CR[i, j] for every j beyond max_dist from i, at once: CR[i, j, a] = (+)_{d<=K, c} IR[i, i+d, a, c]
+    * CR[i+d, j, c]. Each incomplete item serves the whole row, so this is a real matrix product.
+
+    Only CR is needed for spans wider than max_dist: a left-complete span that wide could only
+    attach to a head outside it by an arc longer than max_dist, so it never reaches the root.
+    """
+    right = semiring.contract_columns(bands["ir"], shifts["ir"], bands["cr"], shifts["cr"])
+    return {"right": semiring.encode(right, 1)}
 
 
 def _stages(n: int, limit: int):
-    """The order of evaluation: for each width, its incomplete items (if w <= limit), then its complete ones."""
-    for w in range(1, n + 1):
-        if w <= limit:
-            yield "incomplete", w
+    """The order of evaluation: widths 1..limit (incomplete items, then complete ones), then the
+    complete spans wider than the limit row by row, from the last start position to the root."""
+    for w in range(1, limit + 1):
+        yield "incomplete", w
         yield "complete", w
+    for i in range(n - limit - 1, -1, -1):
+        yield "row", i
 
 
 def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, arcs: "_ArcScores", bands=None, arc_values=None):
@@ -279,7 +300,7 @@ def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, arcs: 
     shifts = charts.bands(stage, w, limit, shift=True) if with_shift else dict.fromkeys(bands)
     if stage == "incomplete":
         return _incomplete_stage(semiring, bands, shifts, *(arc_values or arcs.width(w)))
-    return _complete_stage(semiring, bands, shifts)
+    return (_complete_stage if stage == "complete" else _row_stage)(semiring, bands, shifts)
 
 
 class _Inside(torch.autograd.Function):
@@ -295,10 +316,10 @@ class _Inside(torch.autograd.Function):
         arcs = _ArcScores(scores.detach(), allowed)
         charts = _Charts(scores, with_shift=semiring is LogSemiring, zeros=False)
         charts.set_base(semiring.encode(base, 1))
-        for stage, w in _stages(scores.shape[1] - 1, limit):
-            out = _run_stage(semiring, charts, stage, w, limit, arcs)
-            cells = charts.cells(out, w)
-            shift_cells = charts.cells(out, w, shift=True) if charts.right_shift is not None else {}
+        for stage, key in _stages(scores.shape[1] - 1, limit):
+            out = _run_stage(semiring, charts, stage, key, limit, arcs)
+            cells = charts.cells(stage, key, limit)
+            shift_cells = charts.cells(stage, key, limit, shift=True) if charts.right_shift is not None else {}
             for name, (value, shift) in out.items():
                 cells[name].copy_(value)
                 if shift is not None:
@@ -334,7 +355,7 @@ def _outside_by_recomputation(semiring, charts: _Charts, arcs: _ArcScores, limit
             bands = {k: v.detach().requires_grad_(True) for k, v in charts.bands(stage, w, limit).items()}
             arc_values = tuple(a.requires_grad_(True) for a in arcs.width(w)) if stage == "incomplete" else ()
             out = _run_stage(semiring, charts, stage, w, limit, arcs, bands, arc_values)
-            cell_grads = grads.cells(out, w)
+            cell_grads = grads.cells(stage, w, limit)
             inputs = list(bands.values()) + list(arc_values)
             input_grads = torch.autograd.grad(
                 [value for value, _ in out.values()], inputs, [cell_grads[name] for name in out]
@@ -358,7 +379,7 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
     outer.right.zero_()
     outer.left.zero_()
     for w in range(1, limit + 1):  # only the incomplete cells that exist are read: widths <= limit
-        for cell in outer.cells(("inc_right", "inc_left"), w).values():
+        for cell in outer.cells("incomplete", w, limit).values():
             cell.zero_()
     outer.right[:, 0, :, 0] = grad_root
     grad_scores = torch.zeros_like(scores)
@@ -366,13 +387,13 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
     for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
         values, shifts = charts.bands(stage, w, limit), charts.bands(stage, w, limit, shift=True)
         into = outer.bands(stage, w, limit)
-        if stage == "complete":
-            cells, cell_shifts = charts.cells(("right", "left"), w), charts.cells(("right", "left"), w, shift=True)
-            from_cells = outer.cells(("right", "left"), w)
+        if stage == "row":
+            _row_outside(values, shifts, outer.cells(stage, w, limit)["right"], into, tiny)
+        elif stage == "complete":
+            cells, cell_shifts = charts.cells(stage, w, limit), charts.cells(stage, w, limit, shift=True)
+            from_cells = outer.cells(stage, w, limit)
             # CR: free label a, summed (d, c); CL: free label c, summed (d, a) over IL transposed
             for name, inc, comp, flip in (("right", "ir", "cr", False), ("left", "il", "cl", True)):
-                if inc not in values:
-                    continue
                 x = values[inc].transpose(-1, -2) if flip else values[inc]
                 into_x = into[inc].transpose(-1, -2) if flip else into[inc]
                 _matvec_outside(
@@ -380,7 +401,7 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
                     from_cells[name], into_x, into[comp], tiny,
                 )
         else:
-            from_right, from_left = outer.cells(("inc_right", "inc_left"), w).values()
+            from_right, from_left = outer.cells(stage, w, limit).values()
             arcs.add_grad(grad_scores, w, from_right, from_left)
             # inner(s, a, c) = log sum_k exp(CR[s, k, a] + CL[s, k, c])
             pair = shifts["cr"] + shifts["cl"]
@@ -404,6 +425,22 @@ def _matvec_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_x, in
     share.mul_(y[:, :, :, None, :])
     into_x.add_(share)
     into_y.add_(share.sum(-2))
+
+
+def _row_outside(values: dict, shifts: dict, from_row: Tensor, into: dict, tiny: float) -> None:
+    """Outside step of a row stage (see ``LogSemiring.contract_columns``): ir (B, K, F, L) with shifts
+    (B, K), cr (B, K, G, L) with shifts (B, K, G), the row's outer gradients (B, G, F)."""
+    x, y = values["ir"], values["cr"]
+    b, k, f, l = x.shape
+    g = y.shape[2]
+    pair = shifts["ir"].unsqueeze(-1) + shifts["cr"]  # (B, K, G)
+    y = y * torch.exp(pair - pair.amax(1, keepdim=True)).unsqueeze(-1)
+    x_flat = x.transpose(1, 2).reshape(b, f, k * l)
+    y_flat = y.permute(0, 2, 1, 3).reshape(b, g, k * l)
+    total = torch.bmm(x_flat, y_flat.transpose(1, 2)).clamp_min(tiny)  # (B, F, G), as in the forward
+    share = from_row.transpose(1, 2) / total
+    into["ir"].add_(x * torch.bmm(share, y_flat).reshape(b, f, k, l).transpose(1, 2))
+    into["cr"].add_(y * torch.bmm(share.transpose(1, 2), x_flat).reshape(b, g, k, l).transpose(1, 2))
 
 
 def _root_values(charts: _Charts) -> Tensor:
