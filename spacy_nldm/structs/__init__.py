@@ -5,7 +5,7 @@ Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterb
 Score layouts are documented in :mod:`.tree` and :mod:`.chain`.
 """
 from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
-from .semiring import NEG, BroadcastLogSemiring, LogSemiring, MaxSemiring
+from .semiring import NEG, BroadcastLogSemiring, LogSemiring, MaxSemiring, TracingMaxSemiring
 from .tree import count_trees, log_partition, marginals, viterbi
 
 __all__ = [

@@ -18,7 +18,7 @@ changes log Z by less than float precision and leaves all values and gradients f
 :meth:`contract_columns` is the same product for one start position and all span ends at once
 (the rows of spans wider than max_dist), with one shift per (split point, span end).
 """
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
@@ -116,6 +116,24 @@ class BroadcastLogSemiring(MaxSemiring):
     def contract_columns(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
         both = x.unsqueeze(2) + y.unsqueeze(3)  # (B, K, G, F, L)
         return torch.logsumexp(both.permute(0, 2, 3, 1, 4).flatten(3, 4), dim=3)
+
+
+class TracingMaxSemiring(MaxSemiring):
+    """(max, +) that also records, for every contraction, which (split point, label) won each max,
+    in call order (``traces``); the tree's Viterbi backtracks through them without recomputing."""
+
+    def __init__(self):
+        self.traces: List[Tensor] = []
+
+    def contract(self, x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
+        best = (x.unsqueeze(-1) + y.unsqueeze(2)).flatten(3, 4).max(dim=3)
+        self.traces.append(best.indices)  # (B, S, F, G), index into (K, L) flattened
+        return best.values
+
+    def contract_columns(self, x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
+        best = (x.unsqueeze(2) + y.unsqueeze(3)).permute(0, 2, 3, 1, 4).flatten(3, 4).max(dim=3)
+        self.traces.append(best.indices)  # (B, G, F), index into (K, L) flattened
+        return best.values
 
 
 def decode(item: Tuple[Tensor, Optional[Tensor]], label_ndim: int) -> Tensor:

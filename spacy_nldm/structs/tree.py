@@ -30,7 +30,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
-from .semiring import NEG, LogSemiring, MaxSemiring, decode
+from .semiring import NEG, LogSemiring, TracingMaxSemiring, decode
 
 Tensor = torch.Tensor
 Item = Tuple[Tensor, Optional[Tensor]]  # (value, shift) as made by Semiring.encode
@@ -71,7 +71,7 @@ def viterbi(
     with torch.enable_grad():
         leaf = scores.detach().requires_grad_(True)
         arcs, base = _prepare(leaf, lengths, label_mask, arc_mask)
-        best = _inside(MaxSemiring, arcs, base, lengths, max_dist)
+        best = _inside(TracingMaxSemiring(), arcs, base, lengths, max_dist)
         (chosen,) = torch.autograd.grad(best.sum(), leaf)
     labels, heads = _structure(chosen, lengths)
     return best.detach(), labels, heads
@@ -331,6 +331,8 @@ class _Inside(torch.autograd.Function):
     def backward(ctx, grad_root: Tensor):
         if ctx.semiring is LogSemiring:
             grad = _outside_log(ctx.charts, ctx.arcs, ctx.limit, grad_root)
+        elif isinstance(ctx.semiring, TracingMaxSemiring):
+            grad = _backtrack_max(ctx.semiring.traces, ctx.arcs, ctx.limit, grad_root)
         else:
             grad = _outside_by_recomputation(ctx.semiring, ctx.charts, ctx.arcs, ctx.limit, grad_root)
         return None, grad, None, None, None
@@ -339,8 +341,8 @@ class _Inside(torch.autograd.Function):
 def _outside_by_recomputation(semiring, charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tensor) -> Tensor:
     """Generic backward: recompute one stage at a time under autograd, last stage first.
 
-    Gradients are taken with respect to the stored (encoded) values; used for the max semiring,
-    where the backward pass of the best score marks the best structure.
+    Gradients are taken with respect to the stored (encoded) values; used for semirings without an
+    explicit outside pass (the broadcast reference).
     """
     scores = arcs.scores
     grads = _Charts(scores, with_shift=False)
@@ -375,13 +377,7 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
     rebuilt from the stored scaled values and shifts; that share is the posterior of the term.
     """
     scores = arcs.scores
-    outer = _Charts(scores, with_shift=False, zeros=False)
-    outer.right.zero_()
-    outer.left.zero_()
-    for w in range(1, limit + 1):  # only the incomplete cells that exist are read: widths <= limit
-        for cell in outer.cells("incomplete", w, limit).values():
-            cell.zero_()
-    outer.right[:, 0, :, 0] = grad_root
+    outer = _outer_charts(scores, limit, grad_root)
     grad_scores = torch.zeros_like(scores)
     tiny = torch.finfo(scores.dtype).tiny
     for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
@@ -425,6 +421,64 @@ def _matvec_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_x, in
     share.mul_(y[:, :, :, None, :])
     into_x.add_(share)
     into_y.add_(share.sum(-2))
+
+
+def _backtrack_max(traces: list, arcs: _ArcScores, limit: int, grad_root: Tensor) -> Tensor:
+    """Backward of the max semiring: each cell passes its gradient to the split point and labels that
+    won its max in the forward pass (``traces``, one per contraction in call order). From the root's
+    gradient this marks the arcs of the best structure."""
+    scores = arcs.scores
+    outer = _outer_charts(scores, limit, grad_root)
+    grad_scores = torch.zeros_like(scores)
+    traces = list(traces)
+    for stage, key in reversed(list(_stages(scores.shape[1] - 1, limit))):
+        into, cells = outer.bands(stage, key, limit), outer.cells(stage, key, limit)
+        if stage == "row":  # x = IR (B, K, F, L), y = CR (B, K, G, L); won (B, G, F) over (K, L)
+            won, grad = traces.pop(), cells["right"]
+            split, label = _unflatten(won, into["ir"].shape[-1])
+            b, g, f = _grid(won.shape, won.device)
+            into["ir"].index_put_((b, split, f, label), grad, accumulate=True)
+            into["cr"].index_put_((b, split, g, label), grad, accumulate=True)
+        elif stage == "complete":  # CR: won (B, S, a, 1) over (d, c); CL: won (B, S, c, 1) over (d, a)
+            for name, inc, comp in (("left", "il", "cl"), ("right", "ir", "cr")):
+                won, grad = traces.pop().squeeze(-1), cells[name]
+                split, label = _unflatten(won, into[comp].shape[-1])
+                b, s, f = _grid(won.shape, won.device)
+                head_dep = (f, label) if name == "right" else (label, f)  # IR[.., a, c] / IL[.., a, c]
+                into[inc].index_put_((b, s, split) + head_dep, grad, accumulate=True)
+                into[comp].index_put_((b, s, split, label), grad, accumulate=True)
+        else:  # inner: won (B, S, a, c) over the split k
+            won = traces.pop()
+            from_right, from_left = cells.values()
+            arcs.add_grad(grad_scores, key, from_right, from_left)
+            grad = from_right + from_left
+            b, s, a, c = _grid(won.shape, won.device)
+            into["cr"].index_put_((b, s, won, a), grad, accumulate=True)
+            into["cl"].index_put_((b, s, won, c), grad, accumulate=True)
+    return grad_scores
+
+
+def _outer_charts(scores: Tensor, limit: int, grad_root: Tensor) -> _Charts:
+    """Zeroed charts for an outside pass, the root's gradient in place: only the cells that exist
+    are zeroed (the incomplete ones up to width ``limit``), the rest is never read."""
+    outer = _Charts(scores, with_shift=False, zeros=False)
+    outer.right.zero_()
+    outer.left.zero_()
+    for w in range(1, limit + 1):
+        for cell in outer.cells("incomplete", w, limit).values():
+            cell.zero_()
+    outer.right[:, 0, :, 0] = grad_root
+    return outer
+
+
+def _unflatten(index: Tensor, size: int) -> Tuple[Tensor, Tensor]:
+    """An index into a flattened (K, L) pair of axes, L = ``size`` -> (k, l)."""
+    return torch.div(index, size, rounding_mode="floor"), index % size
+
+
+def _grid(shape, device) -> Tuple[Tensor, ...]:
+    """Index tensors of every position of ``shape``, one per dimension, each of that shape."""
+    return torch.meshgrid(*(torch.arange(n, device=device) for n in shape), indexing="ij")
 
 
 def _row_outside(values: dict, shifts: dict, from_row: Tensor, into: dict, tiny: float) -> None:
