@@ -47,16 +47,19 @@ def build_crf_tagger(
 @registry.architectures("spacy-nldm.BiLSTMEncoder.v1")
 def build_bilstm_encoder(
     embed: Model[List[Doc], List[Floats2d]],
+    embed_width: Optional[int] = None,
     hidden_size: int = 200,
     depth: int = 1,
     dropout: float = 0.0,
 ) -> Model[List[Doc], List[Floats2d]]:
-    """The paper's encoder: word embeddings (any embedding layer, e.g. ``spacy.MultiHashEmbed.v2``
-    over NORM) then a BiLSTM of hidden size D_h = ``hidden_size``; output width 2 * D_h."""
+    """The paper's encoder: word embeddings of size D_x = ``embed_width`` (any embedding layer,
+    e.g. ``spacy.MultiHashEmbed.v2`` over NORM; read from the layer when it declares it) then a
+    BiLSTM of hidden size D_h = ``hidden_size`` per direction; output width 2 * D_h."""
     width = 2 * hidden_size
-    if not (embed.has_dim("nO") and embed.get_dim("nO")):
-        raise ValueError("spacy-nldm.BiLSTMEncoder.v1: the embed layer must declare its width (nO)")
-    lstm = PyTorchLSTM(nO=width, nI=embed.get_dim("nO"), bi=True, depth=depth, dropout=dropout)
+    embed_width = embed_width or embed.maybe_get_dim("nO")
+    if not embed_width:
+        raise ValueError("spacy-nldm.BiLSTMEncoder.v1: set embed_width to the embed layer's output width")
+    lstm = PyTorchLSTM(nO=width, nI=embed_width, bi=True, depth=depth, dropout=dropout)
     model = chain(embed, lstm)
     model.set_dim("nO", width)
     model.set_ref("embed", embed)

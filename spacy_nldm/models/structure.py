@@ -17,6 +17,14 @@ Tensor = torch.Tensor
 DEFAULT_BUDGET = 1 << 24
 
 
+def allowed_first(mask: Tensor) -> Tuple[Tensor, Tensor]:
+    """Indices (..., K) of each row's allowed labels, allowed ones first, K = the most any row
+    allows, and whether each index is allowed (..., K)."""
+    K = max(1, int(mask.sum(-1).max())) if mask.numel() else 1
+    idx = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)[..., :K]
+    return idx, mask.gather(-1, idx)
+
+
 def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
     """Group indices by increasing length so that len(group) * cost(max length) <= budget."""
     groups: List[List[int]] = []
@@ -117,9 +125,8 @@ class LatentTree(Structure):
         B, N = label_mask.shape[:2]
         mask = torch.cat([label_mask.new_zeros(B, 1, label_mask.shape[2]), label_mask], dim=1)
         mask[:, 0, 0] = True
-        K = max(1, int(mask.sum(-1).max()))
-        idx = torch.argsort((~mask).to(torch.int8), dim=-1, stable=True)[..., :K]  # allowed first
-        ok = mask.gather(-1, idx)
+        idx, ok = allowed_first(mask)
+        K = idx.shape[-1]
         dep = F.gather(-1, idx[:, 1:, None, None, :].expand(*F.shape[:4], K))  # (B, N, 2, M+1, K)
         scores = self.expand(dep)  # (B, N+1, N+1, M, K)
         return scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), ok
@@ -179,9 +186,26 @@ class Chain(Structure):
         t1 = F[:, 1:2, :1, 1:].expand(B, min(N, 2) - 1, M, M, M)
         return torch.cat([t0, t1, F[:, 2:, 1:, 1:]], dim=1)
 
+    def restrict(self, pot: Tensor, label_mask: Tensor) -> Tuple[Tensor, Tensor]:
+        """Potentials over the allowed labels only, (B, N, K, K) or (B, N, K, K, K), and their
+        (B, N, K) mask; previous labels before the first token map to the start state 0."""
+        B, N = label_mask.shape[:2]
+        idx, ok = allowed_first(label_mask)
+        K = idx.shape[-1]
+        for axis in range(pot.dim() - 1, 1, -1):  # current label, then previous ones
+            back = pot.dim() - 1 - axis  # 0 for the current label, 1 for y_{t-1}, 2 for y_{t-2}
+            shifted = torch.cat([idx.new_zeros(B, back, K), idx[:, : N - back]], dim=1)[:, :N]
+            view = [B, N] + [1] * (pot.dim() - 2)
+            view[axis] = K
+            shape = list(pot.shape)
+            shape[axis] = K
+            pot = pot.gather(axis, shifted.reshape(view).expand(shape))
+        return pot, ok
+
     def _nll(self, F, lengths, gold_mask, approx):
         pot = self.expand(F)
-        return structs.crf_log_partition(pot, lengths) - structs.crf_log_partition(pot, lengths, label_mask=gold_mask)
+        sub, ok = self.restrict(pot, gold_mask)
+        return structs.crf_log_partition(pot, lengths) - structs.crf_log_partition(sub, lengths, label_mask=ok)
 
     def _decode(self, F, lengths, posterior):
         pot = self.expand(F)

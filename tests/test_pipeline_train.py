@@ -1,0 +1,183 @@
+"""Training: the components learn real tags, and ``spacy train`` runs them from a config file."""
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+from spacy.cli.init_config import fill_config
+from spacy.training import Example
+from thinc.api import Adam
+
+from spacy_nldm.corpora.ark import read_ark
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "twitter_pos"
+TOK2VEC = {
+    "@architectures": "spacy.HashEmbedCNN.v2",
+    "pretrained_vectors": None,
+    "width": 64,
+    "depth": 2,
+    "embed_size": 2000,
+    "window_size": 1,
+    "maxout_pieces": 2,
+    "subword_features": True,
+}
+
+
+@pytest.fixture(scope="module")
+def ark_split():
+    if not (DATA / "oct27.train").exists():
+        pytest.skip(f"no ARK data in {DATA}")
+    train = [(s.words, s.tags) for s in read_ark(DATA / "oct27.train")][:100]
+    held_out = [(s.words, s.tags) for s in read_ark(DATA / "oct27.test")][:80]
+    return train, held_out
+
+
+def to_examples(nlp, sents):
+    return [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in sents]
+
+
+def test_nldm_training_beats_the_majority_label_on_held_out_tweets(ark_split):
+    train, held_out = ark_split
+    majority = Counter(t for _, tags in train for t in tags).most_common(1)[0][0]
+    baseline = sum(t == majority for _, tags in held_out for t in tags) / sum(len(t) for _, t in held_out)
+    nlp = spacy.blank("en")
+    model = {"edge_scorer": "trilinear", "label_dim": 16, "rank": 32, "max_dist": 3, "tok2vec": TOK2VEC}
+    nlp.add_pipe("nldm_tagger", config={"model": model})
+    egs = to_examples(nlp, train)
+    nlp.initialize(lambda: egs)
+    optimizer = Adam(0.01)
+    rng = random.Random(0)
+    for _ in range(2):
+        rng.shuffle(egs)
+        for i in range(0, len(egs), 8):
+            nlp.update(egs[i : i + 8], sgd=optimizer, drop=0.1)
+    accuracy = nlp.evaluate(to_examples(nlp, held_out))["tag_acc"]
+    assert accuracy > baseline + 0.25, (accuracy, baseline)
+
+
+TINY_CONFIG = """
+[paths]
+train = null
+dev = null
+
+[nlp]
+lang = "en"
+pipeline = ["tok2vec", "nldm", "crf"]
+batch_size = 64
+
+[components]
+
+[components.tok2vec]
+factory = "tok2vec"
+
+[components.tok2vec.model]
+@architectures = "spacy.Tok2Vec.v2"
+
+[components.tok2vec.model.embed]
+@architectures = "spacy.MultiHashEmbed.v2"
+width = 32
+attrs = ["NORM", "SHAPE"]
+rows = [1000, 100]
+include_static_vectors = false
+
+[components.tok2vec.model.encode]
+@architectures = "spacy.TorchBiLSTMEncoder.v1"
+width = 32
+depth = 1
+dropout = 0.0
+
+[components.nldm]
+factory = "nldm_tagger"
+attr = "tag"
+decode = "viterbi"
+max_length = 256
+store_probs = false
+
+[components.nldm.model]
+@architectures = "spacy-nldm.NLDMTagger.v1"
+edge_scorer = "trilinear"
+label_dim = 8
+rank = 16
+max_dist = 5
+
+[components.nldm.model.tok2vec]
+@architectures = "spacy.Tok2VecListener.v1"
+width = 32
+upstream = "tok2vec"
+
+[components.crf]
+factory = "crf_tagger"
+attr = "tag"
+
+[components.crf.model]
+@architectures = "spacy-nldm.CRFTagger.v1"
+order = 2
+edge_scorer = "emission_transition"
+label_dim = 8
+rank = 16
+
+[components.crf.model.tok2vec]
+@architectures = "spacy-nldm.BiLSTMEncoder.v1"
+embed_width = 24
+hidden_size = 16
+
+[components.crf.model.tok2vec.embed]
+@architectures = "spacy.MultiHashEmbed.v2"
+width = 24
+attrs = ["NORM"]
+rows = [1000]
+include_static_vectors = false
+
+[corpora]
+
+[corpora.train]
+@readers = "spacy.Corpus.v1"
+path = ${paths.train}
+gold_preproc = true
+
+[corpora.dev]
+@readers = "spacy.Corpus.v1"
+path = ${paths.dev}
+gold_preproc = true
+
+[training]
+max_steps = 4
+eval_frequency = 4
+dropout = 0.1
+seed = 0
+
+[training.optimizer]
+@optimizers = "Adam.v1"
+learn_rate = 0.01
+
+[training.batcher]
+@batchers = "spacy.batch_by_words.v1"
+size = 200
+tolerance = 0.2
+"""
+
+
+def test_spacy_train_cli_and_spacy_load(ark_split, tmp_path):
+    train, held_out = ark_split
+    vocab = spacy.blank("en").vocab
+    for name, sents in (("train", train[:30]), ("dev", held_out[:10])):
+        DocBin(docs=[Doc(vocab, words=w, tags=t) for w, t in sents]).to_disk(tmp_path / f"{name}.spacy")
+    (tmp_path / "base.cfg").write_text(TINY_CONFIG)
+    fill_config(tmp_path / "config.cfg", tmp_path / "base.cfg", silent=True)
+    cmd = [
+        sys.executable, "-m", "spacy", "train", str(tmp_path / "config.cfg"), "--output", str(tmp_path / "out"),
+        "--paths.train", str(tmp_path / "train.spacy"), "--paths.dev", str(tmp_path / "dev.spacy"),
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "TAG_ACC" in out.stdout.upper()
+    nlp = spacy.load(tmp_path / "out" / "model-last")
+    assert nlp.pipe_names == ["tok2vec", "nldm", "crf"]
+    assert set(nlp.get_pipe("nldm").labels) == {t for _, tags in train[:30] for t in tags}
+    doc = nlp(" ".join(held_out[0][0]))
+    assert all(t.tag_ in nlp.get_pipe("crf").labels for t in doc)
+    assert isinstance(doc._.nldm_tree_score, float)
