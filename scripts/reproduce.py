@@ -13,12 +13,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from datasets import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _steps_per_epoch(key: str, batch_words: int = 500) -> int:
+    """About one evaluation per epoch (spaCy evaluates every eval_frequency steps, not at the last step)."""
+    from spacy.tokens import DocBin
+
+    n_words = sum(len(d) for d in DocBin().from_disk(corpus_file(key, "train")).get_docs(_vocab()))
+    return max(5, round(n_words / batch_words))
+
+
+def _vocab():
+    from spacy.vocab import Vocab
+
+    return Vocab()
 
 
 def run_one(args, key: str, system: str, seed: int) -> None:
@@ -39,16 +59,18 @@ def run_one(args, key: str, system: str, seed: int) -> None:
         "training.max_epochs": str(args.max_epochs),
         "training.max_steps": str(args.max_steps),
         "training.patience": str(args.patience),
-        "training.eval_frequency": str(args.eval_frequency),
+        "training.eval_frequency": str(args.eval_frequency or _steps_per_epoch(key)),
     }
     cmd = [sys.executable, "-m", "spacy", "train", f"configs/{system}.cfg", "--output", str(out)]
     for k, v in overrides.items():
         cmd += [f"--{k}", v]
     print(f"== {key}/{system}/seed{seed}: training ({time.strftime('%H:%M:%S')})", flush=True)
     t0 = time.time()
+    cpu0 = _children_cpu()
     with open(out / "train.log", "w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     train_s = time.time() - t0
+    train_cpu = _children_cpu() - cpu0
     if rc != 0:
         print(f"   FAILED (exit {rc}); see {out / 'train.log'}", flush=True)
         return
@@ -70,14 +92,16 @@ def run_one(args, key: str, system: str, seed: int) -> None:
         "dataset": key, "paper_column": DATASETS[key]["paper"], "system": system, "seed": seed,
         "test_acc": round(100 * scores["tag_acc"], 2),
         "dev_acc": round(100 * meta["performance"].get("tag_acc", float("nan")), 2),
-        "train_seconds": round(train_s, 1), "eval_seconds": round(eval_s, 1),
+        "train_seconds": round(train_s, 1), "train_cpu_seconds": round(train_cpu, 1),
+        "eval_seconds": round(eval_s, 1),
         "last_log_line": last_line[-1].split() if last_line else None,
         "budget": {k: overrides[k] for k in overrides if k.startswith("training.")},
         "threads": args.threads, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
     result.parent.mkdir(parents=True, exist_ok=True)
     result.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"   test {record['test_acc']:.2f}  dev {record['dev_acc']:.2f}  ({train_s:.0f} s train)", flush=True)
+    print(f"   test {record['test_acc']:.2f}  dev {record['dev_acc']:.2f}  "
+          f"({train_s:.0f} s wall, {train_cpu:.0f} s CPU training)", flush=True)
 
 
 def main() -> None:
@@ -89,7 +113,7 @@ def main() -> None:
     p.add_argument("--max-epochs", type=int, default=30)
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--patience", type=int, default=2000)
-    p.add_argument("--eval-frequency", type=int, default=200)
+    p.add_argument("--eval-frequency", type=int, default=0, help="0: about once per epoch")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--results", type=Path, default=Path("results/runs"))
     p.add_argument("--training", type=Path, default=Path("training/reproduce"))

@@ -2,7 +2,8 @@
 
     python scripts/timed.py --threads 1 --record training/twitter/nldm/time.json -- python -m spacy train ...
 
-One thread per process: on a small shared machine, torch's default (one thread per core) oversubscribes the
+The record has the wall time and the CPU time of the command (user + system): at one thread, the CPU time is
+what the wall time would be on an idle machine. One thread per process: on a small shared machine, torch's default (one thread per core) oversubscribes the
 cores as soon as two processes run, and training gets 10x slower or worse.
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -35,10 +37,13 @@ def main() -> int:
     start = time.time()
     rc = subprocess.call(cmd, env=env)
     seconds = time.time() - start
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime  # = wall time on an idle machine, at one thread
     args.record.parent.mkdir(parents=True, exist_ok=True)
     args.record.write_text(json.dumps({"command": cmd, "threads": args.threads, "seconds": round(seconds, 1),
+                                       "cpu_seconds": round(cpu, 1),
                                        "returncode": rc}, indent=2) + "\n")
-    print(f"[timed] {seconds:.1f} s, exit status {rc}: {' '.join(cmd[:6])} ...", flush=True)
+    print(f"[timed] {seconds:.1f} s wall, {cpu:.1f} s CPU, exit status {rc}: {' '.join(cmd[:6])} ...", flush=True)
     return rc
 
 
