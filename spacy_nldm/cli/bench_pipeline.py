@@ -1,0 +1,159 @@
+"""``python -m spacy_nldm bench pipeline``: training and tagging speed of the spaCy components.
+
+Every system gets the same encoder (hash embeddings + a 1-layer BiLSTM, as in the project configs)
+and is trained for ``--epochs`` on the ARK Twitter train set (oct27.traindev, the paper's training
+set) in batches of about ``--batch-words`` words, then tags the same tweets. Words per second are
+reported for wall time and for process CPU time (close to the wall time of a run alone on a shared
+machine when ``--threads 1``).
+"""
+import platform
+import random
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import typer
+
+from . import bench_app
+
+DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "twitter_pos" / "oct27.traindev"
+
+SYSTEMS: Dict[str, Dict] = {
+    "nldm k=5": {"factory": "nldm_tagger", "model": {"max_dist": 5}},
+    "nldm k=none": {"factory": "nldm_tagger", "model": {"max_dist": None}},
+    "crf order 1": {"factory": "crf_tagger", "model": {"order": 1}},
+    "crf order 2": {"factory": "crf_tagger", "model": {"order": 2}},
+    "spacy tagger": {"factory": "tagger", "model": {}},
+}
+
+
+def encoder(width: int, hidden: int) -> Dict:
+    return {
+        "@architectures": "spacy.Tok2Vec.v2",
+        "embed": {
+            "@architectures": "spacy.MultiHashEmbed.v2",
+            "width": width,
+            "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
+            "rows": [5000, 1000, 2500, 500],
+            "include_static_vectors": False,
+        },
+        "encode": {"@architectures": "spacy.TorchBiLSTMEncoder.v1", "width": width, "depth": 1, "dropout": 0.0},
+    }
+
+
+def build(system: str, width: int, edge_scorer: str, label_dim: int, rank: int):
+    import spacy
+
+    spec = SYSTEMS[system]
+    nlp = spacy.blank("en")
+    if spec["factory"] == "tagger":  # no label is negative: the ARK tag "!" is a plain label
+        config = {"neg_prefix": "\u0000", "model": {"@architectures": "spacy.Tagger.v2", "tok2vec": encoder(width, width)}}
+    else:
+        model = {"edge_scorer": edge_scorer, "label_dim": label_dim, "rank": rank, **spec["model"]}
+        config = {"model": {**model, "tok2vec": encoder(width, width)}}
+    nlp.add_pipe(spec["factory"], name="tagger", config=config)
+    return nlp
+
+
+def batches(examples: List, batch_words: int):
+    batch: List = []
+    words = 0
+    for eg in examples:
+        batch.append(eg)
+        words += len(eg)
+        if words >= batch_words:
+            yield batch
+            batch, words = [], 0
+    if batch:
+        yield batch
+
+
+def run_system(system: str, sents, *, epochs: int, batch_words: int, width: int, edge_scorer: str,
+               label_dim: int, rank: int, seed: int) -> Dict[str, float]:
+    from spacy.tokens import Doc
+    from spacy.training import Example
+    from thinc.api import fix_random_seed
+
+    fix_random_seed(seed)
+    nlp = build(system, width, edge_scorer, label_dim, rank)
+    examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in sents]
+    optimizer = nlp.initialize(lambda: examples)
+    n_words = sum(len(w) for w, _ in sents)
+    rng = random.Random(seed)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(epochs):
+        rng.shuffle(examples)
+        for batch in batches(examples, batch_words):
+            nlp.update(batch, sgd=optimizer)
+    train_wall, train_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    docs = [Doc(nlp.vocab, words=w) for w, _ in sents]
+    wall, cpu = time.perf_counter(), time.process_time()
+    tagged = list(nlp.pipe(docs, batch_size=256))
+    tag_wall, tag_cpu = time.perf_counter() - wall, time.process_time() - cpu
+    correct = sum(t.tag_ == g for doc, (_, tags) in zip(tagged, sents) for t, g in zip(doc, tags))
+    return {
+        "train_wps": epochs * n_words / train_wall,
+        "train_wps_cpu": epochs * n_words / train_cpu,
+        "tag_wps": n_words / tag_wall,
+        "tag_wps_cpu": n_words / tag_cpu,
+        "train_acc": correct / n_words,
+    }
+
+
+@bench_app.command("pipeline")
+def bench_pipeline(
+    data: Path = typer.Option(DEFAULT_DATA, help="ARK file to train and tag (token<TAB>tag lines)."),
+    systems: str = typer.Option(",".join(SYSTEMS), help=f"Comma-separated, from: {', '.join(SYSTEMS)}."),
+    epochs: int = typer.Option(1, help="Training epochs timed."),
+    limit: int = typer.Option(0, help="Use only the first N tweets (0 = all)."),
+    batch_words: int = typer.Option(1000, help="Words per training batch."),
+    width: int = typer.Option(100, help="Encoder width (hash embeddings and BiLSTM output)."),
+    edge_scorer: str = typer.Option("trilinear", help="Edge scorer of the structured systems."),
+    label_dim: int = typer.Option(50, help="Label embedding size D_t."),
+    rank: int = typer.Option(400, help="Trilinear rank D_r."),
+    threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
+    seed: int = typer.Option(0),
+    output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
+) -> None:
+    """Training and tagging words per second of nldm (k=5, none), crf (order 1, 2) and spaCy's tagger."""
+    import torch
+
+    from ..corpora.ark import read_ark
+
+    if threads:
+        torch.set_num_threads(threads)
+    sents = [(s.words, s.tags) for s in read_ark(data)]
+    if limit:
+        sents = sents[:limit]
+    n_words = sum(len(w) for w, _ in sents)
+    names = [s.strip() for s in systems.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SYSTEMS]
+    if unknown:
+        raise typer.BadParameter(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
+    head = (
+        f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} torch threads; "
+        f"{data.name}: {len(sents)} tweets, {n_words} words; encoder MultiHashEmbed({width}) + BiLSTM({width}); "
+        f"{edge_scorer} D_t={label_dim} D_r={rank}; {epochs} epoch(s), batches of ~{batch_words} words"
+    )
+    header = (
+        "| system | train w/s | train w/s (CPU) | tag w/s | tag w/s (CPU) | train w/s / CRF-1 | train-set acc |\n"
+        "|---|---|---|---|---|---|---|"
+    )
+    typer.echo(head)
+    typer.echo(header)
+    lines, results = [header], {}
+    for name in names:
+        row = run_system(name, sents, epochs=epochs, batch_words=batch_words, width=width, edge_scorer=edge_scorer,
+                         label_dim=label_dim, rank=rank, seed=seed)
+        results[name] = row
+        ratio = row["train_wps"] / results["crf order 1"]["train_wps"] if "crf order 1" in results else float("nan")
+        line = (
+            f"| {name} | {row['train_wps']:.0f} | {row['train_wps_cpu']:.0f} | {row['tag_wps']:.0f} | "
+            f"{row['tag_wps_cpu']:.0f} | {ratio:.2f} | {row['train_acc']:.3f} |"
+        )
+        lines.append(line)
+        typer.echo(line)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(head + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
+        typer.echo(f"Wrote {output}")
