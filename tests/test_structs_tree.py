@@ -227,6 +227,10 @@ def test_bad_input_is_rejected_with_a_clear_message():
         log_partition(torch.zeros(2, 3, 4, 2, 2), torch.tensor([1, 1]))
     with pytest.raises(ValueError, match="lengths"):
         log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([3]))
+    with pytest.raises(ValueError, match="arc_mask"):
+        log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([2]), arc_mask=torch.ones(1, 2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="max_dist"):
+        log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([2]), max_dist=0)
     with pytest.raises(ValueError, match="label_mask"):
         log_partition(torch.zeros(1, 3, 3, 2, 2), torch.tensor([2]), label_mask=torch.ones(1, 2, 2, dtype=torch.bool))
 

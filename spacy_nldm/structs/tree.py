@@ -23,8 +23,9 @@ vectorised over sentences and spans and generic in the semiring, so the same cod
   row is one matrix product. Left-complete spans wider than k are never needed.
 
 Charts are tensors indexed [b, span start, span end, labels]; stages read strided views of them.
-The backward pass is an outside pass over the same stages in reverse (explicit for the log
-semiring, by recomputing one stage at a time under autograd for the others).
+The backward pass goes over the same stages in reverse: an explicit outside pass for the log
+semiring (marginals), a backtrack through the argmax recorded in the forward pass for Viterbi,
+and, for any other semiring (the broadcast reference), one stage at a time recomputed under autograd.
 """
 from typing import List, Optional, Tuple
 
@@ -125,6 +126,8 @@ def _prepare(
     allowed = positions[None, :, None] != positions[None, None, :]
     allowed = allowed & (positions[None, None, :] != 0)  # no arc into the root
     if arc_mask is not None:
+        if arc_mask.dim() != 3 or arc_mask.shape[0] not in (1, batch) or arc_mask.shape[1:] != (n1, n1):
+            raise ValueError(f"arc_mask must have shape ({batch} or 1, {n1}, {n1}), got {tuple(arc_mask.shape)}")
         allowed = allowed & arc_mask.to(device=scores.device, dtype=torch.bool)
     neg = torch.full((), NEG, dtype=scores.dtype, device=scores.device)
     zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
