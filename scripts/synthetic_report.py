@@ -134,6 +134,20 @@ def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_di
             f"| {size:,} | {n_train:,} / {n_test:,} | " + " | ".join(cells) + f" | {_diff_cell(diffs.get(size))} | "
             + " | ".join(hcells) + f" | {_diff_cell(held_diffs.get(size))} | {base} |"
         )
+    post, post_diffs = summarise(runs, "heldout_tag_acc_posterior")
+    if post:
+        lines += [
+            "",
+            "Diagnostic (`scripts/synthetic_posterior.py`): the same models on the held-out set with *posterior*",
+            "decoding (arg-max of each token's label marginal; for NLDM summed over all latent trees) instead of",
+            "Viterbi (the CRF's exact MAP; for NLDM the paper's approximate MAP, the best labels and tree jointly).",
+            "",
+            "| samples | " + " | ".join(f"{NAMES[m]}, held-out, posterior" for m in models) + " | NLDM - CRF |",
+            "|---:|" + "---:|" * (len(models) + 1),
+        ]
+        for size in sizes:
+            cells = [fmt(list(post.get((m, size), {}).values())) for m in models]
+            lines.append(f"| {size:,} | " + " | ".join(cells) + f" | {_diff_cell(post_diffs.get(size))} |")
     fps = sorted({r.get("code_fingerprint", "?") for r in runs})
     heads = sorted({r.get("git_head", "?") for r in runs})
     secs = defaultdict(list)
@@ -156,7 +170,8 @@ def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_di
 
 
 def write_csv(runs, path: Path) -> None:
-    keys = ["model", "size", "seed", "data_seed", "test_tag_acc", "heldout_tag_acc", "dev_tag_acc", "train_seconds",
+    keys = ["model", "size", "seed", "data_seed", "test_tag_acc", "heldout_tag_acc", "dev_tag_acc",
+            "test_tag_acc_posterior", "heldout_tag_acc_posterior", "train_seconds",
             "last_logged_step", "code_fingerprint", "git_head", "finished"]
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
