@@ -60,16 +60,19 @@ class Scorer(nn.Module):
 
     init_scale: Dict[str, float] = {}
 
-    def resize(self, nI: int, nO: int) -> None:
-        """(Re)create the parameters for input width nI and nO labels, keeping old values."""
+    def resize(self, nI: int, nO: int, keep: bool = True) -> None:
+        """(Re)create the parameters for input width nI and nO labels, keeping the old values on
+        the overlapping slice (``keep=False``: all fresh)."""
         self.sizes.update(I=int(nI), M=int(nO))
         for name in self.shapes:
             shape = self._shape(name)
             old = getattr(self, name, None)
-            if old is not None and tuple(old.shape) == shape:
+            if keep and old is not None and tuple(old.shape) == shape:
                 continue
             new = self._init(name, shape)
             if old is not None:
+                new = new.to(old.device)
+            if old is not None and keep:
                 overlap = tuple(slice(0, min(a, b)) for a, b in zip(old.shape, shape))
                 new[overlap] = old.detach()[overlap].to(new.dtype)
             setattr(self, name, nn.Parameter(new))
@@ -163,11 +166,13 @@ class SecondOrder(nn.Module):
     def nO(self) -> int:
         return self.first.nO
 
-    def resize(self, nI: int, nO: int) -> None:
-        self.first.resize(nI, nO)
-        old, new = self.psi2.detach(), torch.zeros(nO + 1, nO + 1, nO)
+    def resize(self, nI: int, nO: int, keep: bool = True) -> None:
+        self.first.resize(nI, nO, keep=keep)
+        old = self.psi2.detach()
+        new = torch.zeros(nO + 1, nO + 1, nO, device=old.device)
         overlap = tuple(slice(0, min(a, b)) for a, b in zip(old.shape, new.shape))
-        new[overlap] = old[overlap]
+        if keep:
+            new[overlap] = old[overlap]
         self.psi2 = nn.Parameter(new)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):

@@ -22,7 +22,7 @@ def allowed_first(mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     """For a (B, N, M) label mask: indices (B, N, K) of each token's allowed labels, allowed ones
     first, K = the most any real token allows, and whether each index is allowed (B, N, K).
     Padding tokens (beyond ``lengths``) allow label 0 only."""
-    real = torch.arange(mask.shape[1])[None, :] < lengths[:, None]
+    real = torch.arange(mask.shape[1], device=mask.device)[None, :] < lengths.to(mask.device)[:, None]
     pad = torch.zeros_like(mask)
     pad[..., 0] = True
     mask = torch.where(real[..., None], mask, pad)
@@ -58,8 +58,9 @@ class Structure:
 
     def _buckets(self, F: Tensor, lengths: Tensor):
         m = F.shape[-1]
+        lengths = lengths.to(F.device)
         for group in length_buckets(lengths.tolist(), lambda n: self.cost(n, m), self.budget):
-            idx = torch.tensor(group, dtype=torch.long)
+            idx = torch.tensor(group, dtype=torch.long, device=F.device)
             lens = lengths[idx]
             yield idx, F[idx, : int(lens.max())], lens
 
@@ -77,9 +78,9 @@ class Structure:
         """Best (labels (S, L), heads (S, L) or None, score (S,)); ``posterior``: per-token arg-max
         of the label marginals (the tree and score are then the best ones for those labels)."""
         S, L = F.shape[:2]
-        labels = torch.zeros(S, L, dtype=torch.long)
-        heads = torch.zeros(S, L, dtype=torch.long)
-        best = torch.zeros(S, dtype=F.dtype)
+        labels = torch.zeros(S, L, dtype=torch.long, device=F.device)
+        heads = torch.zeros(S, L, dtype=torch.long, device=F.device)
+        best = torch.zeros(S, dtype=F.dtype, device=F.device)
         with torch.no_grad():
             for idx, Fb, lens in self._buckets(F, lengths):
                 b_best, b_labels, b_heads = self._decode(Fb, lens, posterior)
@@ -152,8 +153,8 @@ class LatentTree(Structure):
         B, N = labels.shape
         root_label = labels.new_zeros(B, 1)
         head_labels = torch.cat([root_label, labels], dim=1).gather(1, heads)
-        b = torch.arange(B)[:, None].expand(B, N)
-        d = torch.arange(1, N + 1)[None, :].expand(B, N)
+        b = torch.arange(B, device=scores.device)[:, None].expand(B, N)
+        d = torch.arange(1, N + 1, device=scores.device)[None, :].expand(B, N)
         arc = scores[b, heads, d, head_labels, labels]
         real = d <= lengths[:, None]
         return (arc * real).sum(1)

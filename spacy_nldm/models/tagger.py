@@ -82,7 +82,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     nO = model.get_dim("nO") if model.has_dim("nO") else None
     if not nO:
         raise ValueError("spacy-nldm: set the number of labels (dim nO) before initializing the model")
-    torch_scorer(model).resize(nI, nO)
+    torch_scorer(model).resize(nI, nO, keep=False)  # initialize: fresh weights
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool):

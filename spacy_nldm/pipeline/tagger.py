@@ -129,7 +129,7 @@ class StructuredTagger(TrainablePipe):
         """Summed negative log-likelihood and its gradient with respect to the factored scores."""
         validate_examples(examples, f"{type(self).__name__}.get_loss")
         F = xp2torch(scores.scores, requires_grad=True)
-        gold = torch.from_numpy(self._gold_mask(list(examples), scores))
+        gold = torch.from_numpy(self._gold_mask(list(examples), scores)).to(F.device)
         lengths = torch.from_numpy(scores.lengths)
         loss = get_structure(self.model).nll(F, lengths, gold, approx=self.cfg["loss"])
         if not loss.requires_grad:  # no tokens
@@ -167,8 +167,9 @@ class StructuredTagger(TrainablePipe):
         lengths = torch.from_numpy(scores.lengths)
         structure = get_structure(self.model)
         labels, heads, best = structure.decode(F, lengths, posterior=self.cfg["decode"] == "posterior")
-        probs = structure.label_marginals(F, lengths).numpy() if self.cfg["store_probs"] else None
-        return Predictions(scores, labels.numpy(), None if heads is None else heads.numpy(), best.numpy(), probs)
+        probs = structure.label_marginals(F, lengths).cpu().numpy() if self.cfg["store_probs"] else None
+        heads = None if heads is None else heads.cpu().numpy()
+        return Predictions(scores, labels.cpu().numpy(), heads, best.cpu().numpy(), probs)
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
         docs = list(docs)
