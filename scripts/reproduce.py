@@ -46,6 +46,30 @@ def run_one(args, key: str, system: str, seed: int) -> None:
     if result.exists():
         print(f"skip {key}/{system}/seed{seed}: {result} exists", flush=True)
         return
+    # Several workers may share the queue (e.g. one per seed): a run is claimed with an exclusive lock file.
+    claim = result.with_suffix(".running")
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    if claim.exists():
+        try:
+            pid = int(claim.read_text().strip() or 0)
+            os.kill(pid, 0)
+            print(f"skip {key}/{system}/seed{seed}: running in process {pid}", flush=True)
+            return
+        except (ValueError, ProcessLookupError, PermissionError):
+            claim.unlink()  # left by a worker that died
+    try:
+        fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    try:
+        _train_and_test(args, key, system, seed, result)
+    finally:
+        claim.unlink(missing_ok=True)
+
+
+def _train_and_test(args, key: str, system: str, seed: int, result: Path) -> None:
     out = args.training / key / system / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)

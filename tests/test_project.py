@@ -136,3 +136,23 @@ def test_smoke_convert_and_train_on_mirror_slices(tmp_path):
     run("evaluate-softmax")
     scores = srsly.read_json(proj / "metrics/twitter/softmax.json")
     assert 0.0 <= scores["tag_acc"] <= 1.0
+
+
+def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
+    runs = tmp_path / "runs"
+    for system, accs in {"softmax": [80.0, 82.0], "crf1": [81.0], "crf2": [81.5], "nldm": [83.0, 83.0]}.items():
+        for seed, acc in enumerate(accs):
+            (runs / "te").mkdir(parents=True, exist_ok=True)
+            srsly.write_json(runs / "te" / f"{system}-seed{seed}.json",
+                             {"dataset": "te", "system": system, "seed": seed, "test_acc": acc,
+                              "train_seconds": 60.0, "budget": {"training.max_epochs": "8"}})
+    out = tmp_path / "table2.md"
+    res = subprocess.run([sys.executable, str(ROOT / "scripts/table2.py"), "--runs", str(runs), "--output", str(out),
+                          "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    text = out.read_text()
+    te_row = next(line for line in text.splitlines() if line.startswith("| Te (te)"))
+    assert "**81.00 ± 1.41** / 82.79" in te_row and "**83.00 ± 0.00** / 86.45" in te_row
+    assert "+2.00 (+3.66)" in te_row and "+2.00 (+3.09)" in te_row and "+1.50 (+1.10)" in te_row
+    if MIRROR.exists():
+        assert "It (it) — no train file in the mirror" in text and "Ru (ru) — no train file in the mirror" in text
