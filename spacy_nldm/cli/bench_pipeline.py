@@ -136,23 +136,23 @@ def bench_pipeline(
         f"{edge_scorer} D_t={label_dim} D_r={rank}; {epochs} epoch(s), batches of ~{batch_words} words"
     )
     header = (
-        "| system | train w/s | train w/s (CPU) | tag w/s | tag w/s (CPU) | train w/s / CRF-1 | train-set acc |\n"
+        "| system | train w/s | train w/s (CPU) | tag w/s | tag w/s (CPU) | train CPU w/s / CRF-1 | train-set acc |\n"
         "|---|---|---|---|---|---|---|"
     )
     typer.echo(head)
-    typer.echo(header)
-    lines, results = [header], {}
+    results = {}
     for name in names:
-        row = run_system(name, sents, epochs=epochs, batch_words=batch_words, width=width, edge_scorer=edge_scorer,
-                         label_dim=label_dim, rank=rank, seed=seed)
-        results[name] = row
-        ratio = row["train_wps"] / results["crf order 1"]["train_wps"] if "crf order 1" in results else float("nan")
-        line = (
+        results[name] = run_system(name, sents, epochs=epochs, batch_words=batch_words, width=width,
+                                   edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, seed=seed)
+        typer.echo(f"{name}: " + ", ".join(f"{k} {v:.3f}" for k, v in results[name].items()))
+    lines = [header]
+    for name, row in results.items():
+        ratio = row["train_wps_cpu"] / results["crf order 1"]["train_wps_cpu"] if "crf order 1" in results else float("nan")
+        lines.append(
             f"| {name} | {row['train_wps']:.0f} | {row['train_wps_cpu']:.0f} | {row['tag_wps']:.0f} | "
             f"{row['tag_wps_cpu']:.0f} | {ratio:.2f} | {row['train_acc']:.3f} |"
         )
-        lines.append(line)
-        typer.echo(line)
+    typer.echo("\n".join(lines))
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(head + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")

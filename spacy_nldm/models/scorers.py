@@ -1,14 +1,14 @@
 """Edge scorers of the paper (section 3.1) as PyTorch modules, kept factored.
 
-A scorer maps token vectors ``h`` (S, L, nI) to factored scores ``F`` of shape (S, L, X, C, M):
-``F[s, t, x, a, c]`` scores label ``c`` on token ``t`` given a context ``(x, a)``:
+A scorer maps token vectors ``h`` (..., nI) to factored scores ``F`` of shape (..., X, C, M):
+``F[t, x, a, c]`` scores label ``c`` on token ``t`` given a context ``(x, a)``:
 
 * ``x`` is a direction: for the NLDM 0 = head on the left (the root included), 1 = head on the
   right; a linear-chain CRF has the single direction "previous token";
 * ``a`` is the head (or previous) label: ``a = 0`` is the root / start state, ``a = 1..M`` are the
   labels ``0..M-1``.
 
-All scores depend on the dependent's vector only (``h_d``), so F is linear in S*L and the
+All scores depend on the dependent's vector only (``h_d``), so F is linear in the tokens and the
 (S, N+1, N+1, M, M) arc tensor is built from it only where the structured algorithms need it
 (:mod:`spacy_nldm.models.structure`).
 
@@ -98,7 +98,7 @@ class Scorer(nn.Module):
         """(contexts (C, T), dependent labels (M, T)) label embeddings."""
         return self.label_emb, self.label_emb[1:]
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (S, L, nI) -> (S, L, X, C, M)
+    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., nI) -> (..., X, C, M)
         raise NotImplementedError
 
 
@@ -110,8 +110,8 @@ class EmissionTransition(Scorer):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         _, lab = self.labels()
-        emission = (h @ self.W_e) @ lab.T  # (S, L, M)
-        return emission[:, :, None, None, :] + self.psi
+        emission = (h @ self.W_e) @ lab.T  # (..., M)
+        return emission[..., None, None, :] + self.psi
 
 
 class Bilinear(Scorer):
@@ -122,9 +122,9 @@ class Bilinear(Scorer):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         ctx, lab = self.labels()
-        emission = (h @ self.W_e) @ lab.T  # (S, L, M)
+        emission = (h @ self.W_e) @ lab.T  # (..., M)
         transition = torch.einsum("at,xtu,cu->xac", ctx, self.A, lab)  # (X, C, M)
-        return emission[:, :, None, None, :] + transition
+        return emission[..., None, None, :] + transition
 
 
 class Trilinear(Scorer):
@@ -138,19 +138,19 @@ class Trilinear(Scorer):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         ctx, lab = self.labels()
-        v1 = h @ self.U1  # (S, L, R)
+        v1 = h @ self.U1  # (..., R)
         v2 = torch.einsum("at,xtr->xar", ctx, self.U2)  # (X, C, R)
         v3 = lab @ self.U3  # (M, R)
         pair = v2[:, :, None, :] * v3[None, None]  # (X, C, M, R)
-        S, L, R = v1.shape
-        return (v1.reshape(S * L, R) @ pair.reshape(-1, R).T).reshape(S, L, *pair.shape[:3])
+        R = v1.shape[-1]
+        return (v1.reshape(-1, R) @ pair.reshape(-1, R).T).reshape(*v1.shape[:-1], *pair.shape[:3])
 
 
 class SecondOrder(nn.Module):
     """Order-2 chain scores: a first-order scorer's F[.., 0, p, c] plus a table psi2[a, p, c].
 
-    Output (S, L, C, C, M): axis 2 is the label two back (a), axis 3 the previous label (p),
-    both with 0 = start.
+    Output (..., C, C, M): the label two back (a), the previous label (p), both with 0 = start,
+    then the label.
     """
 
     def __init__(self, first: Scorer):
@@ -182,7 +182,7 @@ class SecondOrder(nn.Module):
         return torch.nn.modules.module._IncompatibleKeys([], [])
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.first(h)[:, :, 0, None, :, :] + self.psi2
+        return self.first(h)[..., 0, None, :, :] + self.psi2
 
 
 SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "trilinear": Trilinear}

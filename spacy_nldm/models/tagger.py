@@ -19,7 +19,7 @@ from .structure import Chain, LatentTree, Structure
 
 @dataclass
 class SegmentScores:
-    scores: numpy.ndarray  # (S, L, X, C, M) float32
+    scores: numpy.ndarray  # (S, L, X, C, M) float32, zero beyond each segment's length
     lengths: numpy.ndarray  # (S,) int
     segments: List[Segment]
 
@@ -86,21 +86,30 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool):
+    """The scorer runs on the real tokens only (T, nI) -> (T, X, C, M), padded per segment after."""
     tok2vec, head = model.layers
+    ops = model.ops
     vecs, backprop_vecs = tok2vec(docs, is_train)
     segments = segment_docs(docs, model.attrs["max_length"])
-    width = vecs[0].shape[1] if vecs else torch_scorer(model).nI
     lengths = numpy.array([s.end - s.start for s in segments], dtype="int64")
-    X = model.ops.alloc3f(len(segments), max(1, int(lengths.max(initial=0))), width)
-    for i, (d, start, end) in enumerate(segments):
-        X[i, : end - start] = vecs[d][start:end]
-    F, backprop_head = head(X, is_train)
+    width = vecs[0].shape[1] if vecs else torch_scorer(model).nI
+    if segments:
+        X = ops.xp.concatenate([vecs[d][start:end] for d, start, end in segments])
+    else:
+        X = ops.alloc2f(0, width)
+    F_flat, backprop_head = head(ops.asarray2f(X), is_train)
+    rows = numpy.repeat(numpy.arange(len(segments)), lengths)  # segment of each token
+    cols = numpy.arange(len(rows)) - numpy.repeat(numpy.cumsum(lengths) - lengths, lengths)  # position
+    F = ops.alloc((len(segments), max(1, int(lengths.max(initial=0))), *F_flat.shape[1:]), dtype=F_flat.dtype)
+    F[rows, cols] = F_flat
 
     def backprop(dF):
-        dX = backprop_head(dF)
-        d_vecs = [model.ops.alloc2f(*v.shape) for v in vecs]
-        for i, (d, start, end) in enumerate(segments):
-            d_vecs[d][start:end] += dX[i, : end - start]
+        dX = backprop_head(dF[rows, cols])
+        d_vecs = [ops.alloc2f(*v.shape) for v in vecs]
+        offset = 0
+        for d, start, end in segments:
+            d_vecs[d][start:end] += dX[offset : offset + end - start]
+            offset += end - start
         return backprop_vecs(d_vecs)
 
     return SegmentScores(F, lengths, segments), backprop
