@@ -39,7 +39,12 @@ def main() -> None:
     import spacy
 
     for path in sorted(args.metrics.glob("*.json")):
-        run = json.loads(path.read_text())
+        if path.name.endswith(".evaluate.json"):  # a run's temporary file
+            continue
+        try:
+            run = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
         if "heldout_tag_acc_posterior" in run or "model" not in run:
             continue
         model_dir = args.runs / path.stem / "model-best"
