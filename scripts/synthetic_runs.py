@@ -176,7 +176,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--models", nargs="+", default=["nldm", "crf"], choices=["nldm", "crf"])
+    p.add_argument("--models", nargs="+", default=["nldm", "crf"],
+                   help="names <m> of configs/synthetic_<m>.cfg (nldm, crf; nldm_k1 is a diagnostic)")
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth")
     p.add_argument("--train-dir", type=Path, default=ROOT / "training" / "synthetic")
@@ -190,6 +191,9 @@ def main() -> None:
     # any other option is passed on to spacy train, e.g. --training.max_steps 500
     args, unknown = p.parse_known_args()
     args.overrides = unknown
+    for model in args.models:
+        if not (ROOT / "configs" / f"synthetic_{model}.cfg").exists():
+            p.error(f"no configs/synthetic_{model}.cfg")
     args.metrics_dir.mkdir(parents=True, exist_ok=True)
     args.train_dir.mkdir(parents=True, exist_ok=True)
     if args.data_only:
