@@ -99,7 +99,8 @@ def _diff_cell(d):
     return f"{m * 100:+.2f}" + (f" ± {s * 100:.2f}" if len(d) > 1 else "") + f" ({wins}/{len(d)})"
 
 
-def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_diffs=None, held_n=None) -> str:
+def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_diffs=None, held_n=None,
+                post=None, post_diffs=None, code_note="") -> str:
     sizes = sorted({s for _, s in acc})
     models = [m for m in ("nldm", "crf") if any((m, s) in acc for s in sizes)]
     baselines = baselines or {}
@@ -134,7 +135,8 @@ def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_di
             f"| {size:,} | {n_train:,} / {n_test:,} | " + " | ".join(cells) + f" | {_diff_cell(diffs.get(size))} | "
             + " | ".join(hcells) + f" | {_diff_cell(held_diffs.get(size))} | {base} |"
         )
-    post, post_diffs = summarise(runs, "heldout_tag_acc_posterior")
+    post = post or {}
+    post_diffs = post_diffs or {}
     if any(m in ("nldm", "crf") for m, _ in post):
         lines += [
             "",
@@ -179,7 +181,8 @@ def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_di
             for (m, s), v in sorted(secs.items(), key=lambda kv: (kv[0][1], kv[0][0]))
         )
         + ".",
-        f"Runs: {len(runs)}; git HEAD at the runs: {', '.join(heads)}; model-code fingerprint(s): {', '.join(fps)}.",
+        f"Runs: {len(runs)}; git HEAD at the runs: {', '.join(heads)}; model-code fingerprint(s): {', '.join(fps)}."
+        + (f" {code_note}" if code_note else ""),
         "",
     ]
     text = "\n".join(lines)
@@ -210,7 +213,8 @@ def _panel(ax, acc, title):
             ms.append(100 * m)
             es.append(100 * sd if not math.isnan(sd) else 0.0)
         n_seeds = sorted({len(acc[(model, s)]) for s in sizes})
-        label = f"{NAMES[model]} ({'/'.join(map(str, n_seeds))} seed{'s' if max(n_seeds) > 1 else ''})"
+        count = str(n_seeds[0]) if len(n_seeds) == 1 else f"{n_seeds[0]}-{n_seeds[-1]}"
+        label = f"{NAMES[model]} ({count} seed{'s' if max(n_seeds) > 1 else ''}{' per size' if len(n_seeds) > 1 else ''})"
         if any(len(acc[(model, s)]) > 1 for s in sizes):
             ax.errorbar(sizes, ms, yerr=es, capsize=3, label=label, **styles[model])
         else:
@@ -249,6 +253,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--metrics", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
     p.add_argument("--output", type=Path, default=ROOT / "results" / "synthetic")
+    p.add_argument("--skip-posterior", action="store_true", help="leave out the posterior-decoding diagnostic")
+    p.add_argument("--code-note", default="", help="a sentence on the code the runs used, for the table's footer")
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth",
                    help="where <size>/train.spacy and test.spacy are, for the word-majority baseline")
     args = p.parse_args()
@@ -263,7 +269,9 @@ def main() -> None:
     for size in sorted({s for _, s in acc}):
         if (args.corpus_dir / str(size) / "test.spacy").exists():
             baselines[size] = word_majority_baseline(args.corpus_dir / str(size))
-    text = write_table(acc, diffs, runs, args.output / "table.md", baselines, held, held_diffs, held_n)
+    post, post_diffs = ({}, {}) if args.skip_posterior else summarise(runs, "heldout_tag_acc_posterior")
+    text = write_table(acc, diffs, runs, args.output / "table.md", baselines, held, held_diffs, held_n,
+                       post, post_diffs, args.code_note)
     write_csv(runs, args.output / "runs.csv")
     write_plot(acc, args.output / "accuracy.png", held, held_n)
     print(text)
