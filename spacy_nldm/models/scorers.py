@@ -176,10 +176,12 @@ class SecondOrder(nn.Module):
         self.psi2 = nn.Parameter(new)
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Adopt the saved shapes (see :meth:`Scorer.load_state_dict`), then load."""
         first = {k[len("first."):]: v for k, v in state_dict.items() if k.startswith("first.")}
         self.first.load_state_dict(first, strict=strict, assign=assign)
-        self.psi2 = nn.Parameter(state_dict["psi2"].clone())
-        return torch.nn.modules.module._IncompatibleKeys([], [])
+        if "psi2" in state_dict:
+            self.psi2 = nn.Parameter(torch.empty_like(state_dict["psi2"]))
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.first(h)[..., 0, None, :, :] + self.psi2
