@@ -72,3 +72,20 @@ def test_gradient_of_log_partition_is_the_marginal():
     bumped[0, 2, 1, 3] += eps
     numeric = (crf_log_partition(bumped, lengths) - crf_log_partition(potentials.detach(), lengths))[0] / eps
     assert grad[0, 2, 1, 3].item() == pytest.approx(numeric.item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+def test_large_float32_potentials_and_minus_inf_stay_finite(order):
+    gen = torch.Generator().manual_seed(9)
+    m, lengths = 4, torch.tensor([7, 3, 0])
+    potentials = 1e3 * torch.randn(3, 7, *((m,) * (order + 1)), generator=gen)
+    potentials[0, 2, ..., 1] = float("-inf")  # label 1 impossible at token 2
+    potentials.requires_grad_(True)
+    mask = torch.rand(3, 7, m, generator=gen) < 0.7
+    mask[:, :, 0] = True
+    for kw in (dict(), dict(label_mask=mask)):
+        log_z = crf_log_partition(potentials, lengths, **kw)
+        (grad,) = torch.autograd.grad(log_z.sum(), potentials)
+        assert torch.isfinite(log_z).all() and torch.isfinite(grad).all()
+        best, labels = crf_viterbi(potentials, lengths, **kw)
+        assert torch.isfinite(best).all() and labels[0, 2] != 1

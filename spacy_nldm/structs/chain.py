@@ -88,7 +88,6 @@ def _prepare(potentials: Tensor, lengths: Tensor, label_mask: Optional[Tensor]):
     lengths = torch.as_tensor(lengths, device=potentials.device).long()
     if lengths.shape != (batch,) or (batch and (int(lengths.min()) < 0 or int(lengths.max()) > n)):
         raise ValueError(f"lengths must have shape ({batch},) with values in 0..{n}, got {lengths.tolist()}")
-    potentials = potentials.clamp_min(NEG)
     if label_mask is not None:
         if label_mask.shape != (batch, n, m):
             raise ValueError(f"label_mask must have shape ({batch}, {n}, {m}), got {tuple(label_mask.shape)}")
@@ -100,14 +99,34 @@ def _prepare(potentials: Tensor, lengths: Tensor, label_mask: Optional[Tensor]):
 
 
 def _forward(semiring, potentials: Tensor, lengths: Tensor) -> Tensor:
-    """Forward algorithm; the state is the last ``order`` labels, (B, M) or (B, M, M)."""
+    """Forward algorithm; the state is the last ``order`` labels, (B, M) or (B, M, M).
+
+    One step is alpha'[p, c] = (+)_a alpha[a, p] * pot[t, a, p, c] (order 1: no p), a semiring
+    contraction over a for every (p, c), done by ``semiring.contract`` with the potentials
+    encoded once for all tokens (one shift per (token, a, p): the max over c).
+    """
     batch, n = potentials.shape[:2]
+    m = potentials.shape[-1]
     state_shape = potentials.shape[2:-1]  # the previous labels: (M,) or (M, M)
-    alpha = torch.full((batch, *state_shape), NEG, dtype=potentials.dtype, device=potentials.device)
-    alpha[(slice(None),) + (0,) * len(state_shape)] = 0.0  # the start state
+    carried = int(torch.tensor(state_shape[1:]).prod()) if len(state_shape) > 1 else 1  # P: 1 or M
+    # (B, N, A, P, C) -> (B, N, P, A, C): contraction axis A next to the output axis C
+    pot = potentials.reshape(batch, n, m, carried, m).transpose(2, 3)
+    pot_value, pot_shift = semiring.encode(pot.reshape(batch * n * carried, m, m), 1)
+    # one tensor per token: indexing [:, t] instead would make autograd zero-fill the whole
+    # potentials tensor for every token in the backward pass
+    pot_values = pot_value.reshape(batch, n, carried, m, m).unbind(1)
+    pot_shifts = pot_shift.reshape(batch, n, carried, m).unbind(1) if pot_shift is not None else [None] * n
+    alpha = torch.full((batch, m, carried), NEG, dtype=potentials.dtype, device=potentials.device)
+    alpha[:, 0, 0] = 0.0  # the start state
     for t in range(n):
-        step = semiring.reduce(alpha.unsqueeze(-1) + potentials[:, t], dim=1)
-        running = (t < lengths).reshape(batch, *((1,) * len(state_shape)))
+        alpha_t = alpha.transpose(1, 2)  # (B, P, A)
+        if pot_shifts[t] is None:  # max semiring: log values throughout
+            x, x_shift = alpha_t[:, :, None, :, None], None
+        else:  # log semiring: alpha rides in the shifts, its scaled value is 1
+            x, x_shift = torch.ones_like(alpha_t)[:, :, None, :, None], alpha_t
+        step = semiring.contract(x, x_shift, pot_values[t].unsqueeze(3), pot_shifts[t])  # (B, P, 1, C)
+        step = step.reshape(batch, m, carried)  # [p, c] becomes the next [a, p]
+        running = (t < lengths).reshape(batch, 1, 1)
         alpha = torch.where(running, step, alpha)
     total = semiring.reduce(alpha.flatten(1), dim=1)
     return torch.where(lengths > 0, total, torch.zeros_like(total))

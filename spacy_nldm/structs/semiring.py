@@ -38,8 +38,8 @@ class LogSemiring:
     @staticmethod
     def encode(x: Tensor, label_ndim: int) -> Tuple[Tensor, Tensor]:
         """x (B, S, *labels) in log space -> (p, shift), x = log(p) + shift, max p = 1 per span."""
-        shift = x.detach().flatten(2).amax(-1)
-        return torch.exp(x - _expand_right(shift, label_ndim)), shift
+        shift = x.detach().flatten(2).amax(-1).clamp_min(NEG)  # -inf everywhere: no NaN below
+        return (x - _expand_right(shift, label_ndim)).exp_(), shift
 
     @staticmethod
     def contract(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tensor:
@@ -47,12 +47,14 @@ class LogSemiring:
         b, s, f, k, l = x.shape
         g = y.shape[-1]
         pair = x_shift + y_shift
-        top = pair.amax(-1, keepdim=True)
+        top = pair.amax(-1, keepdim=True).clamp_min(NEG)
         y = y * _expand_right(torch.exp(pair - top), 2)
         if g == 1:
             # Matrix-vector per span: multiply in place and sum the contiguous label axis first;
             # batched gemv through BLAS is slower here (tiny matrices, strided batch).
             prod = (x.transpose(2, 3) * y.squeeze(-1).unsqueeze(3)).sum(-1).sum(2).unsqueeze(-1)
+        elif f == 1:  # vector-matrix (the chain's step): likewise
+            prod = (x.reshape(b, s, k * l, 1) * y.reshape(b, s, k * l, g)).sum(2, keepdim=True)
         else:
             prod = torch.matmul(x.reshape(b, s, f, k * l), y.reshape(b, s, k * l, g))
         tiny = torch.finfo(prod.dtype).tiny
