@@ -107,8 +107,7 @@ def _forward(semiring, potentials: Tensor, lengths: Tensor) -> Tensor:
     """
     batch, n = potentials.shape[:2]
     m = potentials.shape[-1]
-    state_shape = potentials.shape[2:-1]  # the previous labels: (M,) or (M, M)
-    carried = int(torch.tensor(state_shape[1:]).prod()) if len(state_shape) > 1 else 1  # P: 1 or M
+    carried = m if potentials.dim() == 5 else 1  # P: the previous label carried in the state (order 2)
     # (B, N, A, P, C) -> (B, N, P, A, C): contraction axis A next to the output axis C
     pot = potentials.reshape(batch, n, m, carried, m).transpose(2, 3)
     pot_value, pot_shift = semiring.encode(pot.reshape(batch * n * carried, m, m), 1)
