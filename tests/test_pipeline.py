@@ -72,6 +72,7 @@ def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     want = sorted({t for _, tags in ark for t in tags})
     assert list(pipe.labels) == want and "!" in pipe.labels
     scores = pipe.model.predict([Doc(nlp.vocab, words=w) for w, _ in ark[:3]])
+    assert scores.scores.dtype == numpy.float32  # the float32 path, thinc to torch and back
     gold = pipe._gold_mask(examples(nlp, ark[:3]), scores)
     for s, n in enumerate(scores.lengths):  # fully labelled: one allowed label per token, "!" included
         assert gold[s, :n].sum(-1).tolist() == [1] * n

@@ -1,4 +1,12 @@
-"""The spaCy components ``nldm_tagger`` and ``crf_tagger``, their scorer, extensions and display."""
+"""The spaCy components ``nldm_tagger`` and ``crf_tagger``, their scorer, extensions and display.
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("nldm_tagger", config={"attr": "tag", "model": {"edge_scorer": "trilinear", "max_dist": 5}})
+    nlp.initialize(lambda: examples)  # labels collected from the examples
+    doc = nlp("ikr smh he asked fir yo last name")
+    [(t.tag_, t._.nldm_head) for t in doc], doc._.nldm_tree_score
+    html = render_tree(doc)  # displaCy drawing of the latent label tree
+"""
 from .display import render_tree, tree_to_displacy
 from .extensions import register_extensions
 from .factories import make_crf_tagger, make_nldm_tagger
