@@ -153,7 +153,7 @@ def test_sentences_are_scored_separately(ark):
 
 @pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
 def test_posterior_decoding_and_stored_probs(ark, factory):
-    nlp, pipe = trained(factory, ark[:8], steps=2, component={"decode": "posterior", "store_probs": True})
+    nlp, pipe = trained(factory, ark[:5], steps=2, component={"decode": "posterior", "store_probs": True})
     doc = nlp(" ".join(ark[9][0]))
     probs = doc._.nldm_probs
     assert probs.shape == (len(doc), len(pipe.labels))
@@ -172,7 +172,7 @@ def test_posterior_decoding_and_stored_probs(ark, factory):
 )
 def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, factory, model, component):
     nlp, _ = trained(factory, ark[:6], steps=2, component=component, **model)
-    texts = [" ".join(w) for w, _ in ark[10:13]]
+    texts = [" ".join(w[:12]) for w, _ in ark[10:13]]
 
     def predict(pipeline):
         out = []
