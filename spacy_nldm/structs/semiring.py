@@ -9,8 +9,8 @@ a split dimension ``K`` (split points of a span) and a label dimension ``L``::
 
     out[b, s, f, g] = (+)_{k, l}  X[b, s, f, k, l] (*) Y[b, s, k, l, g]
 
-The log semiring evaluates it as a real matrix product in exp space (BLAS), which is
-much faster than broadcast-and-logsumexp, and keeps it stable by scaling every item
+The log semiring evaluates it in exp space, as a matrix product (BLAS) or, for matrix-vector
+shapes, a multiply-and-sum, which is much faster than broadcast-and-logsumexp; it keeps it stable by scaling every item
 by its own maximum (``shift``, one scalar per span) and every split point by the best
 pair of shifts. Only label combinations more than ~87 nats (float32; ~708 in float64)
 below the best one of their span can underflow; they are clamped to that floor, which
@@ -30,6 +30,16 @@ NEG = -1e9
 
 def _expand_right(t: Tensor, ndim: int) -> Tensor:
     return t.reshape(t.shape + (1,) * ndim)
+
+
+def _pairs(x: Tensor, y: Tensor) -> Tensor:
+    """Log-space x (B, S, F, K, L) * y (B, S, K, L, G) for every term of ``contract``: (B, S, F, K*L, G)."""
+    return (x.unsqueeze(-1) + y.unsqueeze(2)).flatten(3, 4)
+
+
+def _column_pairs(x: Tensor, y: Tensor) -> Tensor:
+    """Log-space x (B, K, F, L) * y (B, K, G, L) for every term of ``contract_columns``: (B, G, F, K*L)."""
+    return (x.unsqueeze(2) + y.unsqueeze(3)).permute(0, 2, 3, 1, 4).flatten(3, 4)
 
 
 class LogSemiring:
@@ -72,7 +82,7 @@ class LogSemiring:
         b, k, f, l = x.shape
         g = y.shape[2]
         pair = x_shift.unsqueeze(-1) + y_shift  # (B, K, G)
-        top = pair.amax(1)  # (B, G)
+        top = pair.amax(1).clamp_min(NEG)  # (B, G)
         y = y * torch.exp(pair - top.unsqueeze(1)).unsqueeze(-1)
         prod = torch.bmm(x.transpose(1, 2).reshape(b, f, k * l), y.permute(0, 1, 3, 2).reshape(b, k * l, g))
         tiny = torch.finfo(prod.dtype).tiny
@@ -88,9 +98,8 @@ class MaxSemiring:
 
     @staticmethod
     def contract(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        both = x.unsqueeze(-1) + y.unsqueeze(2)  # (B, S, F, K, L, G)
         # max(dim) (not amax) so that the gradient is one-hot even under ties.
-        return both.flatten(3, 4).max(dim=3).values
+        return _pairs(x, y).max(dim=3).values
 
     @staticmethod
     def reduce(x: Tensor, dim: int) -> Tensor:
@@ -98,8 +107,7 @@ class MaxSemiring:
 
     @staticmethod
     def contract_columns(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        both = x.unsqueeze(2) + y.unsqueeze(3)  # (B, K, G, F, L)
-        return both.permute(0, 2, 3, 1, 4).flatten(3, 4).max(dim=3).values
+        return _column_pairs(x, y).max(dim=3).values
 
 
 class BroadcastLogSemiring(MaxSemiring):
@@ -108,7 +116,7 @@ class BroadcastLogSemiring(MaxSemiring):
 
     @staticmethod
     def contract(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        return torch.logsumexp((x.unsqueeze(-1) + y.unsqueeze(2)).flatten(3, 4), dim=3)
+        return torch.logsumexp(_pairs(x, y), dim=3)
 
     @staticmethod
     def reduce(x: Tensor, dim: int) -> Tensor:
@@ -116,8 +124,7 @@ class BroadcastLogSemiring(MaxSemiring):
 
     @staticmethod
     def contract_columns(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        both = x.unsqueeze(2) + y.unsqueeze(3)  # (B, K, G, F, L)
-        return torch.logsumexp(both.permute(0, 2, 3, 1, 4).flatten(3, 4), dim=3)
+        return torch.logsumexp(_column_pairs(x, y), dim=3)
 
 
 class TracingMaxSemiring(MaxSemiring):
@@ -128,12 +135,12 @@ class TracingMaxSemiring(MaxSemiring):
         self.traces: List[Tensor] = []
 
     def contract(self, x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        best = (x.unsqueeze(-1) + y.unsqueeze(2)).flatten(3, 4).max(dim=3)
+        best = _pairs(x, y).max(dim=3)
         self.traces.append(best.indices)  # (B, S, F, G), index into (K, L) flattened
         return best.values
 
     def contract_columns(self, x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        best = (x.unsqueeze(2) + y.unsqueeze(3)).permute(0, 2, 3, 1, 4).flatten(3, 4).max(dim=3)
+        best = _column_pairs(x, y).max(dim=3)
         self.traces.append(best.indices)  # (B, G, F), index into (K, L) flattened
         return best.values
 
