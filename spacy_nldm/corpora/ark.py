@@ -7,10 +7,9 @@ built from the given tokens, so ``gold_preproc = true`` trains and evaluates on 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Iterable, Iterator, List, Optional, Sequence
 
-from .errors import ConversionError, PathLike, is_blank, read_lines
+from .errors import ConversionError, PathLike, docs_per_file, is_blank, read_lines
 
 #: The 25 tags of the ARK Twitter tagset (Owoputi et al. 2013, Table 1).
 ARK_TAGS = frozenset("N O ^ S Z V A R ! D P & T X Y # @ ~ U E $ , G L M".split())
@@ -80,18 +79,12 @@ def ark_to_docs(paths: Sequence[PathLike], vocab=None, tagset: Optional[Iterable
     from spacy.vocab import Vocab
 
     vocab = vocab if vocab is not None else Vocab()
-    docs = []
-    per_file: List[Tuple[str, int, int]] = []
-    for path in paths:
-        n_sents = n_toks = 0
-        for sent in read_ark(path, tagset=tagset):
-            spaces = [True] * (len(sent.words) - 1) + [False]
-            doc = Doc(vocab, words=sent.words, spaces=spaces, tags=sent.tags)
-            if len(doc) != len(sent.words):  # never expected: Doc keeps the given words
-                raise ConversionError(path, sent.line, f"tweet of {len(sent.words)} tokens became {len(doc)}")
-            doc.user_data["source"] = f"{Path(path).name}:{sent.line}"
-            docs.append(doc)
-            n_sents += 1
-            n_toks += len(doc)
-        per_file.append((str(path), n_sents, n_toks))
-    return docs, per_file
+
+    def make_doc(sent: ArkSentence):
+        spaces = [True] * (len(sent.words) - 1) + [False]
+        doc = Doc(vocab, words=sent.words, spaces=spaces, tags=sent.tags)
+        if len(doc) != len(sent.words):  # never expected: Doc keeps the given words
+            raise ConversionError(sent.path, sent.line, f"tweet of {len(sent.words)} tokens became {len(doc)}")
+        return doc
+
+    return docs_per_file(paths, lambda path: read_ark(path, tagset=tagset), make_doc)

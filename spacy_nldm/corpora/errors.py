@@ -58,3 +58,20 @@ def read_lines(path: PathLike) -> Iterator[Tuple[int, str]]:
 def is_blank(line: str) -> bool:
     """A separator line: empty or ASCII spaces and tabs only (a no-break space is not blank)."""
     return line.strip(" \t") == ""
+
+
+def docs_per_file(paths, read, make_doc):
+    """Docs from the sentences that ``read(path)`` yields (each with a ``line``), ``make_doc(sentence)``
+    each, tagged with their ``user_data["source"]`` (file:line); returns (docs, [(path, n_sentences, n_tokens)])."""
+    docs = []
+    per_file = []
+    for path in paths:
+        n_sents = n_toks = 0
+        for sent in read(path):
+            doc = make_doc(sent)
+            doc.user_data["source"] = f"{Path(path).name}:{sent.line}"
+            docs.append(doc)
+            n_sents += 1
+            n_toks += len(doc)
+        per_file.append((str(path), n_sents, n_toks))
+    return docs, per_file

@@ -16,10 +16,10 @@ Tweebank v2 is CoNLL-U (UPOS); it goes through spaCy's conllu converter and :mod
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Sequence
 
 from .ark import ARK_TAGS
-from .errors import ConversionError, PathLike, is_blank, read_lines
+from .errors import ConversionError, PathLike, docs_per_file, is_blank, read_lines
 
 N_COLUMNS = 14
 
@@ -90,28 +90,21 @@ def read_tweebank_v1(path: PathLike) -> Iterator[TweebankTweet]:
 
 def tweebank_v1_to_docs(paths: Sequence[PathLike], vocab=None):
     """Docs with ARK tags on ``tag_``, gold heads in user_data and on the tokens; (docs, per_file counts)."""
-    from pathlib import Path
 
     from spacy.tokens import Doc
     from spacy.vocab import Vocab
 
     vocab = vocab if vocab is not None else Vocab()
-    docs = []
-    per_file: List[Tuple[str, int, int]] = []
-    for path in paths:
-        n_sents = n_toks = 0
-        for t in read_tweebank_v1(path):
-            heads = [i if h <= 0 else h - 1 for i, h in enumerate(t.heads)]
-            deps = [
-                "ROOT" if h == 0 else "excluded" if h < 0 else ("dep" if r == "_" else r)
-                for h, r in zip(t.heads, t.rels)
-            ]
-            spaces = [True] * (len(t.words) - 1) + [False]
-            doc = Doc(vocab, words=t.words, spaces=spaces, tags=t.tags, heads=heads, deps=deps)
-            doc.user_data["gold_heads"] = list(t.heads)
-            doc.user_data["source"] = f"{Path(path).name}:{t.line}"
-            docs.append(doc)
-            n_sents += 1
-            n_toks += len(doc)
-        per_file.append((str(path), n_sents, n_toks))
-    return docs, per_file
+
+    def make_doc(t):
+        heads = [i if h <= 0 else h - 1 for i, h in enumerate(t.heads)]
+        deps = [
+            "ROOT" if h == 0 else "excluded" if h < 0 else ("dep" if r == "_" else r)
+            for h, r in zip(t.heads, t.rels)
+        ]
+        spaces = [True] * (len(t.words) - 1) + [False]
+        doc = Doc(vocab, words=t.words, spaces=spaces, tags=t.tags, heads=heads, deps=deps)
+        doc.user_data["gold_heads"] = list(t.heads)
+        return doc
+
+    return docs_per_file(paths, read_tweebank_v1, make_doc)
