@@ -16,7 +16,6 @@ Around it, two steps of ours:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Dict, List, Optional
 
 from .errors import ConversionError, PathLike, is_blank, read_lines

@@ -30,7 +30,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple

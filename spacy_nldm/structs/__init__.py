@@ -20,5 +20,6 @@ __all__ = [
     "LogSemiring",
     "MaxSemiring",
     "BroadcastLogSemiring",
+    "TracingMaxSemiring",
     "NEG",
 ]

@@ -27,7 +27,7 @@ The backward pass goes over the same stages in reverse: an explicit outside pass
 semiring (marginals), a backtrack through the argmax recorded in the forward pass for Viterbi,
 and, for any other semiring (the broadcast reference), one stage at a time recomputed under autograd.
 """
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 
