@@ -5,6 +5,7 @@ import torch
 
 from brute import enumerate_tree_model, projective_trees
 from spacy_nldm.structs import (
+    DirectionalScores,
     count_trees,
     crf_log_partition,
     crf_marginals,
@@ -217,6 +218,7 @@ def test_large_float32_scores_stay_finite(max_dist):
         (grad,) = torch.autograd.grad(log_z.sum(), scores)
         assert torch.isfinite(log_z).all()
         assert torch.isfinite(grad).all()
+        assert (grad[0, 2, 3] == 0).all()  # a -inf arc has marginal 0
         best, _, _ = viterbi(scores, lengths, max_dist=max_dist, **kw)
         assert torch.isfinite(best).all()
         assert torch.all(best <= log_z + 1e-3 * log_z.abs().clamp_min(1))
@@ -253,14 +255,47 @@ def test_fast_log_semiring_equals_broadcast_reference(scale, dtype):
         torch.testing.assert_close(g_fast, g_slow, rtol=0, atol=1e-8 if dtype == torch.float64 else 1e-4)
 
 
+def expand_directional(F):
+    """Dense scores[b, h, d, a, c] = F[b, d-1, 0 if h < d else 1, a+1 (0 if h is the root), c], by loops."""
+    B, N, _, _, M = F.shape
+    scores = torch.zeros(B, N + 1, N + 1, M, M, dtype=F.dtype)
+    for h in range(N + 1):
+        for d in range(1, N + 1):
+            if h == 0:
+                scores[:, 0, d, 0] = F[:, d - 1, 0, 0]
+            elif h != d:
+                scores[:, h, d] = F[:, d - 1, 0 if h < d else 1, 1:]
+    return scores
+
+
+@pytest.mark.parametrize("max_dist", [None, 1, 2])
+def test_directional_scores_equal_their_dense_expansion(max_dist):
+    """log Z and its gradient from the compact (B, N, 2, M+1, M) form, against the dense tensor."""
+    lengths = torch.tensor(LENGTHS)
+    gen = torch.Generator().manual_seed(50)
+    F = torch.randn(len(LENGTHS), max(LENGTHS), 2, 4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    arc_mask = random_arc_mask(LENGTHS, seed=51)
+    for kw in (dict(), dict(arc_mask=arc_mask)):
+        dense = log_partition(expand_directional(F), lengths, max_dist=max_dist, **kw)
+        compact = log_partition(DirectionalScores(F), lengths, max_dist=max_dist, **kw)
+        torch.testing.assert_close(compact, dense)
+        (g_dense,) = torch.autograd.grad(dense.sum(), F)
+        (g_compact,) = torch.autograd.grad(compact.sum(), F)
+        torch.testing.assert_close(g_compact, g_dense)
+    with pytest.raises(ValueError, match="directional"):
+        DirectionalScores(torch.zeros(2, 3, 2, 3, 3))
+    with pytest.raises(TypeError, match="dense"):
+        viterbi(DirectionalScores(F), lengths)
+
+
 def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
     """The forward charts are allocated uninitialised; fill them with NaN to prove no stage reads garbage."""
     from spacy_nldm.structs import tree
 
     original = tree._Charts.__init__
 
-    def poisoned(self, like, with_shift, zeros=True):
-        original(self, like, with_shift, zeros)
+    def poisoned(self, *args, zeros=True, **kwargs):
+        original(self, *args, zeros=zeros, **kwargs)
         if not zeros:
             for name in self.names:
                 for chart in (getattr(self, name), getattr(self, name + "_shift")):

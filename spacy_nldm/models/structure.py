@@ -60,12 +60,22 @@ class Structure:
         raise NotImplementedError
 
     def _buckets(self, F: Tensor, lengths: Tensor):
+        """Yield (indices, F of the bucket cut to its longest segment, lengths) per bucket.
+
+        F is reordered by one gather and then split, so that the backward pass builds F's
+        gradient with one scatter and one concatenation (indexing F once per bucket would
+        allocate and add a gradient of F's full size per bucket).
+        """
         m = F.shape[-1]
         lengths = lengths.to(F.device)
-        for group in length_buckets(lengths.tolist(), lambda n: self.cost(n, m), self.budget):
-            idx = torch.tensor(group, dtype=torch.long, device=F.device)
-            lens = lengths[idx]
-            yield idx, F[idx, : int(lens.max())], lens
+        groups = length_buckets(lengths.tolist(), lambda n: self.cost(n, m), self.budget)
+        if not groups:
+            return
+        order = torch.tensor([i for group in groups for i in group], dtype=torch.long, device=F.device)
+        sizes = [len(group) for group in groups]
+        pieces = zip(order.split(sizes), F[order].split(sizes), lengths[order].split(sizes))
+        for idx, piece, lens in pieces:
+            yield idx, piece[:, : int(lens.max())], lens
 
     def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact") -> Tensor:
         """Summed -log P(y | x): log Z(x) - log S(x, y), S restricted by ``gold_mask`` (S, L, M).
@@ -142,8 +152,8 @@ class LatentTree(Structure):
         return scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), ok
 
     def _nll(self, F, lengths, gold_mask, approx):
-        scores = self.expand(F)
-        log_z = structs.log_partition(scores, lengths, max_dist=self.max_dist)
+        # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels
+        log_z = structs.log_partition(structs.DirectionalScores(F), lengths, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
         if approx == "max":
             _, labels, heads = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)

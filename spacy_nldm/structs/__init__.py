@@ -6,13 +6,14 @@ Score layouts are documented in :mod:`.tree` and :mod:`.chain`.
 """
 from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
 from .semiring import NEG, BroadcastLogSemiring, LogSemiring, MaxSemiring, TracingMaxSemiring
-from .tree import count_trees, log_partition, marginals, viterbi
+from .tree import DirectionalScores, count_trees, log_partition, marginals, viterbi
 
 __all__ = [
     "log_partition",
     "viterbi",
     "marginals",
     "count_trees",
+    "DirectionalScores",
     "crf_log_partition",
     "crf_viterbi",
     "crf_marginals",

@@ -22,7 +22,8 @@ vectorised over sentences and spans and generic in the semiring, so the same cod
   every span end at once: they need only incomplete items of width <= k and rows below, so each
   row is one matrix product. Left-complete spans wider than k are never needed.
 
-Charts are tensors indexed [b, span start, span end, labels]; stages read strided views of them.
+Complete items are stored [b, span start, span end, label], incomplete ones [b, span start, span
+width, labels] up to width k (memory O(B n k M^2)); stages read strided views of these charts.
 The backward pass goes over the same stages in reverse: an explicit outside pass for the log
 semiring (marginals), a backtrack through the argmax recorded in the forward pass for Viterbi,
 and, for any other semiring (the broadcast reference), one stage at a time recomputed under autograd.
@@ -50,7 +51,8 @@ def log_partition(
 
     With ``label_mask`` set to the gold labels this is log S(x, y); without it, log Z(x).
     Differentiable: its gradient with respect to ``scores`` is the arc marginals. ``semiring`` may be
-    :class:`~.semiring.BroadcastLogSemiring`, the slow reference.
+    :class:`~.semiring.BroadcastLogSemiring`, the slow reference. ``scores`` may also be
+    :class:`DirectionalScores` (the gradient then flows to its tensor ``F``).
     """
     arcs, base = _prepare(scores, lengths, label_mask, arc_mask)
     return _inside(semiring, arcs, base, lengths, max_dist)
@@ -69,6 +71,7 @@ def viterbi(
     Returns ``best`` (B,) its score, ``labels`` (B, N) label ids of tokens 1..N and
     ``heads`` (B, N) head positions in 0..N (0 = root); both are 0 beyond ``lengths``.
     """
+    _check_dense(scores, "viterbi")
     with torch.enable_grad():
         leaf = scores.detach().requires_grad_(True)
         arcs, base = _prepare(leaf, lengths, label_mask, arc_mask)
@@ -88,12 +91,18 @@ def marginals(
 ) -> Tuple[Tensor, Tensor]:
     """Posterior marginals: ``arc`` like ``scores`` (P of arc h->d with labels a, c) and
     ``label`` (B, N, M), P(y_d = c | x) for tokens 1..N (0 beyond ``lengths``)."""
+    _check_dense(scores, "marginals")
     with torch.enable_grad():
         leaf = scores.detach().requires_grad_(True)
         log_z = log_partition(leaf, lengths, label_mask=label_mask, max_dist=max_dist, arc_mask=arc_mask)
         (arc,) = torch.autograd.grad(log_z.sum(), leaf)
     label = arc.sum(dim=(1, 3))[:, 1:]
     return arc, label
+
+
+def _check_dense(scores, name: str) -> None:
+    if not isinstance(scores, Tensor):
+        raise TypeError(f"{name} takes the dense (B, N+1, N+1, M, M) score tensor, got {type(scores).__name__}")
 
 
 def count_trees(n: int, max_dist: Optional[int] = None) -> int:
@@ -107,19 +116,27 @@ def count_trees(n: int, max_dist: Optional[int] = None) -> int:
 
 
 def _prepare(
-    scores: Tensor, lengths: Tensor, label_mask: Optional[Tensor], arc_mask: Optional[Tensor]
+    scores, lengths: Tensor, label_mask: Optional[Tensor], arc_mask: Optional[Tensor]
 ) -> Tuple["_ArcScores", Tensor]:
-    """Check shapes; gather the arc masks and padding into ``_ArcScores``; build the base items (B, N+1, M)."""
-    if scores.dim() != 5 or scores.shape[1] != scores.shape[2] or scores.shape[3] != scores.shape[4]:
+    """Check shapes; gather the arc masks and padding into ``_ArcScores``; build the base items (B, N+1, M).
+    ``scores`` is the dense (B, N+1, N+1, M, M) tensor or :class:`DirectionalScores`."""
+    source = _DirectionalArcs if isinstance(scores, DirectionalScores) else _DenseArcs
+    if source is _DirectionalArcs:
+        shape, scores = scores.shape, scores.F
+    elif not isinstance(scores, Tensor):
+        raise TypeError(f"scores must be a tensor or DirectionalScores, got {type(scores).__name__}")
+    elif scores.dim() != 5 or scores.shape[1] != scores.shape[2] or scores.shape[3] != scores.shape[4]:
         raise ValueError(f"scores must have shape (B, N+1, N+1, M, M), got {tuple(scores.shape)}")
+    else:
+        shape = tuple(scores.shape)
     if not scores.is_floating_point():
         raise ValueError(f"scores must be a floating point tensor, got {scores.dtype}")
-    batch, n1, _, n_labels, _ = scores.shape
+    batch, n1, _, n_labels, _ = shape
     lengths = torch.as_tensor(lengths, device=scores.device)
     if lengths.shape != (batch,):
         raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
     if batch and (int(lengths.min()) < 0 or int(lengths.max()) > n1 - 1):
-        raise ValueError(f"lengths must lie in 0..{n1 - 1} (scores.shape[1] - 1), got {lengths.tolist()}")
+        raise ValueError(f"lengths must lie in 0..{n1 - 1} (the number of positions - 1), got {lengths.tolist()}")
     positions = torch.arange(n1, device=scores.device)
     real = positions[None, :] <= lengths[:, None]  # (B, N+1), the root included
     real_pair = real[:, :, None] & real[:, None, :]
@@ -144,7 +161,7 @@ def _prepare(
     label_ok[:, 0, 0] = True  # the root carries label 0
     # Every label choice of a position passes through its width-0 items, so masking them suffices.
     base = torch.where(label_ok, zero, neg)
-    return _ArcScores(scores, real_pair & allowed), base
+    return source(scores, real_pair & allowed, shape), base
 
 
 def _band(chart: Tensor, spans: int, count: int, start: int, end: int, start_step: int, end_step: int) -> Tensor:
@@ -158,25 +175,39 @@ def _band(chart: Tensor, spans: int, count: int, start: int, end: int, start_ste
     )
 
 
-class _Charts:
-    """The four charts of the labelled Eisner algorithm, indexed [b, span start, span end, labels].
+def _inc_band(chart: Tensor, spans: int, count: int, start: int, end: int, start_step: int, end_step: int) -> Tensor:
+    """The view of :func:`_band` for an incomplete chart, stored by [span start, span width - 1]."""
+    sb, si, sw = chart.stride()[:3]
+    return chart.as_strided(
+        (chart.shape[0], spans, count, *chart.shape[3:]),
+        (sb, si, start_step * si + (end_step - start_step) * sw, *chart.stride()[3:]),
+        chart.storage_offset() + start * si + (end - start - 1) * sw,
+    )
 
-    Values are stored as the semiring encodes them; ``*_shift`` charts (B, N+1, N+1) exist for the
-    log semiring only. right = CR (head at the start), left = CL (head at the end), inc_right = IR
-    (arc start -> end), inc_left = IL (arc end -> start); incomplete items are [label of start, label of end].
+
+class _Charts:
+    """The four charts of the labelled Eisner algorithm: right = CR (head at the start), left = CL
+    (head at the end), indexed [b, span start, span end, label]; inc_right = IR (arc start -> end),
+    inc_left = IL (arc end -> start), indexed [b, span start, span width - 1, label of start, label
+    of end] up to width ``limit`` (incomplete items wider than max_dist do not exist).
+
+    Values are stored as the semiring encodes them; ``*_shift`` charts (the same without the label
+    axes) exist for the log semiring only.
     """
 
     names = ("right", "left", "inc_right", "inc_left")
 
-    def __init__(self, like: Tensor, with_shift: bool, zeros: bool = True):
-        """Charts for scores like ``like``. With ``zeros=False`` they are left uninitialised: the
-        stages read only cells that an earlier stage wrote (span end >= start, width <= limit)."""
-        batch, n1, _, m, _ = like.shape
+    def __init__(self, shape: Tuple[int, ...], limit: int, like: Tensor, with_shift: bool, zeros: bool = True):
+        """Charts for dense scores of ``shape`` (B, N+1, N+1, M, M), dtype and device of ``like``.
+        With ``zeros=False`` they are left uninitialised: the stages read only cells that an
+        earlier stage wrote (span end >= start, width <= limit)."""
+        batch, n1, _, m, _ = shape
         alloc = like.new_zeros if zeros else like.new_empty
         for name in self.names:
-            shape = (batch, n1, n1, m) if name in ("right", "left") else (batch, n1, n1, m, m)
-            setattr(self, name, alloc(shape))
-            setattr(self, name + "_shift", alloc((batch, n1, n1)) if with_shift else None)
+            spans = (batch, n1, n1) if name in ("right", "left") else (batch, n1, limit)
+            labels = (m,) if name in ("right", "left") else (m, m)
+            setattr(self, name, alloc(spans + labels))
+            setattr(self, name + "_shift", alloc(spans) if with_shift else None)
 
     def set_base(self, base: Item) -> None:
         """Width-0 items CR[i, i] = CL[i, i] from the encoded base (B, N+1, M)."""
@@ -194,7 +225,7 @@ class _Charts:
         inc_right, inc_left = getattr(self, "inc_right" + sfx), getattr(self, "inc_left" + sfx)
         if stage == "row":  # (B, K, ...): IR[i, i+d] and CR[i+d, j] for d = 1..K, j = i+K+1..N
             i = key
-            return {"ir": inc_right[:, i, i + 1 : i + limit + 1], "cr": right[:, i + 1 : i + limit + 1, i + limit + 1 :]}
+            return {"ir": inc_right[:, i, :limit], "cr": right[:, i + 1 : i + limit + 1, i + limit + 1 :]}
         w = key
         spans = right.shape[1] - w
         if stage == "incomplete":  # (B, S, w, ...)
@@ -203,9 +234,9 @@ class _Charts:
                 "cl": _band(left, spans, w, 1, w, 1, 0),  # CL[s+k+1, s+w]
             }
         return {  # complete, w <= limit: (B, S, w, ...)
-            "ir": _band(inc_right, spans, w, 0, 1, 0, 1),  # IR[s, s+d], d = 1..w
+            "ir": _inc_band(inc_right, spans, w, 0, 1, 0, 1),  # IR[s, s+d], d = 1..w
             "cr": _band(right, spans, w, 1, w, 1, 0),  # CR[s+d, s+w]
-            "il": _band(inc_left, spans, w, 0, w, 1, 0),  # IL[s+e, s+w], e = w - d
+            "il": _inc_band(inc_left, spans, w, 0, w, 1, 0),  # IL[s+e, s+w], e = w - d
             "cl": _band(left, spans, w, 0, 0, 0, 1),  # CL[s, s+e]
         }
 
@@ -214,9 +245,10 @@ class _Charts:
         sfx = "_shift" if shift else ""
         if stage == "row":  # CR[i, j] for j = i+K+1..N: (B, N-i-K, ...)
             return {"right": getattr(self, "right" + sfx)[:, key, key + limit + 1 :]}
-        names = ("inc_right", "inc_left") if stage == "incomplete" else ("right", "left")
         spans = self.right.shape[1] - key
-        return {name: _band(getattr(self, name + sfx), spans, 1, 0, key, 0, 0).squeeze(2) for name in names}
+        if stage == "incomplete":  # IR[s, s+w], IL[s, s+w]
+            return {name: getattr(self, name + sfx)[:, :spans, key - 1] for name in ("inc_right", "inc_left")}
+        return {name: _band(getattr(self, name + sfx), spans, 1, 0, key, 0, 0).squeeze(2) for name in ("right", "left")}
 
 
 def _diagonals(scores: Tensor, w: int) -> Tuple[Tensor, Tensor]:
@@ -226,32 +258,99 @@ def _diagonals(scores: Tensor, w: int) -> Tuple[Tensor, Tensor]:
     return arc_right, arc_left
 
 
+class DirectionalScores:
+    """Arc scores that depend on the dependent, the arc's direction and the two labels only,
+    not on the head's position: ``F[b, d-1, 0, a, c]`` scores every arc h -> d with h < d and
+    ``F[b, d-1, 1, a, c]`` every arc with h > d, head label ``a - 1`` (``a = 0``: the root, only
+    for direction 0) and dependent label c; shape (B, N, 2, M+1, M).
+
+    :func:`log_partition` accepts it in place of the dense (B, N+1, N+1, M, M) tensor, which it
+    equals after expansion; the arcs are then read, and their gradients written, in this compact
+    form, so no O(n^2 M^2) arc tensor or gradient is ever allocated.
+    """
+
+    def __init__(self, F: Tensor):
+        if F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
+            raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {tuple(F.shape)}")
+        self.F = F
+
+    @property
+    def shape(self) -> Tuple[int, int, int, int, int]:
+        """The shape of the dense arc tensor these scores stand for."""
+        B, N, _, _, M = self.F.shape
+        return (B, N + 1, N + 1, M, M)
+
+
 class _ArcScores:
-    """The score tensor and its allowed arcs (B, N+1, N+1), read one span width at a time.
+    """The arc scores and their allowed arcs (B, N+1, N+1), read one span width at a time.
 
     Masks are applied per width, so that only the widths the algorithm reads are touched (with
     ``max_dist``, O(n k M^2) rather than O(n^2 M^2)). Disallowed arcs, padding and -inf read as NEG.
+    ``tensor`` is what gradients are taken with respect to; subclasses say how width w is stored.
     """
 
-    def __init__(self, scores: Tensor, allowed: Tensor):
-        self.scores, self.allowed = scores, allowed
-        self.neg = torch.full((), NEG, dtype=scores.dtype, device=scores.device)
+    def __init__(self, tensor: Tensor, allowed: Tensor, shape: Tuple[int, ...]):
+        self.tensor, self.allowed, self.shape = tensor, allowed, shape  # shape: of the dense (B, N+1, N+1, M, M)
+        self.neg = torch.full((), NEG, dtype=tensor.dtype, device=tensor.device)
 
-    def width(self, w: int, scores: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        raw = _diagonals(self.scores if scores is None else scores, w)
+    def detach(self) -> "_ArcScores":
+        return type(self)(self.tensor.detach(), self.allowed, self.shape)
+
+    def raw(self, w: int, tensor: Tensor) -> Tuple[Tensor, Tensor]:
+        """Unmasked right and left arcs of width w read from ``tensor``, (B, S, M, M) each."""
+        raise NotImplementedError
+
+    def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
+        """Add gradients of the width-w arcs (as ``raw`` lays them out) into ``grad`` (like ``tensor``)."""
+        raise NotImplementedError
+
+    def width(self, w: int, tensor: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        raw = self.raw(w, self.tensor if tensor is None else tensor)
         return tuple(torch.where(ok, arc.clamp_min(NEG), self.neg) for arc, ok in zip(raw, self._ok(w)))
 
-    def add_grad(self, grad_scores: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
-        """Add gradients w.r.t. the masked arcs of width w into ``grad_scores`` (like scores)."""
-        raw = _diagonals(self.scores, w)
-        for target, arc, ok, grad in zip(_diagonals(grad_scores, w), raw, self._ok(w), (grad_right, grad_left)):
-            target.add_(torch.where(ok & (arc >= NEG), grad, 0.0))
+    def add_grad(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
+        """Add gradients w.r.t. the masked arcs of width w into ``grad`` (like ``tensor``).
+
+        Disallowed arcs get none. Arcs clamped to NEG (-inf scores) need no mask: their share of
+        every item underflows to exactly 0 whenever the sentence has a structure of finite score.
+        """
+        self.scatter(grad, w, *(torch.where(ok, g, 0.0) for ok, g in zip(self._ok(w), (grad_right, grad_left))))
 
     def _ok(self, w: int) -> Tuple[Tensor, Tensor]:
         return (
             self.allowed.diagonal(offset=w, dim1=1, dim2=2)[..., None, None],
             self.allowed.diagonal(offset=-w, dim1=1, dim2=2)[..., None, None],
         )
+
+
+class _DenseArcs(_ArcScores):
+    """Arcs of a dense (B, N+1, N+1, M, M) score tensor: its diagonals."""
+
+    def raw(self, w: int, tensor: Tensor) -> Tuple[Tensor, Tensor]:
+        return _diagonals(tensor, w)
+
+    def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
+        for target, g in zip(_diagonals(grad, w), (grad_right, grad_left)):
+            target.add_(g)
+
+
+class _DirectionalArcs(_ArcScores):
+    """Arcs of :class:`DirectionalScores` F (B, N, 2, M+1, M): the right arcs of width w are
+    F[:, w-1, 0, :M] from the root (only its row 0 is ever used) and F[:, w:, 0, 1:] from tokens;
+    the left arcs are F[:, :N-w, 1, 1:] transposed (span start 0, the root, is never a dependent)."""
+
+    def raw(self, w: int, tensor: Tensor) -> Tuple[Tensor, Tensor]:
+        B, N, _, _, M = tensor.shape
+        right = torch.cat([tensor[:, w - 1 : w, 0, :M], tensor[:, w:, 0, 1:]], dim=1)
+        into_root = tensor.new_zeros(B, 1, M, M)
+        left = torch.cat([into_root, tensor[:, : N - w, 1, 1:].transpose(-1, -2)], dim=1)
+        return right, left
+
+    def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
+        N = grad.shape[1]
+        grad[:, w - 1, 0, 0].add_(grad_right[:, 0, 0])  # root -> w: the root's label is 0
+        grad[:, w:, 0, 1:].add_(grad_right[:, 1:])
+        grad[:, : N - w, 1, 1:].add_(grad_left[:, 1:].transpose(-1, -2))
 
 
 def _incomplete_stage(semiring, bands: dict, shifts: dict, arc_right: Tensor, arc_left: Tensor) -> dict:
@@ -309,17 +408,18 @@ def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, arcs: 
 class _Inside(torch.autograd.Function):
     """Root items CR[0, w, root label] for every width w, (B, N+1), in log space.
 
-    Forward fills the charts stage by stage without recording a graph. Backward is the outside
-    pass: from the last stage to the first, it recomputes one stage under autograd and pushes the
-    gradient of its items into the chart regions it read, so memory stays O(B n^2 M^2).
+    Forward fills the charts stage by stage without recording a graph. Backward goes over the
+    stages in reverse (outside pass, backtrack or recomputation, by semiring) and pushes the
+    gradient of each stage's items into the chart regions it read, so memory stays O(B n k M^2).
     """
 
     @staticmethod
-    def forward(ctx, semiring, scores: Tensor, allowed: Tensor, base: Tensor, limit: int) -> Tensor:
-        arcs = _ArcScores(scores.detach(), allowed)
-        charts = _Charts(scores, with_shift=semiring is LogSemiring, zeros=False)
+    def forward(ctx, semiring, tensor: Tensor, arcs: _ArcScores, base: Tensor, limit: int) -> Tensor:
+        """``tensor`` is ``arcs.tensor``, passed so that autograd sees it."""
+        arcs = arcs.detach()
+        charts = _Charts(arcs.shape, limit, tensor, with_shift=semiring is LogSemiring, zeros=False)
         charts.set_base(semiring.encode(base, 1))
-        for stage, key in _stages(scores.shape[1] - 1, limit):
+        for stage, key in _stages(arcs.shape[1] - 1, limit):
             out = _run_stage(semiring, charts, stage, key, limit, arcs)
             cells = charts.cells(stage, key, limit)
             shift_cells = charts.cells(stage, key, limit, shift=True) if charts.right_shift is not None else {}
@@ -347,15 +447,15 @@ def _outside_by_recomputation(semiring, charts: _Charts, arcs: _ArcScores, limit
     Gradients are taken with respect to the stored (encoded) values; used for semirings without an
     explicit outside pass (the broadcast reference).
     """
-    scores = arcs.scores
-    grads = _Charts(scores, with_shift=False)
+    n = arcs.shape[1] - 1
+    grads = _Charts(arcs.shape, limit, arcs.tensor, with_shift=False)
     with torch.enable_grad():
         root = charts.right[:, 0, :, 0].detach().requires_grad_(True)
         shift = None if charts.right_shift is None else charts.right_shift[:, 0, :]
         (g,) = torch.autograd.grad(decode((root, shift), 0), root, grad_root)
     grads.right[:, 0, :, 0] += g
-    grad_scores = torch.zeros_like(scores)
-    for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
+    grad_scores = torch.zeros_like(arcs.tensor)
+    for stage, w in reversed(list(_stages(n, limit))):
         with torch.enable_grad():
             bands = {k: v.detach().requires_grad_(True) for k, v in charts.bands(stage, w, limit).items()}
             arc_values = tuple(a.requires_grad_(True) for a in arcs.width(w)) if stage == "incomplete" else ()
@@ -379,11 +479,10 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
     log sum_k exp(u_k + v_k) passes to each term the share exp(u_k + v_k - item), which is
     rebuilt from the stored scaled values and shifts; that share is the posterior of the term.
     """
-    scores = arcs.scores
-    outer = _outer_charts(scores, limit, grad_root)
-    grad_scores = torch.zeros_like(scores)
-    tiny = torch.finfo(scores.dtype).tiny
-    for stage, w in reversed(list(_stages(scores.shape[1] - 1, limit))):
+    outer = _outer_charts(arcs, limit, grad_root)
+    grad_scores = torch.zeros_like(arcs.tensor)
+    tiny = torch.finfo(arcs.tensor.dtype).tiny
+    for stage, w in reversed(list(_stages(arcs.shape[1] - 1, limit))):
         values, shifts = charts.bands(stage, w, limit), charts.bands(stage, w, limit, shift=True)
         into = outer.bands(stage, w, limit)
         if stage == "row":
@@ -430,11 +529,10 @@ def _backtrack_max(traces: list, arcs: _ArcScores, limit: int, grad_root: Tensor
     """Backward of the max semiring: each cell passes its gradient to the split point and labels that
     won its max in the forward pass (``traces``, one per contraction in call order). From the root's
     gradient this marks the arcs of the best structure."""
-    scores = arcs.scores
-    outer = _outer_charts(scores, limit, grad_root)
-    grad_scores = torch.zeros_like(scores)
+    outer = _outer_charts(arcs, limit, grad_root)
+    grad_scores = torch.zeros_like(arcs.tensor)
     traces = list(traces)
-    for stage, key in reversed(list(_stages(scores.shape[1] - 1, limit))):
+    for stage, key in reversed(list(_stages(arcs.shape[1] - 1, limit))):
         into, cells = outer.bands(stage, key, limit), outer.cells(stage, key, limit)
         if stage == "row":  # x = IR (B, K, F, L), y = CR (B, K, G, L); won (B, G, F) over (K, L)
             won, grad = traces.pop(), cells["right"]
@@ -461,15 +559,9 @@ def _backtrack_max(traces: list, arcs: _ArcScores, limit: int, grad_root: Tensor
     return grad_scores
 
 
-def _outer_charts(scores: Tensor, limit: int, grad_root: Tensor) -> _Charts:
-    """Zeroed charts for an outside pass, the root's gradient in place: only the cells that exist
-    are zeroed (the incomplete ones up to width ``limit``), the rest is never read."""
-    outer = _Charts(scores, with_shift=False, zeros=False)
-    outer.right.zero_()
-    outer.left.zero_()
-    for w in range(1, limit + 1):
-        for cell in outer.cells("incomplete", w, limit).values():
-            cell.zero_()
+def _outer_charts(arcs: _ArcScores, limit: int, grad_root: Tensor) -> _Charts:
+    """Zeroed charts for an outside pass, the root's gradient in place."""
+    outer = _Charts(arcs.shape, limit, arcs.tensor, with_shift=False)
     outer.right[:, 0, :, 0] = grad_root
     return outer
 
@@ -507,11 +599,11 @@ def _root_values(charts: _Charts) -> Tensor:
 
 def _inside(semiring, arcs: _ArcScores, base: Tensor, lengths: Tensor, max_dist: Optional[int]) -> Tensor:
     """Labelled Eisner in ``semiring``; returns the root item CR[0, n, 0] of each sentence, (B,)."""
-    n = arcs.scores.shape[1] - 1
+    n = arcs.shape[1] - 1
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be at least 1 (or None), got {max_dist}")
     limit = n if max_dist is None else max(1, min(int(max_dist), n))
-    root_by_length = _Inside.apply(semiring, arcs.scores, arcs.allowed, base, limit)  # (B, N+1)
+    root_by_length = _Inside.apply(semiring, arcs.tensor, arcs, base, limit)  # (B, N+1)
     return root_by_length.gather(1, lengths.to(root_by_length.device).long()[:, None]).squeeze(1)
 
 
