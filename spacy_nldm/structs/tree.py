@@ -185,6 +185,12 @@ def _inc_band(chart: Tensor, spans: int, count: int, start: int, end: int, start
     )
 
 
+def _padded_zeros(like: Tensor, shape: Tuple[int, ...]) -> Tensor:
+    """Zeros of ``shape`` (B, ...) with one zero slab of shape[1:] before and after it in memory,
+    so that strided views may run a little past either end of the chart (they read zeros)."""
+    return like.new_zeros((shape[0] + 2,) + tuple(shape[1:]))[1:-1]
+
+
 class _Charts:
     """The four charts of the labelled Eisner algorithm: right = CR (head at the start), left = CL
     (head at the end), indexed [b, span start, span end, label]; inc_right = IR (arc start -> end),
@@ -203,11 +209,12 @@ class _Charts:
         earlier stage wrote (span end >= start, width <= limit)."""
         batch, n1, _, m, _ = shape
         alloc = like.new_zeros if zeros else like.new_empty
-        for name in self.names:
-            spans = (batch, n1, n1) if name in ("right", "left") else (batch, n1, limit)
-            labels = (m,) if name in ("right", "left") else (m, m)
-            setattr(self, name, alloc(spans + labels))
-            setattr(self, name + "_shift", alloc(spans) if with_shift else None)
+        for name in ("right", "left"):  # small: zeroed and padded for the outside pass's views
+            setattr(self, name, _padded_zeros(like, (batch, n1, n1, m)))
+            setattr(self, name + "_shift", _padded_zeros(like, (batch, n1, n1)) if with_shift else None)
+        for name in ("inc_right", "inc_left"):
+            setattr(self, name, alloc((batch, n1, limit, m, m)))
+            setattr(self, name + "_shift", alloc((batch, n1, limit)) if with_shift else None)
 
     def set_base(self, base: Item) -> None:
         """Width-0 items CR[i, i] = CL[i, i] from the encoded base (B, N+1, M)."""
@@ -233,11 +240,16 @@ class _Charts:
                 "cr": _band(right, spans, w, 0, 0, 0, 1),  # CR[s, s+k], k = 0..w-1
                 "cl": _band(left, spans, w, 1, w, 1, 0),  # CL[s+k+1, s+w]
             }
-        return {  # complete, w <= limit: (B, S, w, ...)
-            "ir": _inc_band(inc_right, spans, w, 0, 1, 0, 1),  # IR[s, s+d], d = 1..w
+        complete = {  # complete, w <= limit: (B, S, w, ...)
             "cr": _band(right, spans, w, 1, w, 1, 0),  # CR[s+d, s+w]
-            "il": _inc_band(inc_left, spans, w, 0, w, 1, 0),  # IL[s+e, s+w], e = w - d
             "cl": _band(left, spans, w, 0, 0, 0, 1),  # CL[s, s+e]
+        }
+        if inc_right.shape[2] == 0:  # charts made without incomplete items
+            return complete
+        return {
+            "ir": _inc_band(inc_right, spans, w, 0, 1, 0, 1),  # IR[s, s+d], d = 1..w
+            "il": _inc_band(inc_left, spans, w, 0, w, 1, 0),  # IL[s+e, s+w], e = w - d
+            **complete,
         }
 
     def cells(self, stage: str, key: int, limit: int, shift: bool = False) -> dict:
@@ -478,11 +490,19 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
     ``outer`` holds d(output) / d(log value) of every item. An item computed as
     log sum_k exp(u_k + v_k) passes to each term the share exp(u_k + v_k - item), which is
     rebuilt from the stored scaled values and shifts; that share is the posterior of the term.
+
+    The complete-span stages push their shares to the narrower complete items at once, but
+    an incomplete item's outer value is pulled when its own stage comes: the sum over every
+    complete span that used it is then one matrix product per item (``_pull_incomplete``),
+    which reads the item once instead of once per span.
     """
-    outer = _outer_charts(arcs, limit, grad_root)
+    n = arcs.shape[1] - 1
+    rows = limit < n  # only row stages push into incomplete items; without them, no chart for it
+    outer = _outer_charts(arcs, limit if rows else 0, grad_root)
+    terms = _Charts(arcs.shape, 1, arcs.tensor, with_shift=True)  # per complete span: ratio and top
     grad_scores = torch.zeros_like(arcs.tensor)
     tiny = torch.finfo(arcs.tensor.dtype).tiny
-    for stage, w in reversed(list(_stages(arcs.shape[1] - 1, limit))):
+    for stage, w in reversed(list(_stages(n, limit))):
         values, shifts = charts.bands(stage, w, limit), charts.bands(stage, w, limit, shift=True)
         into = outer.bands(stage, w, limit)
         if stage == "row":
@@ -490,16 +510,21 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
         elif stage == "complete":
             cells, cell_shifts = charts.cells(stage, w, limit), charts.cells(stage, w, limit, shift=True)
             from_cells = outer.cells(stage, w, limit)
+            ratio_cells, top_cells = terms.cells(stage, w, limit), terms.cells(stage, w, limit, shift=True)
             # CR: free label a, summed (d, c); CL: free label c, summed (d, a) over IL transposed
             for name, inc, comp, flip in (("right", "ir", "cr", False), ("left", "il", "cl", True)):
                 x = values[inc].transpose(-1, -2) if flip else values[inc]
-                into_x = into[inc].transpose(-1, -2) if flip else into[inc]
-                _matvec_outside(
+                ratio, top = _complete_outside(
                     x, shifts[inc], values[comp], shifts[comp], cells[name], cell_shifts[name],
-                    from_cells[name], into_x, into[comp], tiny,
+                    from_cells[name], into[comp], tiny,
                 )
+                ratio_cells[name].copy_(ratio)
+                top_cells[name].copy_(top)
         else:
-            from_right, from_left = outer.cells(stage, w, limit).values()
+            from_right, from_left = _pull_incomplete(charts, terms, w, limit)
+            if rows:
+                pushed = outer.cells(stage, w, limit)
+                from_right, from_left = from_right + pushed["inc_right"], from_left + pushed["inc_left"]
             arcs.add_grad(grad_scores, w, from_right, from_left)
             # inner(s, a, c) = log sum_k exp(CR[s, k, a] + CL[s, k, c])
             pair = shifts["cr"] + shifts["cl"]
@@ -512,17 +537,55 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
     return grad_scores
 
 
-def _matvec_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_x, into_y, tiny) -> None:
+def _complete_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_y, tiny) -> Tuple[Tensor, Tensor]:
     """Outside step of out[s, f] = log sum_{d, l} exp(X[s, d, f, l] + Y[s, d, l]), all in scaled form:
-    x (B, S, D, F, L), y (B, S, D, L), out (B, S, F); adds the shares into ``into_x`` and ``into_y``."""
+    x (B, S, D, F, L), y (B, S, D, L), out (B, S, F). Adds the shares of Y into ``into_y``.
+
+    The share of term (d, f, l) is x[d, f, l] * ratio[f] * y[d, l] * exp(pair[d] - top) with
+    pair = x_shift + y_shift; returns ``ratio`` (B, S, F) and ``top`` (B, S) for the shares of X,
+    which :func:`_pull_incomplete` sums later over all spans at once.
+    """
     pair = x_shift + y_shift
-    top = pair.amax(-1, keepdim=True)  # as in the forward contraction
-    y = y * torch.exp(pair - top).unsqueeze(-1)
-    total = (out * torch.exp(out_shift.unsqueeze(-1) - top)).clamp_min(tiny)  # sum_{d,l} x y, (B, S, F)
-    share = x * (from_out / total)[:, :, None, :, None]
-    share.mul_(y[:, :, :, None, :])
-    into_x.add_(share)
-    into_y.add_(share.sum(-2))
+    top = pair.amax(-1)  # as in the forward contraction
+    y = y * torch.exp(pair - top.unsqueeze(-1)).unsqueeze(-1)
+    total = (out * torch.exp(out_shift - top).unsqueeze(-1)).clamp_min(tiny)  # sum_{d,l} x y, (B, S, F)
+    ratio = from_out / total
+    into_y.add_(y * (x * ratio[:, :, None, :, None]).sum(-2))
+    return ratio, top
+
+
+def _pull_incomplete(charts: _Charts, terms: _Charts, w: int, limit: int) -> Tuple[Tensor, Tensor]:
+    """The outer values of IR[s, s+w] and IL[s, s+w] (B, S, M, M) from their shares in every
+    complete span of width <= ``limit`` that used them, as one matrix product per item.
+
+    IR[i, r] served CR[i, j] for j = r..i+limit with CR[r, j]; IL[r, j] served CL[i, j] for
+    i = j-limit..r with CL[i, r]. Index t runs over those J = limit - w + 1 spans; the views run
+    past the charts' edges where a span does not exist (padded zeros), and its factor is 0 there.
+    """
+    n1 = charts.right.shape[1]
+    spans, J = n1 - w, min(limit, n1 - 1) - w + 1
+    t = torch.arange(J, device=charts.right.device)
+    s = torch.arange(spans, device=charts.right.device)[:, None]
+    pulled = []
+    for name in ("right", "left"):
+        inc = charts.cells("incomplete", w, limit)["inc_" + name]
+        inc_shift = charts.cells("incomplete", w, limit, shift=True)["inc_" + name]
+        if name == "right":  # CR[s+w, s+w+t] (label c), span (s, s+w+t) (label a)
+            exists = s + w + t <= n1 - 1
+            comp, comp_shift = (_band(c, spans, J, w, w, 0, 1) for c in (charts.right, charts.right_shift))
+            ratio, top = (_band(c, spans, J, 0, w, 0, 1) for c in (terms.right, terms.right_shift))
+        else:  # CL[i, s] (label a) and span (i, s+w) (label c), i = s - J + 1 + t
+            exists = s - J + 1 + t >= 0
+            comp, comp_shift = (_band(c, spans, J, 1 - J, 0, 1, 0) for c in (charts.left, charts.left_shift))
+            ratio, top = (_band(c, spans, J, 1 - J, w, 1, 0) for c in (terms.left, terms.left_shift))
+        exponent = inc_shift.unsqueeze(-1) + comp_shift - top  # pair - top of each span, <= 0
+        factor = torch.exp(torch.where(exists, exponent, float("-inf"))).unsqueeze(-1)  # (B, S, J, 1)
+        if name == "right":
+            total = torch.matmul((ratio * factor).transpose(-1, -2), comp)
+        else:
+            total = torch.matmul(comp.transpose(-1, -2), ratio * factor)
+        pulled.append(total.mul_(inc))
+    return pulled[0], pulled[1]
 
 
 def _backtrack_max(traces: list, arcs: _ArcScores, limit: int, grad_root: Tensor) -> Tensor:
