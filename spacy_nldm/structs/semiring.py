@@ -60,9 +60,10 @@ class LogSemiring:
         top = pair.amax(-1, keepdim=True).clamp_min(NEG)
         y = y * _expand_right(torch.exp(pair - top), 2)
         if g == 1:
-            # Matrix-vector per span: multiply in place and sum the contiguous label axis first;
-            # batched gemv through BLAS is slower here (tiny matrices, strided batch).
-            prod = (x.transpose(2, 3) * y.squeeze(-1).unsqueeze(3)).sum(-1).sum(2).unsqueeze(-1)
+            # Matrix-vector per span, as multiply-and-sum over the flattened (K, L) axes, which are
+            # one contiguous run per row in the tree's charts; batched gemv through BLAS is slower
+            # here (tiny matrices, strided batch).
+            prod = (x.flatten(3, 4) * y.reshape(b, s, 1, k * l)).sum(-1, keepdim=True)
         elif f == 1:  # vector-matrix (the chain's step): likewise
             prod = (x.reshape(b, s, k * l, 1) * y.reshape(b, s, k * l, g)).sum(2, keepdim=True)
         else:

@@ -175,16 +175,6 @@ def _band(chart: Tensor, spans: int, count: int, start: int, end: int, start_ste
     )
 
 
-def _inc_band(chart: Tensor, spans: int, count: int, start: int, end: int, start_step: int, end_step: int) -> Tensor:
-    """The view of :func:`_band` for an incomplete chart, stored by [span start, span width - 1]."""
-    sb, si, sw = chart.stride()[:3]
-    return chart.as_strided(
-        (chart.shape[0], spans, count, *chart.shape[3:]),
-        (sb, si, start_step * si + (end_step - start_step) * sw, *chart.stride()[3:]),
-        chart.storage_offset() + start * si + (end - start - 1) * sw,
-    )
-
-
 def _padded_zeros(like: Tensor, shape: Tuple[int, ...]) -> Tensor:
     """Zeros of ``shape`` (B, ...) with one zero slab of shape[1:] before and after it in memory,
     so that strided views may run a little past either end of the chart (they read zeros)."""
@@ -193,9 +183,13 @@ def _padded_zeros(like: Tensor, shape: Tuple[int, ...]) -> Tensor:
 
 class _Charts:
     """The four charts of the labelled Eisner algorithm: right = CR (head at the start), left = CL
-    (head at the end), indexed [b, span start, span end, label]; inc_right = IR (arc start -> end),
-    inc_left = IL (arc end -> start), indexed [b, span start, span width - 1, label of start, label
-    of end] up to width ``limit`` (incomplete items wider than max_dist do not exist).
+    (head at the end), indexed [b, span start, span end, label]; inc_right = IR (arc start -> end)
+    and inc_left = IL (arc end -> start) up to width ``limit`` (wider ones do not exist).
+
+    The incomplete charts are laid out so that the items a complete span sums over form one
+    contiguous run per head label: IR[i, i+w, a, c] is stored at [b, i, a, w-1, c] and
+    IL[i, i+w, a, c] at [b, i+w, c, limit-w, a]. :meth:`bands` and :meth:`cells` hide this and
+    return views indexed [.., label of start, label of end].
 
     Values are stored as the semiring encodes them; ``*_shift`` charts (the same without the label
     axes) exist for the log semiring only.
@@ -212,8 +206,9 @@ class _Charts:
         for name in ("right", "left"):  # small: zeroed and padded for the outside pass's views
             setattr(self, name, _padded_zeros(like, (batch, n1, n1, m)))
             setattr(self, name + "_shift", _padded_zeros(like, (batch, n1, n1)) if with_shift else None)
+        self.limit = limit
         for name in ("inc_right", "inc_left"):
-            setattr(self, name, alloc((batch, n1, limit, m, m)))
+            setattr(self, name, alloc((batch, n1, m, limit, m)))
             setattr(self, name + "_shift", alloc((batch, n1, limit)) if with_shift else None)
 
     def set_base(self, base: Item) -> None:
@@ -232,7 +227,8 @@ class _Charts:
         inc_right, inc_left = getattr(self, "inc_right" + sfx), getattr(self, "inc_left" + sfx)
         if stage == "row":  # (B, K, ...): IR[i, i+d] and CR[i+d, j] for d = 1..K, j = i+K+1..N
             i = key
-            return {"ir": inc_right[:, i, :limit], "cr": right[:, i + 1 : i + limit + 1, i + limit + 1 :]}
+            ir = inc_right[:, i, :limit] if shift else inc_right[:, i].transpose(1, 2)
+            return {"ir": ir, "cr": right[:, i + 1 : i + limit + 1, i + limit + 1 :]}
         w = key
         spans = right.shape[1] - w
         if stage == "incomplete":  # (B, S, w, ...)
@@ -244,13 +240,15 @@ class _Charts:
             "cr": _band(right, spans, w, 1, w, 1, 0),  # CR[s+d, s+w]
             "cl": _band(left, spans, w, 0, 0, 0, 1),  # CL[s, s+e]
         }
-        if inc_right.shape[2] == 0:  # charts made without incomplete items
+        if self.limit == 0:  # charts made without incomplete items
             return complete
-        return {
-            "ir": _inc_band(inc_right, spans, w, 0, 1, 0, 1),  # IR[s, s+d], d = 1..w
-            "il": _inc_band(inc_left, spans, w, 0, w, 1, 0),  # IL[s+e, s+w], e = w - d
-            **complete,
-        }
+        top = self.limit
+        if shift:
+            ir, il = inc_right[:, :spans, :w], inc_left[:, w : w + spans, top - w : top]
+        else:
+            ir = inc_right[:, :spans, :, :w].transpose(2, 3)
+            il = inc_left[:, w : w + spans, :, top - w : top].permute(0, 1, 3, 4, 2)
+        return {"ir": ir, "il": il, **complete}  # IR[s, s+d], d = 1..w; IL[s+e, s+w], e = 0..w-1
 
     def cells(self, stage: str, key: int, limit: int, shift: bool = False) -> dict:
         """The cells that a stage writes, by chart name, as views."""
@@ -259,7 +257,11 @@ class _Charts:
             return {"right": getattr(self, "right" + sfx)[:, key, key + limit + 1 :]}
         spans = self.right.shape[1] - key
         if stage == "incomplete":  # IR[s, s+w], IL[s, s+w]
-            return {name: getattr(self, name + sfx)[:, :spans, key - 1] for name in ("inc_right", "inc_left")}
+            inc_right, inc_left = getattr(self, "inc_right" + sfx), getattr(self, "inc_left" + sfx)
+            u = self.limit - key
+            if shift:
+                return {"inc_right": inc_right[:, :spans, key - 1], "inc_left": inc_left[:, key:, u]}
+            return {"inc_right": inc_right[:, :spans, :, key - 1], "inc_left": inc_left[:, key:, :, u].transpose(-1, -2)}
         return {name: _band(getattr(self, name + sfx), spans, 1, 0, key, 0, 0).squeeze(2) for name in ("right", "left")}
 
 
@@ -511,9 +513,11 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
             cells, cell_shifts = charts.cells(stage, w, limit), charts.cells(stage, w, limit, shift=True)
             from_cells = outer.cells(stage, w, limit)
             ratio_cells, top_cells = terms.cells(stage, w, limit), terms.cells(stage, w, limit, shift=True)
-            # CR: free label a, summed (d, c); CL: free label c, summed (d, a) over IL transposed
-            for name, inc, comp, flip in (("right", "ir", "cr", False), ("left", "il", "cl", True)):
-                x = values[inc].transpose(-1, -2) if flip else values[inc]
+            # CR: free label a, summed (d, c); CL: free label c, summed (d, a); x as the chart stores it
+            for name, inc, comp, x in (
+                ("right", "ir", "cr", values["ir"].transpose(2, 3)),
+                ("left", "il", "cl", values["il"].permute(0, 1, 4, 2, 3)),
+            ):
                 ratio, top = _complete_outside(
                     x, shifts[inc], values[comp], shifts[comp], cells[name], cell_shifts[name],
                     from_cells[name], into[comp], tiny,
@@ -538,8 +542,8 @@ def _outside_log(charts: _Charts, arcs: _ArcScores, limit: int, grad_root: Tenso
 
 
 def _complete_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_y, tiny) -> Tuple[Tensor, Tensor]:
-    """Outside step of out[s, f] = log sum_{d, l} exp(X[s, d, f, l] + Y[s, d, l]), all in scaled form:
-    x (B, S, D, F, L), y (B, S, D, L), out (B, S, F). Adds the shares of Y into ``into_y``.
+    """Outside step of out[s, f] = log sum_{d, l} exp(X[s, f, d, l] + Y[s, d, l]), all in scaled form:
+    x (B, S, F, D, L), y (B, S, D, L), out (B, S, F). Adds the shares of Y into ``into_y``.
 
     The share of term (d, f, l) is x[d, f, l] * ratio[f] * y[d, l] * exp(pair[d] - top) with
     pair = x_shift + y_shift; returns ``ratio`` (B, S, F) and ``top`` (B, S) for the shares of X,
@@ -550,7 +554,7 @@ def _complete_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_y, 
     y = y * torch.exp(pair - top.unsqueeze(-1)).unsqueeze(-1)
     total = (out * torch.exp(out_shift - top).unsqueeze(-1)).clamp_min(tiny)  # sum_{d,l} x y, (B, S, F)
     ratio = from_out / total
-    into_y.add_(y * (x * ratio[:, :, None, :, None]).sum(-2))
+    into_y.add_(y * (x * ratio[:, :, :, None, None]).sum(2))
     return ratio, top
 
 
