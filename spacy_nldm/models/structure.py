@@ -13,9 +13,10 @@ import torch
 from .. import structs
 
 Tensor = torch.Tensor
-#: most floats one bucket's expanded score tensor may hold (8 MB in float32: cache-friendly;
-#: 2^21-2^22 measured fastest for tweets, 2^24 is 1.6x slower)
-DEFAULT_BUDGET = 1 << 21
+#: most floats one bucket's expanded score tensor may hold (16 MB in float32). With log Z read from
+#: the factored scores, 2^22 is the fastest loss on ARK tweets at k=5 (8% ahead of 2^21, 2^24 is
+#: 1.3x slower; /tmp script over six 1000-word batches); Viterbi decoding was fastest at 2^21-2^22
+DEFAULT_BUDGET = 1 << 22
 #: the chains step through tokens one at a time, so larger buckets pay (order 2: 2^23 is 2.2x
 #: faster than 2^21 for the loss and as fast for Viterbi)
 CHAIN_BUDGET = 1 << 23

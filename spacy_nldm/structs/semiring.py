@@ -52,6 +52,13 @@ class LogSemiring:
         return (x - _expand_right(shift, label_ndim)).exp_(), shift
 
     @staticmethod
+    def encode_into(x: Tensor, value: Tensor, shift: Tensor) -> None:
+        """``encode`` x (B, S, *labels) straight into chart cells ``value`` and ``shift`` (views)."""
+        top = x.flatten(2).amax(-1).clamp_min(NEG)
+        shift.copy_(top)
+        torch.sub(x, _expand_right(top, x.dim() - 2), out=value).exp_()
+
+    @staticmethod
     def contract(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tensor:
         """x (B, S, F, K, L), y (B, S, K, L, G) encoded; shifts (B, S, K) -> log-space (B, S, F, G)."""
         b, s, f, k, l = x.shape
@@ -96,6 +103,10 @@ class MaxSemiring:
     @staticmethod
     def encode(x: Tensor, label_ndim: int) -> Tuple[Tensor, Optional[Tensor]]:
         return x, None
+
+    @staticmethod
+    def encode_into(x: Tensor, value: Tensor, shift: Optional[Tensor]) -> None:
+        value.copy_(x)
 
     @staticmethod
     def contract(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:

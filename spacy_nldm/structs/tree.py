@@ -372,10 +372,7 @@ def _incomplete_stage(semiring, bands: dict, shifts: dict, arc_right: Tensor, ar
     inner = semiring.contract(
         bands["cr"].transpose(2, 3).unsqueeze(-1), shifts["cr"], bands["cl"].unsqueeze(3), shifts["cl"]
     )  # (B, S, M, M)
-    return {
-        "inc_right": semiring.encode(inner + arc_right, 2),
-        "inc_left": semiring.encode(inner + arc_left, 2),
-    }
+    return {"inc_right": inner + arc_right, "inc_left": inner + arc_left}
 
 
 def _complete_stage(semiring, bands: dict, shifts: dict) -> dict:
@@ -385,7 +382,7 @@ def _complete_stage(semiring, bands: dict, shifts: dict) -> dict:
     right = semiring.contract(bands["ir"].transpose(2, 3), shifts["ir"], bands["cr"].unsqueeze(-1), shifts["cr"])
     # CL[i, j, c] = (+)_{r=i..j-1, a} CL[i, r, a] * IL[r, j, a, c]
     left = semiring.contract(bands["il"].permute(0, 1, 4, 2, 3), shifts["il"], bands["cl"].unsqueeze(-1), shifts["cl"])
-    return {"right": semiring.encode(right.squeeze(-1), 1), "left": semiring.encode(left.squeeze(-1), 1)}
+    return {"right": right.squeeze(-1), "left": left.squeeze(-1)}
 
 
 def _row_stage(semiring, bands: dict, shifts: dict) -> dict:
@@ -396,7 +393,7 @@ def _row_stage(semiring, bands: dict, shifts: dict) -> dict:
     attach to a head outside it by an arc longer than max_dist, so it never reaches the root.
     """
     right = semiring.contract_columns(bands["ir"], shifts["ir"], bands["cr"], shifts["cr"])
-    return {"right": semiring.encode(right, 1)}
+    return {"right": right}
 
 
 def _stages(n: int, limit: int):
@@ -410,6 +407,7 @@ def _stages(n: int, limit: int):
 
 
 def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, arcs: "_ArcScores", bands=None, arc_values=None):
+    """The items one stage computes, by chart name, in log space (not yet encoded)."""
     with_shift = charts.right_shift is not None
     if bands is None:
         bands = charts.bands(stage, w, limit)
@@ -437,10 +435,8 @@ class _Inside(torch.autograd.Function):
             out = _run_stage(semiring, charts, stage, key, limit, arcs)
             cells = charts.cells(stage, key, limit)
             shift_cells = charts.cells(stage, key, limit, shift=True) if charts.right_shift is not None else {}
-            for name, (value, shift) in out.items():
-                cells[name].copy_(value)
-                if shift is not None:
-                    shift_cells[name].copy_(shift)
+            for name, value in out.items():
+                semiring.encode_into(value, cells[name], shift_cells.get(name))
         ctx.semiring, ctx.limit, ctx.charts, ctx.arcs = semiring, limit, charts, arcs
         return _root_values(charts)
 
@@ -477,7 +473,7 @@ def _outside_by_recomputation(semiring, charts: _Charts, arcs: _ArcScores, limit
             cell_grads = grads.cells(stage, w, limit)
             inputs = list(bands.values()) + list(arc_values)
             input_grads = torch.autograd.grad(
-                [value for value, _ in out.values()], inputs, [cell_grads[name] for name in out]
+                list(out.values()), inputs, [cell_grads[name] for name in out]
             )
         for band, g in zip(grads.bands(stage, w, limit).values(), input_grads):
             band.add_(g)

@@ -1,0 +1,39 @@
+"""The benchmark commands run end to end on tiny shapes and print their tables."""
+from typer.testing import CliRunner
+
+from spacy_nldm.cli import app
+
+runner = CliRunner()
+
+
+def table_rows(output: str):
+    """Data rows of the Markdown tables in ``output``: not the header (``| B |``, ``| system |``) or the rule."""
+    headers = ("| B |", "| system |", "|---")
+    return [line for line in output.splitlines() if line.startswith("| ") and not line.startswith(headers)]
+
+
+def test_bench_structs_prints_one_row_per_shape():
+    result = runner.invoke(
+        app,
+        ["bench", "structs", "--batch", "2", "--lengths", "3,4", "--labels", "2", "--max-dists", "none,2",
+         "--repeats", "1", "--reference-up-to", "4", "--threads", "1"],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [r for r in table_rows(result.output) if r.startswith("| 2 |")]
+    assert len(rows) == 4  # 2 lengths x 2 max_dists
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert float(cells[6]) > 0 and float(cells[-1]) > 0  # fwd+bwd time and the reference ratio
+
+
+def test_bench_pipeline_compares_with_the_crf(tmp_path):
+    out = tmp_path / "pipeline.md"
+    result = runner.invoke(
+        app,
+        ["bench", "pipeline", "--limit", "12", "--systems", "crf order 1,nldm k=5", "--threads", "1",
+         "--width", "16", "--rank", "16", "--label-dim", "8", "--warmup", "1", "--output", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r.split("|")[1].strip(): r for r in table_rows(out.read_text())}
+    assert set(rows) == {"crf order 1", "nldm k=5"}
+    ratio = float(rows["crf order 1"].split("|")[6])
+    assert ratio == 1.0
