@@ -2,7 +2,8 @@
 
 ``F`` (S, L, X, C, M) are a batch of segments' factored scores (see :mod:`.scorers`), ``lengths``
 (S,) their real token counts. :class:`LatentTree` (the NLDM) and :class:`Chain` (CRF of order 1
-or 2) expand F to the tensors of :mod:`spacy_nldm.structs` and call it. Segments are grouped by
+or 2) expand F to the tensors of :mod:`spacy_nldm.structs` and call it (the NLDM's log Z takes F
+itself, as :class:`~spacy_nldm.structs.DirectionalScores`). Segments are grouped by
 length into buckets whose expanded tensors stay under ``budget`` floats, so padding to the
 longest sentence of a batch costs neither memory nor time.
 """
@@ -15,7 +16,7 @@ from .. import structs
 Tensor = torch.Tensor
 #: most floats one bucket's expanded score tensor may hold (16 MB in float32). With log Z read from
 #: the factored scores, 2^22 is the fastest loss on ARK tweets at k=5 (8% ahead of 2^21, 2^24 is
-#: 1.3x slower; /tmp script over six 1000-word batches); Viterbi decoding was fastest at 2^21-2^22
+#: 1.3x slower, over six 1000-word batches); Viterbi decoding was fastest at 2^21-2^22
 DEFAULT_BUDGET = 1 << 22
 #: the chains step through tokens one at a time, so larger buckets pay (order 2: 2^23 is 2.2x
 #: faster than 2^21 for the loss and as fast for Viterbi)
