@@ -88,6 +88,23 @@ def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structu
     assert labels[0].tolist() == marg.argmax(-1).tolist()
 
 
+@pytest.mark.parametrize("k", [None, 2])
+def test_gold_label_loss_equals_the_per_bucket_restricted_loss(k):
+    """The fully labelled fast path (log S on gathered gold arcs, whole batch) against the general one."""
+    from spacy_nldm.models.structure import Structure
+
+    torch.manual_seed(4)
+    F = torch.randn(4, 6, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([6, 2, 0, 4])
+    gold = torch.nn.functional.one_hot(torch.randint(0, 4, (4, 6)), 4).bool()
+    gold[1, 2:] = True  # padding may allow anything
+    tree = LatentTree(max_dist=k, budget=600)  # several buckets
+    fast = tree.nll(F, lengths, gold)
+    general = Structure.nll(tree, F, lengths, gold)
+    torch.testing.assert_close(fast, general)
+    torch.testing.assert_close(torch.autograd.grad(fast, F)[0], torch.autograd.grad(general, F)[0])
+
+
 def test_max_approximation_bounds_the_exact_loss():
     torch.manual_seed(2)
     F = torch.randn(3, 5, 2, 5, 4, dtype=torch.float64)
