@@ -61,6 +61,14 @@ class LogSemiring:
     @staticmethod
     def contract(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tensor:
         """x (B, S, F, K, L), y (B, S, K, L, G) encoded; shifts (B, S, K) -> log-space (B, S, F, G)."""
+        prod, top = LogSemiring.contract_scaled(x, x_shift, y, y_shift)
+        tiny = torch.finfo(prod.dtype).tiny
+        return torch.log(prod.clamp_min(tiny)) + _expand_right(top, 2)
+
+    @staticmethod
+    def contract_scaled(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tuple[Tensor, Tensor]:
+        """``contract`` before its final log: (prod (B, S, F, G), top (B, S)) with the result
+        log(prod) + top. For a matrix product of encoded items max(prod) >= 1 per span."""
         b, s, f, k, l = x.shape
         g = y.shape[-1]
         pair = x_shift + y_shift
@@ -75,8 +83,7 @@ class LogSemiring:
             prod = (x.reshape(b, s, k * l, 1) * y.reshape(b, s, k * l, g)).sum(2, keepdim=True)
         else:
             prod = torch.matmul(x.reshape(b, s, f, k * l), y.reshape(b, s, k * l, g))
-        tiny = torch.finfo(prod.dtype).tiny
-        return torch.log(prod.clamp_min(tiny)) + _expand_right(top, 1)
+        return prod, top.squeeze(-1)
 
     @staticmethod
     def reduce(x: Tensor, dim: int) -> Tensor:

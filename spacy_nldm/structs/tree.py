@@ -322,6 +322,15 @@ class _ArcScores:
         raw = self.raw(w, self.tensor if tensor is None else tensor)
         return tuple(torch.where(ok, arc.clamp_min(NEG), self.neg) for arc, ok in zip(raw, self._ok(w)))
 
+    def exp_width(self, w: int) -> Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor]]:
+        """The masked arcs of width w in exp space, per direction (e (B, S, M, M), m (B, S)) with
+        arc = log(e) + m and max e = 1 per span (a disallowed span: e = 1, m = NEG)."""
+        factors = []
+        for arc in self.width(w):
+            top = arc.flatten(2).amax(-1)
+            factors.append((torch.exp(arc - top[..., None, None]), top))
+        return tuple(factors)
+
     def add_grad(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
         """Add gradients w.r.t. the masked arcs of width w into ``grad`` (like ``tensor``).
 
@@ -360,6 +369,27 @@ class _DirectionalArcs(_ArcScores):
         left = torch.cat([into_root, tensor[:, : N - w, 1, 1:].transpose(-1, -2)], dim=1)
         return right, left
 
+    def exp_width(self, w: int) -> Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor]]:
+        """As :meth:`_ArcScores.exp_width`, from exponentials of F taken once for all widths."""
+        if not hasattr(self, "_exp"):
+            F = self.tensor.clamp_min(NEG)
+            tok_top = F[:, :, :, 1:].amax((-1, -2))  # (B, N, 2): token heads
+            root_top = F[:, :, 0, 0].amax(-1)  # (B, N): the root as head
+            self._exp = (
+                torch.exp(F[:, :, :, 1:] - tok_top[..., None, None]), tok_top,
+                torch.exp(F[:, :, 0, 0] - root_top[..., None]), root_top,
+            )
+        tok, tok_top, root, root_top = self._exp
+        B, N, _, M, _ = tok.shape
+        right = torch.cat([root[:, w - 1 : w, None, :].expand(B, 1, M, M), tok[:, w:, 0]], dim=1)
+        right_top = torch.cat([root_top[:, w - 1 : w], tok_top[:, w:, 0]], dim=1)
+        left = torch.cat([tok.new_ones(B, 1, M, M), tok[:, : N - w, 1].transpose(-1, -2)], dim=1)
+        left_top = torch.cat([tok_top.new_full((B, 1), NEG), tok_top[:, : N - w, 1]], dim=1)
+        return tuple(
+            (torch.where(ok, e, 1.0), torch.where(ok[..., 0, 0], top, NEG))
+            for e, top, ok in ((right, right_top, self._ok(w)[0]), (left, left_top, self._ok(w)[1]))
+        )
+
     def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
         N = grad.shape[1]
         grad[:, w - 1, 0, 0].add_(grad_right[:, 0, 0])  # root -> w: the root's label is 0
@@ -367,12 +397,35 @@ class _DirectionalArcs(_ArcScores):
         grad[:, : N - w, 1, 1:].add_(grad_left[:, 1:].transpose(-1, -2))
 
 
-def _incomplete_stage(semiring, bands: dict, shifts: dict, arc_right: Tensor, arc_left: Tensor) -> dict:
+def _incomplete_stage(semiring, bands: dict, shifts: dict, arcs: "_ArcScores", w: int, arc_values=None) -> dict:
     """IR and IL of one width: inner(i, j, a, c) = (+)_{r=i..j-1} CR[i, r, a] * CL[r+1, j, c], plus the arc."""
-    inner = semiring.contract(
-        bands["cr"].transpose(2, 3).unsqueeze(-1), shifts["cr"], bands["cl"].unsqueeze(3), shifts["cl"]
-    )  # (B, S, M, M)
+    operands = (bands["cr"].transpose(2, 3).unsqueeze(-1), shifts["cr"], bands["cl"].unsqueeze(3), shifts["cl"])
+    if semiring is LogSemiring and arc_values is None:
+        items = _incomplete_in_exp_space(operands, arcs, w)
+        if items is not None:
+            return items
+    inner = semiring.contract(*operands)  # (B, S, M, M)
+    arc_right, arc_left = arc_values or arcs.width(w)
     return {"inc_right": inner + arc_right, "inc_left": inner + arc_left}
+
+
+def _incomplete_in_exp_space(operands: tuple, arcs: "_ArcScores", w: int) -> Optional[dict]:
+    """The log semiring's incomplete items, already encoded as (value, shift): inner * exp(arc) is
+    formed in exp space from the arcs' factors (``exp_width``), with no exp or log per label pair.
+
+    None when some span's product underflows (its arc and inner item disagree by ~70 nats or
+    more, float32): the caller then takes the log-space path, which is exact there too.
+    """
+    prod, top = LogSemiring.contract_scaled(*operands)  # (B, S, M, M), max >= 1 per span
+    floor = torch.finfo(prod.dtype).tiny * 2.0 ** 24
+    items = {}
+    for name, (factor, factor_shift) in zip(("inc_right", "inc_left"), arcs.exp_width(w)):
+        value = prod * factor
+        peak = value.flatten(2).amax(-1)
+        if bool((peak < floor).any()):
+            return None
+        items[name] = (value.div_(peak[..., None, None]), top + factor_shift + torch.log(peak))
+    return items
 
 
 def _complete_stage(semiring, bands: dict, shifts: dict) -> dict:
@@ -407,13 +460,14 @@ def _stages(n: int, limit: int):
 
 
 def _run_stage(semiring, charts: _Charts, stage: str, w: int, limit: int, arcs: "_ArcScores", bands=None, arc_values=None):
-    """The items one stage computes, by chart name, in log space (not yet encoded)."""
+    """The items one stage computes, by chart name: log-space tensors, or (value, shift) pairs
+    already encoded (the log semiring's incomplete items)."""
     with_shift = charts.right_shift is not None
     if bands is None:
         bands = charts.bands(stage, w, limit)
     shifts = charts.bands(stage, w, limit, shift=True) if with_shift else dict.fromkeys(bands)
     if stage == "incomplete":
-        return _incomplete_stage(semiring, bands, shifts, *(arc_values or arcs.width(w)))
+        return _incomplete_stage(semiring, bands, shifts, arcs, w, arc_values)
     return (_complete_stage if stage == "complete" else _row_stage)(semiring, bands, shifts)
 
 
@@ -435,8 +489,12 @@ class _Inside(torch.autograd.Function):
             out = _run_stage(semiring, charts, stage, key, limit, arcs)
             cells = charts.cells(stage, key, limit)
             shift_cells = charts.cells(stage, key, limit, shift=True) if charts.right_shift is not None else {}
-            for name, value in out.items():
-                semiring.encode_into(value, cells[name], shift_cells.get(name))
+            for name, item in out.items():
+                if isinstance(item, tuple):  # encoded already
+                    cells[name].copy_(item[0])
+                    shift_cells[name].copy_(item[1])
+                else:
+                    semiring.encode_into(item, cells[name], shift_cells.get(name))
         ctx.semiring, ctx.limit, ctx.charts, ctx.arcs = semiring, limit, charts, arcs
         return _root_values(charts)
 
