@@ -12,9 +12,15 @@ a split dimension ``K`` (split points of a span) and a label dimension ``L``::
 The log semiring evaluates it in exp space, as a matrix product (BLAS) or, for matrix-vector
 shapes, a multiply-and-sum, which is much faster than broadcast-and-logsumexp; it keeps it stable by scaling every item
 by its own maximum (``shift``, one scalar per span) and every split point by the best
-pair of shifts. Only label combinations more than ~87 nats (float32; ~708 in float64)
-below the best one of their span can underflow; they are clamped to that floor, which
-changes log Z by less than float precision and leaves all values and gradients finite.
+pair of shifts. Values and gradients always stay finite. The result is exact (to float
+precision) while the labels' scores within one chart item span less than ~87 nats (float32;
+~708 in float64): label combinations further below their item's best underflow and are
+clamped to that floor. With larger spreads the floor is no longer negligible and log Z is
+overestimated: measured against the float64 broadcast reference on random scores
+(``tests/test_structs_tree.py``), float32 is exact to 1e-7 relative for arc scores of
+standard deviation 30 and off by 2% at 50 and 11% at 100. Trained taggers' scores lie well
+inside the exact range; the fix for larger ones is a log-space fallback for the spans whose
+products underflow, in the forward and the outside pass.
 :meth:`contract_columns` is the same product for one start position and all span ends at once
 (the rows of spans wider than max_dist), with one shift per (split point, span end).
 """
