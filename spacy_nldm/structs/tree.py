@@ -322,14 +322,11 @@ class _ArcScores:
         raw = self.raw(w, self.tensor if tensor is None else tensor)
         return tuple(torch.where(ok, arc.clamp_min(NEG), self.neg) for arc, ok in zip(raw, self._ok(w)))
 
-    def exp_width(self, w: int) -> Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor]]:
+    def exp_width(self, w: int) -> Optional[Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor]]]:
         """The masked arcs of width w in exp space, per direction (e (B, S, M, M), m (B, S)) with
-        arc = log(e) + m and max e = 1 per span (a disallowed span: e = 1, m = NEG)."""
-        factors = []
-        for arc in self.width(w):
-            top = arc.flatten(2).amax(-1)
-            factors.append((torch.exp(arc - top[..., None, None]), top))
-        return tuple(factors)
+        arc = log(e) + m (a disallowed span: e = 1, m = NEG), where that saves work: None here
+        (dense arcs would need one exp per arc and width, as the log-space path does)."""
+        return None
 
     def add_grad(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
         """Add gradients w.r.t. the masked arcs of width w into ``grad`` (like ``tensor``).
@@ -416,10 +413,13 @@ def _incomplete_in_exp_space(operands: tuple, arcs: "_ArcScores", w: int) -> Opt
     None when some span's product underflows (its arc and inner item disagree by ~70 nats or
     more, float32): the caller then takes the log-space path, which is exact there too.
     """
+    factors = arcs.exp_width(w)
+    if factors is None:
+        return None
     prod, top = LogSemiring.contract_scaled(*operands)  # (B, S, M, M), max >= 1 per span
     floor = torch.finfo(prod.dtype).tiny * 2.0 ** 24
     items = {}
-    for name, (factor, factor_shift) in zip(("inc_right", "inc_left"), arcs.exp_width(w)):
+    for name, (factor, factor_shift) in zip(("inc_right", "inc_left"), factors):
         value = prod * factor
         peak = value.flatten(2).amax(-1)
         if bool((peak < floor).any()):
