@@ -639,10 +639,10 @@ def _pull_incomplete(charts: _Charts, terms: _Charts, w: int, limit: int) -> Tup
         exponent = inc_shift.unsqueeze(-1) + comp_shift - top  # pair - top of each span, <= 0
         factor = torch.exp(torch.where(exists, exponent, float("-inf"))).unsqueeze(-1)  # (B, S, J, 1)
         if name == "right":
+            pulled.append(torch.matmul((ratio * factor).transpose(-1, -2), comp).mul_(inc))
+        else:  # formed [c, a], as IL is stored, so that the product with it reads memory in order
             total = torch.matmul((ratio * factor).transpose(-1, -2), comp)
-        else:
-            total = torch.matmul(comp.transpose(-1, -2), ratio * factor)
-        pulled.append(total.mul_(inc))
+            pulled.append(total.mul_(inc.transpose(-1, -2)).transpose(-1, -2))
     return pulled[0], pulled[1]
 
 
