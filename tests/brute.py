@@ -3,6 +3,7 @@ import itertools
 from functools import lru_cache
 
 import numpy as np
+import torch
 
 
 @lru_cache(maxsize=None)
@@ -93,3 +94,17 @@ def enumerate_chain(potentials, n, label_mask=None):
         for t, c in enumerate(labels):
             marg[t, c] += p
     return log_z, best, np.array(best_labels, dtype=int), marg
+
+
+def expand_directional(F):
+    """Definition of the dense arc scores of factored ones, by loops: scores[b, h, d, a, c] =
+    F[b, d-1, 0 if h < d else 1, a + 1 (0 if h is the root), c]; self arcs and arcs into the root are 0."""
+    B, N, _, _, M = F.shape
+    scores = torch.zeros(B, N + 1, N + 1, M, M, dtype=F.dtype)
+    for h in range(N + 1):
+        for d in range(1, N + 1):
+            if h == 0:
+                scores[:, 0, d, 0] = F[:, d - 1, 0, 0]
+            elif h != d:
+                scores[:, h, d] = F[:, d - 1, 0 if h < d else 1, 1:]
+    return scores

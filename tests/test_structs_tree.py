@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from brute import enumerate_tree_model, projective_trees
+from brute import enumerate_tree_model, expand_directional, projective_trees
 from spacy_nldm.structs import (
     BroadcastLogSemiring,
     DirectionalScores,
@@ -268,19 +268,6 @@ def test_fast_log_semiring_equals_broadcast_reference(scale, dtype):
         rtol = 1e-10 if dtype == torch.float64 else 1e-5
         torch.testing.assert_close(fast, slow, rtol=rtol, atol=rtol * scale)
         torch.testing.assert_close(g_fast, g_slow, rtol=0, atol=1e-8 if dtype == torch.float64 else 1e-4)
-
-
-def expand_directional(F):
-    """Dense scores[b, h, d, a, c] = F[b, d-1, 0 if h < d else 1, a+1 (0 if h is the root), c], by loops."""
-    B, N, _, _, M = F.shape
-    scores = torch.zeros(B, N + 1, N + 1, M, M, dtype=F.dtype)
-    for h in range(N + 1):
-        for d in range(1, N + 1):
-            if h == 0:
-                scores[:, 0, d, 0] = F[:, d - 1, 0, 0]
-            elif h != d:
-                scores[:, h, d] = F[:, d - 1, 0 if h < d else 1, 1:]
-    return scores
 
 
 @pytest.mark.parametrize("max_dist", [None, 1, 2])
