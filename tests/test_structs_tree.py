@@ -293,9 +293,9 @@ def test_directional_scores_equal_their_dense_expansion(max_dist):
 def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
     """The incomplete charts are allocated uninitialised; fill them with NaN to prove no stage reads
     garbage (the complete charts are zeroed: the outside pass reads past their written cells on purpose)."""
-    from spacy_nldm.structs import tree
+    from spacy_nldm.structs import charts
 
-    original = tree._Charts.__init__
+    original = charts.Charts.__init__
 
     def poisoned(self, *args, zeros=True, **kwargs):
         original(self, *args, zeros=zeros, **kwargs)
@@ -305,7 +305,7 @@ def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
                     if chart is not None:
                         chart.fill_(float("nan"))
 
-    monkeypatch.setattr(tree._Charts, "__init__", poisoned)
+    monkeypatch.setattr(charts.Charts, "__init__", poisoned)
     lengths = torch.tensor([6, 2, 0])
     scores = random_scores(lengths.tolist(), 3, seed=30).requires_grad_(True)
     for max_dist in (None, 2):

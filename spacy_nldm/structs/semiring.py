@@ -29,6 +29,7 @@ from typing import List, Optional, Tuple
 import torch
 
 Tensor = torch.Tensor
+Item = Tuple[Tensor, Optional[Tensor]]  # (value, shift) as made by a semiring's ``encode``
 
 # A finite stand-in for log(0): keeps every sum, difference and gradient finite.
 NEG = -1e9
