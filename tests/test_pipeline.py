@@ -67,6 +67,29 @@ def test_factories_found_through_entry_points_in_a_fresh_interpreter():
     assert out.stdout.strip() == "['nldm_tagger', 'crf_tagger'] 2"
 
 
+def test_pipe_with_worker_processes_tags_like_one_process():
+    """nlp.pipe(n_process=2) forks workers after torch has run in the parent (it used to hang there)."""
+    code = (
+        "import spacy\n"
+        "from spacy.tokens import Doc\n"
+        "from spacy.training import Example\n"
+        "nlp = spacy.blank('en')\n"
+        "nlp.add_pipe('nldm_tagger', config={'model': {'max_dist': 3}})\n"
+        "sents = [(['a', 'b', 'c', 'd'], ['X', 'Y', 'X', 'Y']), (['e', 'f'], ['Y', 'X'])] * 4\n"
+        "egs = [Example.from_dict(Doc(nlp.vocab, words=w), {'tags': t}) for w, t in sents]\n"
+        "optimizer = nlp.initialize(lambda: egs)\n"
+        "for _ in range(3): nlp.update(egs, sgd=optimizer)\n"
+        "docs = lambda: (Doc(nlp.vocab, words=w) for w, _ in sents * 20)\n"
+        "one = [[t.tag_ for t in d] for d in nlp.pipe(docs(), batch_size=10)]\n"
+        "two = [[t.tag_ for t in d] for d in nlp.pipe(docs(), batch_size=10, n_process=2)]\n"
+        "assert one == two and len(two) == 160, (one[:3], two[:3])\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
 def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     nlp, pipe = trained("nldm_tagger", ark, steps=1)
     want = sorted({t for _, tags in ark for t in tags})

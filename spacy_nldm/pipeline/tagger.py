@@ -4,6 +4,7 @@ The model (see :mod:`spacy_nldm.models.tagger`) gives factored edge scores per s
 structure it names (latent tree or chain) turns them into the loss, the decoded labels and the
 label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``) has a meaning.
 """
+import os
 from itertools import islice
 from typing import Callable, Iterable, List, Optional, Tuple
 
@@ -19,6 +20,17 @@ from thinc.api import Model, torch2xp, xp2torch
 
 from ..models.tagger import SegmentScores, get_structure, resize_labels
 from .extensions import register_extensions
+
+
+def _one_torch_thread_after_fork() -> None:
+    """``nlp.pipe(n_process=...)`` forks worker processes, and torch's OpenMP thread pool does not
+    survive a fork: a child's first parallel operation hangs. Forked children therefore use one
+    torch thread (each worker is one process already)."""
+    torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_one_torch_thread_after_fork)
 
 ATTRS = ("tag", "pos")
 DECODERS = ("viterbi", "posterior")
