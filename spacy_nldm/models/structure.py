@@ -26,11 +26,16 @@ GOLD_BUDGET = 1 << 24
 CHAIN_BUDGET = 1 << 23
 
 
+def real_tokens(mask: Tensor, lengths: Tensor) -> Tensor:
+    """(B, N) True for the tokens within ``lengths`` of a (B, N, ...) tensor."""
+    return torch.arange(mask.shape[1], device=mask.device)[None, :] < lengths.to(mask.device)[:, None]
+
+
 def allowed_first(mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     """For a (B, N, M) label mask: indices (B, N, K) of each token's allowed labels, allowed ones
     first, K = the most any real token allows, and whether each index is allowed (B, N, K).
     Padding tokens (beyond ``lengths``) allow label 0 only."""
-    real = torch.arange(mask.shape[1], device=mask.device)[None, :] < lengths.to(mask.device)[:, None]
+    real = real_tokens(mask, lengths)
     pad = torch.zeros_like(mask)
     pad[..., 0] = True
     mask = torch.where(real[..., None], mask, pad)
@@ -161,8 +166,8 @@ class LatentTree(Structure):
     def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact") -> Tensor:
         """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``),
         log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET``."""
-        real = torch.arange(gold_mask.shape[1], device=gold_mask.device)[None, :] < lengths.to(gold_mask.device)[:, None]
-        if approx != "exact" or not bool(((gold_mask.sum(-1) == 1) | ~real).all()):
+        one_label = (gold_mask.sum(-1) == 1) | ~real_tokens(gold_mask, lengths)
+        if approx != "exact" or not bool(one_label.all()):
             return super().nll(F, lengths, gold_mask, approx)
         total = F.new_zeros(())
         for _, Fb, lens in self._buckets(F, lengths):

@@ -126,9 +126,10 @@ class DirectionalArcs(ArcScores):
         right_top = torch.cat([root_top[:, w - 1 : w], tok_top[:, w:, 0]], dim=1)
         left = torch.cat([tok.new_ones(B, 1, M, M), tok[:, : N - w, 1].transpose(-1, -2)], dim=1)
         left_top = torch.cat([tok_top.new_full((B, 1), NEG), tok_top[:, : N - w, 1]], dim=1)
+        ok_right, ok_left = self._ok(w)
         return tuple(
             (torch.where(ok, e, 1.0), torch.where(ok[..., 0, 0], top, NEG))
-            for e, top, ok in ((right, right_top, self._ok(w)[0]), (left, left_top, self._ok(w)[1]))
+            for e, top, ok in ((right, right_top, ok_right), (left, left_top, ok_left))
         )
 
     def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:

@@ -39,8 +39,6 @@ class Charts:
     axes) exist for the log semiring only.
     """
 
-    names = ("right", "left", "inc_right", "inc_left")
-
     def __init__(self, shape: Tuple[int, ...], limit: int, like: Tensor, with_shift: bool, zeros: bool = True):
         """Charts for dense scores of ``shape`` (B, N+1, N+1, M, M), dtype and device of ``like``.
         With ``zeros=False`` they are left uninitialised: the stages read only cells that an

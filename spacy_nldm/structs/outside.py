@@ -128,10 +128,10 @@ def _pull_incomplete(charts: Charts, terms: Charts, w: int, limit: int) -> Tuple
     spans, J = n1 - w, min(limit, n1 - 1) - w + 1
     t = torch.arange(J, device=charts.right.device)
     s = torch.arange(spans, device=charts.right.device)[:, None]
+    items, item_shifts = charts.cells("incomplete", w, limit), charts.cells("incomplete", w, limit, shift=True)
     pulled = []
     for name in ("right", "left"):
-        inc = charts.cells("incomplete", w, limit)["inc_" + name]
-        inc_shift = charts.cells("incomplete", w, limit, shift=True)["inc_" + name]
+        inc, inc_shift = items["inc_" + name], item_shifts["inc_" + name]
         if name == "right":  # CR[s+w, s+w+t] (label c), span (s, s+w+t) (label a)
             exists = s + w + t <= n1 - 1
             comp, comp_shift = (band(c, spans, J, w, w, 0, 1) for c in (charts.right, charts.right_shift))
