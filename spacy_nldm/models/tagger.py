@@ -9,10 +9,11 @@ from typing import List, Optional
 
 import numpy
 from spacy.tokens import Doc
-from thinc.api import Model, PyTorchWrapper_v2
+from thinc.api import Model
 from thinc.types import Floats2d
 
 from .scorers import make_scorer
+from .shim import torch_head
 from .segments import Segment, segment_docs
 from .structure import Chain, LatentTree, Structure
 
@@ -33,12 +34,13 @@ def build_structured_tagger(
     rank: int,
     order: int = 1,
     max_dist: Optional[int] = None,
+    emission: bool = True,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], SegmentScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF)."""
     n_dirs = 2 if structure == "tree" else 1
-    scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order)
-    head = PyTorchWrapper_v2(scorer)
+    scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission)
+    head = torch_head(scorer)
     return Model(
         f"nldm-{structure}-tagger",
         forward,
