@@ -79,7 +79,7 @@ def tune_cli(
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU id for spacy train (-1: CPU)"),
     pruner: str = typer.Option("median", "--pruner", help="median or none"),
     prune_startup: int = typer.Option(5, "--prune-startup", help="Trials per study before pruning starts"),
-    prune_warmup: int = typer.Option(2, "--prune-warmup", help="Evaluations of a trial before it can be pruned"),
+    prune_warmup: int = typer.Option(2, "--prune-warmup", help="No pruning before step N x eval_frequency"),
     max_failures: int = typer.Option(3, "--max-failures", help="Stop a study after this many failed trials in a run"),
 ):
     """Search hyper-parameters on dev, one resumable Optuna study per (dataset, system)."""
