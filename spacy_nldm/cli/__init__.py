@@ -19,6 +19,7 @@ from . import bench_accuracy  # noqa: E402,F401
 from . import bench_pipeline  # noqa: E402,F401
 from . import convert  # noqa: E402,F401
 from . import synth  # noqa: E402,F401
+from . import pretrained, tune  # noqa: E402,F401
 
 
 def main() -> None:
