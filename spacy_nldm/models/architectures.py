@@ -12,7 +12,7 @@ from .tagger import SegmentScores, build_structured_tagger
 @registry.architectures("spacy-nldm.NLDMTagger.v1")
 def build_nldm_tagger(
     tok2vec: Model[List[Doc], List[Floats2d]],
-    edge_scorer: str = "trilinear",
+    edge_scorer: str = "bilinear",
     label_dim: int = 50,
     rank: int = 400,
     max_dist: Optional[int] = 5,
@@ -36,7 +36,7 @@ def build_nldm_tagger(
 def build_crf_tagger(
     tok2vec: Model[List[Doc], List[Floats2d]],
     order: int = 1,
-    edge_scorer: str = "trilinear",
+    edge_scorer: str = "bilinear",
     label_dim: int = 50,
     rank: int = 400,
     emission: bool = True,
