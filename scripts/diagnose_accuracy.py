@@ -4,8 +4,8 @@
 
 Every run is the plain loop of ``spacy_nldm.cli.accuracy_loop`` (factory defaults unless the row
 says otherwise, ``nlp.initialize``'s default optimizer, batches of 16 sentences, 10 epochs, test
-accuracy of the final weights). Runs are kept in ``results/diagnosis/runs.jsonl`` and never re-run;
-the tables go to stdout and ``results/diagnosis/tables.md`` (the write-up is
+accuracy of the final weights). Runs are kept in ``results/accuracy/runs.jsonl`` (shared with ``bench accuracy``, whose runs are
+the "factory defaults" rows) and never re-run; the tables go to stdout and ``results/diagnosis/tables.md`` (the write-up is
 ``results/diagnosis.md``). Settings that are not part of the product (the old initialisation, a
 normalised loss, thinc's unpatched PyTorch shim) are applied by the ``patch_*`` functions below in
 the run's own process (``RunSpec.setup``).
@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spacy_nldm.cli.accuracy_loop import RunSpec, run_all  # noqa: E402
+from spacy_nldm.cli.bench_accuracy import default_signature  # noqa: E402
 
 HERE = "scripts.diagnose_accuracy"
 
@@ -151,9 +152,11 @@ def m(**kw) -> Dict:
 ABLATIONS: Dict[str, List[Tuple[str, str, Dict]]] = {
     "before": [
         ("before the fix: trilinear (paper form, fan-in init), the old default", "cn",
-         dict(config=m(edge_scorer="trilinear", emission=False), setup=f"{HERE}:patch_fan_in_init")),
+         dict(config={"decode": "viterbi", **m(edge_scorer="trilinear", emission=False)},
+              setup=f"{HERE}:patch_fan_in_init")),
         ("before the fix: emission_transition (paper emission h W_e t_c)", "cn",
-         dict(config=m(edge_scorer="emission_transition"), setup=f"{HERE}:patch_paper_emission")),
+         dict(config={"decode": "viterbi", **m(edge_scorer="emission_transition")},
+              setup=f"{HERE}:patch_paper_emission")),
     ],
     "scorer": [
         ("emission_transition", "cn", dict(config=m(edge_scorer="emission_transition"))),
@@ -198,7 +201,6 @@ ABLATIONS: Dict[str, List[Tuple[str, str, Dict]]] = {
         ("loss mean per sentence", "cn", dict(setup=f"{HERE}:patch_loss_per_sentence")),
     ],
     "decode": [
-        ("posterior decoding", "cn", dict(config={"decode": "posterior"})),
         ("max_dist 1 (the chain)", "n", dict(config=m(max_dist=1))),
         ("max_dist 3", "n", dict(config=m(max_dist=3))),
         ("max_dist 10", "n", dict(config=m(max_dist=10))),
@@ -208,6 +210,8 @@ FACTORIES = {"s": ("softmax", "tagger"), "c": ("crf", "crf_tagger"), "n": ("nldm
 
 
 def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) -> List[Tuple[str, str, RunSpec]]:
+    """(row label, system, spec) of a group; the "factory defaults" row is the spec of
+    ``bench accuracy`` itself, so the two share runs."""
     out = []
     rows = [("factory defaults", "scn", {})] + ABLATIONS[group]
     for label, systems, fields in rows:
@@ -219,7 +223,11 @@ def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) ->
                     config = fields.pop("config", {})
                     if factory == "tagger":  # spaCy's tagger has no head settings of ours
                         config = {}
-                    spec = RunSpec(dataset=dataset, system=f"{name}: {label}", factory=factory, seed=seed,
+                    if label == "factory defaults":
+                        system = f"{name} defaults {default_signature(factory)}"
+                    else:
+                        system = f"{name}: {label}"
+                    spec = RunSpec(dataset=dataset, system=system, factory=factory, seed=seed,
                                    config=config, corpus=corpus, **fields)
                     out.append((label, name, spec))
     return out
@@ -239,6 +247,14 @@ def table(group: str, entries, done: Dict, datasets: List[str]) -> List[str]:
     head = ["change"] + [f"{d} {s}" for d in datasets for s in systems]
     lines = [f"### {group}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base = {(d, s): acc.get(("factory defaults", s, d)) for d in datasets for s in systems}
+    for decoder in ("viterbi", "posterior"):  # the defaults' own weights, scored with each decoder
+        label = f"factory defaults, {decoder} decoding (same weights)"
+        for _, name, spec in entries:
+            row = done.get(spec.key())
+            if spec.system.split(" ")[1:2] == ["defaults"] and row and row.get("acc_by_decoder"):
+                acc.setdefault((label, name, spec.dataset), []).append(row["acc_by_decoder"][decoder])
+                if label not in labels:
+                    labels.insert(1, label)
     for label in labels:
         cells = [label]
         for d in datasets:
@@ -260,7 +276,7 @@ def main(
     seeds: str = typer.Option("0", help="Seeds, comma-separated."),
     groups: str = typer.Option(",".join(ABLATIONS), help="Ablation groups, comma-separated."),
     corpus: str = typer.Option("corpus", help="Converted corpora folder."),
-    results: Path = typer.Option(ROOT / "results" / "diagnosis" / "runs.jsonl", help="Runs file (JSON lines)."),
+    results: Path = typer.Option(ROOT / "results" / "accuracy" / "runs.jsonl", help="Runs file (JSON lines), shared with bench accuracy."),
     workers: int = typer.Option(2, help="Runs at a time."),
     run: bool = typer.Option(True, help="Run missing runs (--no-run: tables of what is there)."),
 ) -> None:
@@ -274,7 +290,8 @@ def main(
         lines = table(group, entries, done, sets)
         typer.echo("\n".join(lines) + "\n")
         all_lines += lines + [""]
-    out = results.parent / "tables.md"
+    out = ROOT / "results" / "diagnosis" / "tables.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(all_lines), encoding="utf8")
     typer.echo(f"Wrote {out}")
 
