@@ -158,7 +158,7 @@ def test_max_dist_one_is_the_first_order_crf():
     potentials = torch.stack([scores[:, t, t + 1] for t in range(n)], dim=1)  # (B, N, M, M)
     torch.testing.assert_close(log_partition(scores, lengths, max_dist=1), crf_log_partition(potentials, lengths))
     best, labels, heads = viterbi(scores, lengths, max_dist=1)
-    crf_best, crf_labels = crf_viterbi(potentials, lengths)
+    crf_labels, _, crf_best = crf_viterbi(potentials, lengths)
     torch.testing.assert_close(best, crf_best)
     assert torch.equal(labels, crf_labels)
     expected_heads = torch.arange(n)[None, :] * (torch.arange(1, n + 1)[None, :] <= lengths[:, None])

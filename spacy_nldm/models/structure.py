@@ -268,7 +268,7 @@ class Chain(Structure):
         if posterior:
             probs = structs.crf_marginals(pot, lengths)
             mask = torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool()
-        best, labels = structs.crf_viterbi(pot, lengths, label_mask=mask)
+        labels, _, best = structs.crf_viterbi(pot, lengths, label_mask=mask)
         return best, labels, None
 
     def _marginals(self, F, lengths):

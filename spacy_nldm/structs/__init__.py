@@ -4,7 +4,8 @@ Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterb
 Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterbi`, :func:`crf_marginals`.
 Score layouts are documented in :mod:`.tree` and :mod:`.chain`.
 """
-from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
+from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_score, crf_viterbi
+from .checks import Decoded
 from .semiring import NEG, BroadcastLogSemiring, LogSemiring, MaxSemiring, TracingMaxSemiring
 from .tree import DirectionalScores, count_trees, log_partition, marginals, viterbi
 
@@ -18,6 +19,8 @@ __all__ = [
     "crf_viterbi",
     "crf_marginals",
     "chain_potentials",
+    "crf_score",
+    "Decoded",
     "LogSemiring",
     "MaxSemiring",
     "BroadcastLogSemiring",
