@@ -67,7 +67,7 @@ def test_against_enumeration(case):
     kw = dict(label_mask=label_mask, max_dist=case.get("max_dist"), arc_mask=arc_mask)
 
     log_z = log_partition(scores, lengths, **kw)
-    best, labels, heads = viterbi(scores, lengths, **kw)
+    labels, heads, best = viterbi(scores, lengths, **kw)
     arc, label = marginals(scores, lengths, **kw)
     for b, n in enumerate(LENGTHS):
         ref_z, ref_best, _, ref_arc, ref_label = enumerate_tree_model(
@@ -114,7 +114,7 @@ def test_empty_sentences():
     lengths = torch.tensor([0, 3])
     log_z = log_partition(scores, lengths)
     assert log_z[0].item() == 0.0
-    best, labels, heads = viterbi(scores, lengths)
+    labels, heads, best = viterbi(scores, lengths)
     assert best[0].item() == 0.0 and torch.all(labels[0] == 0) and torch.all(heads[0] == 0)
     ref_z, *_ = enumerate_tree_model(scores[1].numpy(), 3)
     assert log_z[1].item() == pytest.approx(ref_z)
@@ -157,7 +157,7 @@ def test_max_dist_one_is_the_first_order_crf():
     # the chain 0 -> 1 -> ... -> n uses the right-direction arcs t -> t+1
     potentials = torch.stack([scores[:, t, t + 1] for t in range(n)], dim=1)  # (B, N, M, M)
     torch.testing.assert_close(log_partition(scores, lengths, max_dist=1), crf_log_partition(potentials, lengths))
-    best, labels, heads = viterbi(scores, lengths, max_dist=1)
+    labels, heads, best = viterbi(scores, lengths, max_dist=1)
     crf_labels, _, crf_best = crf_viterbi(potentials, lengths)
     torch.testing.assert_close(best, crf_best)
     assert torch.equal(labels, crf_labels)
@@ -179,7 +179,7 @@ def test_root_arcs_only_is_independent_softmax():
     torch.testing.assert_close(log_partition(scores, lengths, arc_mask=root_only), expected)
     _, label = marginals(scores, lengths, arc_mask=root_only)
     torch.testing.assert_close(label, torch.softmax(emissions, -1) * real[..., None])
-    _, labels, heads = viterbi(scores, lengths, arc_mask=root_only)
+    labels, heads, _ = viterbi(scores, lengths, arc_mask=root_only)
     assert torch.equal(labels, emissions.argmax(-1) * real)
     assert torch.all(heads == 0)
 
@@ -220,7 +220,7 @@ def test_large_float32_scores_stay_finite(max_dist):
         assert torch.isfinite(log_z).all()
         assert torch.isfinite(grad).all()
         assert (grad[0, 2, 3] == 0).all()  # a -inf arc has marginal 0
-        best, _, _ = viterbi(scores, lengths, max_dist=max_dist, **kw)
+        _, _, best = viterbi(scores, lengths, max_dist=max_dist, **kw)
         assert torch.isfinite(best).all()
         assert torch.all(best <= log_z + 1e-3 * log_z.abs().clamp_min(1))
 
@@ -286,24 +286,31 @@ def test_directional_scores_equal_their_dense_expansion(max_dist):
         torch.testing.assert_close(g_compact, g_dense)
     with pytest.raises(ValueError, match="directional"):
         DirectionalScores(torch.zeros(2, 3, 2, 3, 3))
-    with pytest.raises(TypeError, match="dense"):
-        viterbi(DirectionalScores(F), lengths)
+        # decoding and marginals read the compact form too
+        dense_best, compact_best = viterbi(expand_directional(F), lengths, max_dist=max_dist, **kw), viterbi(
+            DirectionalScores(F), lengths, max_dist=max_dist, **kw
+        )
+        assert torch.equal(dense_best.labels, compact_best.labels) and torch.equal(dense_best.heads, compact_best.heads)
+        torch.testing.assert_close(dense_best.score, compact_best.score)
+        dense_marg = marginals(expand_directional(F), lengths, max_dist=max_dist, **kw)
+        compact_marg = marginals(DirectionalScores(F), lengths, max_dist=max_dist, **kw)
+        torch.testing.assert_close(compact_marg.labels, dense_marg.labels)
+        torch.testing.assert_close(compact_marg.arcs, g_dense)
 
 
 def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
     """The incomplete charts are allocated uninitialised; fill them with NaN to prove no stage reads
-    garbage (the complete charts are zeroed: the outside pass reads past their written cells on purpose)."""
+    garbage (and that padding past a sentence's end never leaks into another)."""
     from spacy_nldm.structs import charts
 
     original = charts.Charts.__init__
 
-    def poisoned(self, *args, zeros=True, **kwargs):
-        original(self, *args, zeros=zeros, **kwargs)
-        if not zeros:
-            for name in ("inc_right", "inc_left"):
-                for chart in (getattr(self, name), getattr(self, name + "_shift")):
-                    if chart is not None:
-                        chart.fill_(float("nan"))
+    def poisoned(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        for chart in (self.inc_right, self.inc_left):
+            for part in chart:
+                if part is not None:
+                    part.fill_(float("nan"))
 
     monkeypatch.setattr(charts.Charts, "__init__", poisoned)
     lengths = torch.tensor([6, 2, 0])
@@ -311,7 +318,7 @@ def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
     for max_dist in (None, 2):
         log_z = log_partition(scores, lengths, max_dist=max_dist)
         (grad,) = torch.autograd.grad(log_z.sum(), scores)
-        best, _, _ = viterbi(scores, lengths, max_dist=max_dist)
+        _, _, best = viterbi(scores, lengths, max_dist=max_dist)
         assert torch.isfinite(log_z).all() and torch.isfinite(grad).all() and torch.isfinite(best).all()
 
 
@@ -327,7 +334,7 @@ def test_cuda_matches_cpu():
             log_partition(*on_gpu, **gpu_kw).cpu(), log_partition(scores, lengths, **kw), rtol=1e-5, atol=1e-4
         )
         torch.testing.assert_close(
-            viterbi(*on_gpu, **gpu_kw)[0].cpu(), viterbi(scores, lengths, **kw)[0], rtol=1e-5, atol=1e-4
+            viterbi(*on_gpu, **gpu_kw).score.cpu(), viterbi(scores, lengths, **kw).score, rtol=1e-5, atol=1e-4
         )
         torch.testing.assert_close(
             marginals(*on_gpu, **gpu_kw)[1].cpu(), marginals(scores, lengths, **kw)[1], rtol=0, atol=1e-4

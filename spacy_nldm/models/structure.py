@@ -195,7 +195,7 @@ class LatentTree(Structure):
         log_z = structs.log_partition(structs.DirectionalScores(F), lengths, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
         if approx == "max":
-            _, labels, heads = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
+            labels, heads, _ = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
             return log_z - self.tree_score(sub, labels, heads, lengths)
         return log_z - structs.log_partition(sub, lengths, label_mask=ok, max_dist=self.max_dist)
 
@@ -217,7 +217,8 @@ class LatentTree(Structure):
         if posterior:
             probs = structs.marginals(scores, lengths, max_dist=self.max_dist)[1]
             mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool())
-        return structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
+        labels, heads, best = structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
+        return best, labels, heads
 
     def _marginals(self, F, lengths):
         return structs.marginals(self.expand(F), lengths, max_dist=self.max_dist)[1]
