@@ -37,6 +37,7 @@ from .contract import (
     inner_exp,
     inner_exp_outside,
     inner_log,
+    inner_terms,
     ratio,
 )
 from .inside import Inside
@@ -201,6 +202,52 @@ def _pull(x, sx, y, sy, span_share, span_top, exists) -> Tensor:
     exponent = torch.where(exists, sx + sy - span_top, float("-inf"))
     factor = span_share * exponent.exp_().unsqueeze(-1)  # (B, S, T, F)
     return torch.matmul(factor.transpose(-1, -2), y).mul_(x)
+
+
+# -- the log semiring on log-space charts (one or two labels): shares from the broadcast terms --------
+
+
+def outside_log_space(ins: Inside, grad_root: Tensor) -> Tensor:
+    """The outside pass of the log semiring when the charts are in log space: a term u + v of an item
+    passes outer[item] * exp(u + v - item) to both u and v."""
+    C, limit = ins.charts, ins.limit
+    outer = OuterCharts(ins, grad_root, with_incomplete=True)
+    grad = torch.zeros_like(ins.arcs.tensor)
+    for i in reversed(ins.tail_order()):
+        out = (outer.tail[:, i] * ins.tail_active(i)[:, None])[:, None]
+        _head_shares(tail_operands(C.inc_right.log, C.tail.log, i), None, out, tail_operands(outer.inc_right, outer.tail, i))
+    outer.tail_into_complete(ins)
+    for w in range(limit, 0, -1):
+        for operands, inc, comp, outer_inc, outer_comp in (
+            (right_operands, C.inc_right, C.right, outer.inc_right, outer.right),
+            (left_operands, C.inc_left, C.left, outer.inc_left, outer.left),
+        ):
+            _head_shares(operands(inc.log, comp.log, w), complete_cells(comp.log, w), complete_cells(outer_comp, w),
+                         operands(outer_inc, outer_comp, w))
+        right, left = incomplete_cells(outer.inc_right, outer.inc_left, w)
+        left = left.transpose(-1, -2)
+        ins.arcs.add_grad(grad, w, WidthArcs(right, left))
+        ops, into = inner_operands(C.right.log, C.left.log, w), inner_operands(outer.right, outer.left, w)
+        terms = inner_terms(ops.right, ops.left)  # (B, S, K, A, C)
+        share = _shares(terms, terms.logsumexp(-3).unsqueeze(-3), (right + left).unsqueeze(-3))
+        into.right.add_(share.sum(-1))
+        into.left.add_(share.sum(-2))
+    return grad
+
+
+def _shares(terms: Tensor, total: Tensor, outer: Tensor) -> Tensor:
+    """outer * exp(terms - total), 0 where the total is -inf."""
+    return (terms - total.clamp_min(torch.finfo(terms.dtype).min)).exp_().mul_(outer)
+
+
+def _head_shares(ops, out: Optional[Tensor], outer: Tensor, into) -> None:
+    """Shares of a head contraction's terms x[f, d, l] + y[d, l] (out: its log output, recomputed if None)."""
+    terms = ops.incomplete + ops.complete.unsqueeze(-3)  # (B, S, F, D, L)
+    if out is None:
+        out = terms.flatten(-2).logsumexp(-1)
+    share = _shares(terms, out[..., None, None], outer[..., None, None])
+    into.incomplete.add_(share)
+    into.complete.add_(share.sum(-3))
 
 
 # -- the max semiring: backtrack through the arg-maxes ------------------------------------------------

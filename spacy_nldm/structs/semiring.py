@@ -6,7 +6,8 @@ attributes tell the tree code how to run:
 
 - ``exp_space``: the contractions may run in exp space, as matrix products with per-item shifts
   (:mod:`.contract`), each one checked against underflow and redone in log space where the check
-  fails. Only for (log-sum-exp, +), whose sums are sums of exponentials;
+  fails. Only for (log-sum-exp, +), whose sums are sums of exponentials (with up to four labels the
+  tree stays in log space anyway: there the log-space operations are fewer and cheaper);
 - ``backward``: how the gradient of the root item is taken. ``"outside"``: the explicit outside pass
   of the log semiring (the gradient is the marginals); ``"backtrack"``: follow the arg-maxes recorded
   in the forward pass (the gradient marks one best structure); ``"recompute"``: any semiring, by
@@ -75,8 +76,8 @@ def as_semiring(semiring) -> Semiring:
         raise TypeError(f"semiring must be a Semiring instance or class, got {semiring!r}")
     if semiring.backward not in ("outside", "backtrack", "recompute"):
         raise ValueError(f"unknown backward strategy {semiring.backward!r}")
-    if semiring.backward == "outside" and not semiring.exp_space:
-        raise ValueError("the explicit outside pass reads the exp-space charts: set exp_space = True")
+    if semiring.backward == "outside" and not isinstance(semiring, LogSemiring):
+        raise ValueError("the explicit outside pass computes the log semiring's shares: subclass LogSemiring")
     if semiring.backward == "backtrack" and not hasattr(semiring, "argsum"):
         raise ValueError("backtracking needs argsum(x, dim) -> (values, indices)")
     return semiring

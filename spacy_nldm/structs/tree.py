@@ -32,7 +32,7 @@ import torch
 from .arcs import ArcScores, DenseArcs, DirectionalArcs, DirectionalScores
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
 from .inside import Inside
-from .outside import backtrack, outside_by_recomputation, outside_log
+from .outside import backtrack, outside_by_recomputation, outside_log, outside_log_space
 from .semiring import LogSemiring, MaxSemiring, Semiring, as_semiring
 
 Tensor = torch.Tensor
@@ -201,7 +201,7 @@ class _Inside(torch.autograd.Function):
         grad_root = torch.where(possible, grad_root, 0.0)
         strategy = inside.semiring.backward
         if strategy == "outside":
-            grad = outside_log(inside, grad_root)
+            grad = outside_log(inside, grad_root) if inside.exp_space else outside_log_space(inside, grad_root)
         elif strategy == "recompute":
             grad = outside_by_recomputation(inside, grad_root)
         else:
