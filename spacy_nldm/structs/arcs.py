@@ -63,6 +63,10 @@ class ArcScores:
     def scatter(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
         raise NotImplementedError
 
+    def new_grad(self, limit: int) -> Tensor:
+        """A gradient like ``tensor`` for :meth:`add_grad` to fill, widths 1..limit: zeros."""
+        return torch.zeros_like(self.tensor)
+
     def allowed(self, w: int) -> WidthArcs:
         """(B, S) bool each: which arcs of width w exist."""
         n1 = self.shape[1]
@@ -81,8 +85,8 @@ class ArcScores:
         return WidthArcs(*(torch.where(ok[..., None, None], arc, float("-inf")) for arc, ok in zip(raw, self.allowed(w))))
 
     def add_grad(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
-        """Add the gradients of the masked arcs of width w into ``grad`` (like ``tensor``); disallowed
-        arcs get none."""
+        """Add the gradients of the masked arcs of width w into ``grad`` (made by :meth:`new_grad`, called
+        once per width); disallowed arcs get none."""
         masked = (torch.where(ok[..., None, None], g, 0.0) for g, ok in zip(arcs, self.allowed(w)))
         self.scatter(grad, w, WidthArcs(*masked))
 
@@ -93,9 +97,18 @@ class DenseArcs(ArcScores):
     def raw(self, w: int, tensor: Tensor) -> WidthArcs:
         return _diagonals(tensor, w)
 
+    def new_grad(self, limit: int) -> Tensor:
+        """Each diagonal w = 1..limit is written once (:meth:`scatter` copies), so with every width
+        only the main diagonal (self-arcs) needs zeros: no pass over the whole tensor."""
+        if limit < self.shape[1] - 1:
+            return torch.zeros_like(self.tensor)
+        grad = torch.empty_like(self.tensor)
+        grad.diagonal(0, 1, 2).zero_()
+        return grad
+
     def scatter(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
         for target, g in zip(_diagonals(grad, w), arcs):
-            target.add_(g)
+            target.copy_(g)
 
 
 def _diagonals(scores: Tensor, w: int) -> WidthArcs:

@@ -33,19 +33,6 @@ def theta(dtype: torch.dtype) -> float:
     return info.tiny / info.eps**2
 
 
-def maximum(x: Tensor, dim: int) -> Tensor:
-    """amax over a short ``dim`` as a tree of elementwise maxima (torch's amax reduces short rows
-    several times slower); -inf everywhere gives -inf. Always a new tensor."""
-    x = x.movedim(dim, 0)
-    if x.shape[0] == 1:
-        return x[0].clone()
-    while x.shape[0] > 1:
-        half = x.shape[0] // 2
-        top = torch.maximum(x[:half], x[half : 2 * half])
-        x = torch.cat([top, x[2 * half :]]) if x.shape[0] % 2 else top
-    return x[0]
-
-
 def _floor(shift: Tensor) -> Tensor:
     """A shift of -inf (every term -inf) becomes the most negative float, so that x - shift is -inf, not NaN."""
     return shift.clamp_min_(torch.finfo(shift.dtype).min)
@@ -64,7 +51,7 @@ class InnerTerms(NamedTuple):
 def inner_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> InnerTerms:
     """x, y (B, S, K, M) encoded complete items with their shifts (B, S, K)."""
     pair = x_shift + y_shift
-    top = _floor(maximum(pair, -1))
+    top = _floor(pair.amax(-1))
     x = x * pair.sub_(top.unsqueeze(-1)).exp_().unsqueeze(-1)
     return InnerTerms(x, y, top, torch.matmul(x.transpose(-1, -2), y))
 
@@ -96,7 +83,7 @@ class HeadTerms(NamedTuple):
 def head_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> HeadTerms:
     """x (B, S, F, D, L) with shifts (B, S, 1, D) (one per item); y (B, S, D, L) with shifts (B, S, D)."""
     pair = x_shift.squeeze(2) + y_shift
-    top = _floor(maximum(pair, -1))
+    top = _floor(pair.amax(-1))
     y = y * pair.sub_(top.unsqueeze(-1)).exp_().unsqueeze(-1)
     # every (d, l) of one head label is one contiguous run in the incomplete charts: one long sum
     total = (x.flatten(3) * y.flatten(2).unsqueeze(2)).sum(-1)

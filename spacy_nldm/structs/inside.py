@@ -31,7 +31,7 @@ from .charts import (
     right_operands,
     tail_operands,
 )
-from .contract import LOG, head_exp, head_log, head_terms, inner_exp, inner_log, inner_terms, maximum, theta
+from .contract import LOG, head_exp, head_log, head_terms, inner_exp, inner_log, inner_terms, theta
 from .semiring import Semiring
 
 Tensor = torch.Tensor
@@ -123,15 +123,19 @@ class Inside:
         else:
             inner = inner_log(self.semiring, ops.right, ops.left)
         arcs = self.arcs.width(w)
-        right, left = incomplete_cells(C.inc_right.log, C.inc_left.log, w)
-        right.copy_(inner + arcs.right)  # [a, c]
-        left.copy_((inner + arcs.left).transpose(-1, -2))  # stored [c, a]
-        if self.exp_space:  # one shift per item
+        right = inner + arcs.right  # IR[s, s+w, a, c]
+        left = inner.add_(arcs.left)  # IL[s, s+w, a, c], stored transposed ([c, a])
+        cells = incomplete_cells(C.inc_right.log, C.inc_left.log, w)
+        cells[0].copy_(right)
+        cells[1].copy_(left.transpose(-1, -2))
+        if self.exp_space:  # one shift per item, taken on the contiguous items before they are stored
             values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
             shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
-            for log, value, shift in zip((right, left), values, shifts):
-                shift.copy_(log.flatten(2).amax(-1, keepdim=True)).clamp_min_(torch.finfo(log.dtype).min)
-                torch.sub(log, shift.unsqueeze(-1), out=value).exp_()
+            for log, value, shift, transpose in zip((right, left), values, shifts, (False, True)):
+                top = log.flatten(2).amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
+                shift.copy_(top)
+                encoded = log.sub_(top.unsqueeze(-1)).exp_()  # the log values are stored already
+                value.copy_(encoded.transpose(-1, -2) if transpose else encoded)
 
     def complete(self, w: int) -> None:
         """CR[s, s+w, a] = (+)_{d, c} IR[s, s+d, a, c] * CR[s+d, s+w, c] and
@@ -234,5 +238,5 @@ class Inside:
         cells(chart.log).copy_(log)
         if chart.value is not None:
             shift = cells(chart.shift)
-            shift.copy_(maximum(log, -1)).clamp_min_(torch.finfo(log.dtype).min)
+            shift.copy_(log.amax(-1)).clamp_min_(torch.finfo(log.dtype).min)
             torch.sub(log, shift.unsqueeze(-1), out=cells(chart.value)).exp_()

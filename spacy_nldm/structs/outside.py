@@ -86,7 +86,7 @@ def outside_log(ins: Inside, grad_root: Tensor) -> Tensor:
     outer = OuterCharts(ins, grad_root, with_incomplete=fallbacks or len(ins.tail_order()) > 0)
     shape = C.right.log.shape
     share_right, share_left = (padded(C.right.log, shape, 0.0, limit) for _ in range(2))
-    grad = torch.zeros_like(ins.arcs.tensor)
+    grad = ins.arcs.new_grad(ins.limit)
 
     for i in reversed(ins.tail_order()):  # T[i, a] from IR[i, i+d, a, c] and T[i+d, c]
         out = (outer.tail[:, i] * ins.tail_active(i)[:, None])[:, None]  # (B, 1, M)
@@ -212,7 +212,7 @@ def outside_log_space(ins: Inside, grad_root: Tensor) -> Tensor:
     passes outer[item] * exp(u + v - item) to both u and v."""
     C, limit = ins.charts, ins.limit
     outer = OuterCharts(ins, grad_root, with_incomplete=True)
-    grad = torch.zeros_like(ins.arcs.tensor)
+    grad = ins.arcs.new_grad(ins.limit)
     for i in reversed(ins.tail_order()):
         out = (outer.tail[:, i] * ins.tail_active(i)[:, None])[:, None]
         _head_shares(tail_operands(C.inc_right.log, C.tail.log, i), None, out, tail_operands(outer.inc_right, outer.tail, i))
@@ -303,7 +303,7 @@ def outside_by_recomputation(ins: Inside, grad_root: Tensor) -> Tensor:
     stage first; for semirings without an explicit outside pass (the broadcast reference)."""
     C, limit, semiring = ins.charts, ins.limit, ins.semiring
     outer = OuterCharts(ins, grad_root, with_incomplete=True)
-    grad = torch.zeros_like(ins.arcs.tensor)
+    grad = ins.arcs.new_grad(ins.limit)
 
     def through(function, inputs, into, out_grad):
         inputs = [t.detach().requires_grad_(True) for t in inputs]

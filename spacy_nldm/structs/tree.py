@@ -205,7 +205,7 @@ class _Inside(torch.autograd.Function):
         elif strategy == "recompute":
             grad = outside_by_recomputation(inside, grad_root)
         else:
-            grad = torch.zeros_like(inside.arcs.tensor)
+            grad = inside.arcs.new_grad(inside.limit)
             for w, marks in backtrack(inside, grad_root):
                 inside.arcs.add_grad(grad, w, marks)
         if not bool(possible.all()):  # a sentence without a finite tree: gradient 0, never NaN
