@@ -1,6 +1,6 @@
 """The inside pass of the labelled Eisner algorithm, stage by stage, generic in the semiring.
 
-Order of evaluation (docs/algorithm.md has the recurrences and the paper's notation):
+Order of evaluation (docs/algorithm.md has the recurrences in the paper's notation):
 
 1. base items CR[i, i, a] = CL[i, i, a] = 0 (-inf for a label that position i does not allow);
 2. for widths w = 1..K: the incomplete items of width w (:meth:`Inside.incomplete`), then the complete
@@ -11,23 +11,24 @@ Order of evaluation (docs/algorithm.md has the recurrences and the paper's notat
    that does not end at n_b, can never reach the root, so no other item is needed;
 4. the result is T[0, root label 0], log Z (or the best score, in the max semiring).
 
-For exp-space semirings each contraction runs in exp space (:mod:`.contract`) and the spans whose
-totals are too small to be trusted are recomputed in log space; those spans are recorded, as are the
-arg-maxes of a backtracking semiring, for the backward pass (:mod:`.outside`).
+For the log semiring with more than a few labels the contractions run in exp space (:mod:`.contract`)
+and the spans whose totals are too small to be trusted are recomputed in log space; those spans are
+recorded, as are the arg-maxes of a backtracking semiring, for the backward pass (:mod:`.outside`).
 """
-from typing import Callable, List, NamedTuple, Optional
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
 
 import torch
 
 from .arcs import ArcScores
 from .charts import (
     Charts,
-    padded,
     ItemChart,
     complete_cells,
     incomplete_cells,
     inner_operands,
     left_operands,
+    padded,
     right_operands,
     tail_operands,
 )
@@ -42,19 +43,24 @@ Rows = Optional[tuple]  # (batch indices, span indices) of the spans recomputed 
 LOG_SPACE_UP_TO = 4
 
 
-class HeadResult(NamedTuple):
-    """A head contraction's log-space output (B, S, F) and what the backward pass needs: the spans
-    recomputed in log space, the arg-maxes, or the exp-space total and scale (out = log total + top)."""
+@dataclass
+class HeadStages:
+    """One kind of head contraction (complete right items, complete left items, or tail rows): where
+    its operands and outputs are, and what its stages left for the backward pass, by stage key (the
+    width, or the tail row's start position)."""
 
-    out: Tensor
-    rows: Rows = None
-    trace: Optional[Tensor] = None
-    total: Optional[Tensor] = None
-    top: Optional[Tensor] = None
+    operands: Callable  # (incomplete chart, complete chart, key) -> HeadOperands views
+    cells: Callable  # (chart laid out like the outputs, key) -> view (B, S, ...) of the outputs
+    incomplete: ItemChart
+    complete: ItemChart  # the chart of its outputs and of its complete operands
+    rows: List[Rows] = field(default_factory=list)  # spans recomputed in log space
+    traces: List[Optional[Tensor]] = field(default_factory=list)  # arg-maxes (backtracking semirings)
+    total: Optional[Tensor] = None  # exp space: total per output (laid out like the outputs)
+    top: Optional[Tensor] = None  # exp space: the scale of each span, out = log(total) + top
 
 
 class Inside:
-    """One inside pass: the charts, and what the backward pass needs (fallback rows, arg-max traces).
+    """One inside pass: the charts, and what the backward pass needs.
 
     ``allowed`` (B, N+1, M) bool: the labels each position may take (root: label 0; positions past a
     sentence's end: none). ``lengths`` (B,) long. ``limit`` K = the longest arc.
@@ -65,39 +71,38 @@ class Inside:
         self.n = arcs.shape[1] - 1
         # exp space pays off from a few labels on (matrix products); below, log space has fewer operations
         self.exp_space = semiring.exp_space and arcs.shape[-1] > LOG_SPACE_UP_TO
-        self.charts = Charts(arcs.shape, limit, arcs.tensor, self.exp_space)
-        self.theta = theta(arcs.tensor.dtype)
         self.tracing = semiring.backward == "backtrack"
-        size = limit + 1
-        # per width (index w) or tail row (index i): spans redone in log space, arg-maxes
-        self.inner_rows: List[Rows] = [None] * size
-        self.right_rows: List[Rows] = [None] * size
-        self.left_rows: List[Rows] = [None] * size
-        self.tail_rows: List[Rows] = [None] * (self.n + 1)
-        self.inner_traces: List[Optional[Tensor]] = [None] * size
-        self.right_traces: List[Optional[Tensor]] = [None] * size
-        self.left_traces: List[Optional[Tensor]] = [None] * size
-        self.tail_traces: List[Optional[Tensor]] = [None] * (self.n + 1)
-        if self.exp_space:  # per complete span: the exp-space totals (per head label) and their scale
-            shape = self.charts.right.log.shape
-            self.right_total, self.left_total = (padded(arcs.tensor, shape, 0.0, limit) for _ in range(2))
-            self.right_top, self.left_top = (padded(arcs.tensor, shape[:3], 0.0, limit) for _ in range(2))
-            self.tail_total = arcs.tensor.new_zeros(shape[0], shape[1], shape[3])
-            self.tail_top = arcs.tensor.new_zeros(shape[0], shape[1])
+        self.theta = theta(arcs.tensor.dtype)
+        C = self.charts = Charts(arcs.shape, limit, arcs.tensor, self.exp_space)
+        positions = torch.arange(self.n + 1, device=lengths.device)
+        self.ends_inside = positions[None, :] <= lengths[:, None]  # (B, N+1): a span may end here
+        self.not_root = (positions >= 1)[None, :, None]
+        slots, rows = limit + 1, self.n + 1
+        self.inner_rows: List[Rows] = [None] * slots
+        self.inner_traces: List[Optional[Tensor]] = [None] * slots
+        self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots)
+        self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots)
+        self.tail = HeadStages(tail_operands, lambda t, i: t[:, i : i + 1], C.inc_right, C.tail, [None] * rows,
+                               [None] * rows)
+        if self.exp_space:
+            like, shape = arcs.tensor, C.right.log.shape
+            for side in (self.right, self.left):
+                side.total, side.top = padded(like, shape, 0.0, limit), padded(like, shape[:3], 0.0, limit)
+            self.tail.total, self.tail.top = like.new_zeros(shape[0], rows, shape[3]), like.new_zeros(shape[0], rows)
 
     def run(self) -> Tensor:
         """Fill every chart; the root item T[0, 0] of each sentence, (B,)."""
         base = torch.zeros((), dtype=self.arcs.tensor.dtype, device=self.allowed.device)
         base = base.where(self.allowed, float("-inf"))
         for chart in (self.charts.right, self.charts.left):
-            self._write(chart, lambda t: t[:, :, 0], base)  # CR[i, i, a] = CL[i, i, a] = 0
+            self._write(chart, lambda t: t[:, :, 0], base)  # CR[i, i, a] = CL[i, i, a] = 0 (allowed a)
         for w in range(1, self.limit + 1):
             self.incomplete(w)
             self.complete(w)
         self.fill_tail()
         for i in self.tail_order():
             self.tail_row(i)
-        return self.charts.tail.log[:, 0, 0]
+        return self.charts.tail.log[:, 0, 0]  # log Z = CR[0, n, root label 0]
 
     def tail_order(self) -> range:
         """The start positions whose tail items need a stage (max_dist only), in evaluation order."""
@@ -106,15 +111,14 @@ class Inside:
     # -- stages ---------------------------------------------------------------------------------------
 
     def incomplete(self, w: int) -> None:
-        """IR[s, s+w] = inner(s, s+w) * arc s -> s+w and IL[s, s+w] = inner(s, s+w) * arc s+w -> s, where
-        inner(s, s+w, a, c) = (+)_{k=0..w-1} CR[s, s+k, a] * CL[s+k+1, s+w, c]."""
+        """The incomplete items of width w: IR[s, s+w] and IL[s, s+w] from inner(s, s+w) and the arcs."""
         C = self.charts
         ops = inner_operands(C.right.log, C.left.log, w)  # (B, S, w, M) each
         if self.exp_space:
             enc, shifts = inner_operands(C.right.value, C.left.value, w), inner_operands(C.right.shift, C.left.shift, w)
+            # inner(s, s+w, a, c) = log sum_k exp(CR[s, s+k, a] + CL[s+k+1, s+w, c])
             terms = inner_exp(enc.right, shifts.right, enc.left, shifts.left)
-            # a label pair needs the check where both labels are allowed and the span is in the sentence
-            relevant = self._allowed_at(w, "start")[..., :, None] & self._allowed_at(w, "end")[..., None, :]
+            relevant = self._start_ok(w)[..., :, None] & self._end_ok(w)[..., None, :]
             inner, self.inner_rows[w] = self._checked(
                 terms.log(), terms.total, relevant, lambda rows: inner_log(LOG, ops.right[rows], ops.left[rows])
             )
@@ -123,11 +127,11 @@ class Inside:
         else:
             inner = inner_log(self.semiring, ops.right, ops.left)
         arcs = self.arcs.width(w)
-        right = inner + arcs.right  # IR[s, s+w, a, c]
-        left = inner.add_(arcs.left)  # IL[s, s+w, a, c], stored transposed ([c, a])
+        right = inner + arcs.right  # IR[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s -> s+w, a, c)
+        left = inner.add_(arcs.left)  # IL[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s+w -> s, c, a)
         cells = incomplete_cells(C.inc_right.log, C.inc_left.log, w)
         cells[0].copy_(right)
-        cells[1].copy_(left.transpose(-1, -2))
+        cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
         if self.exp_space:  # one shift per item, taken on the contiguous items before they are stored
             values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
             shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
@@ -138,20 +142,11 @@ class Inside:
                 value.copy_(encoded.transpose(-1, -2) if transpose else encoded)
 
     def complete(self, w: int) -> None:
-        """CR[s, s+w, a] = (+)_{d, c} IR[s, s+d, a, c] * CR[s+d, s+w, c] and
-        CL[s, s+w, c] = (+)_{e, a} CL[s, s+e, a] * IL[s+e, s+w, a, c]."""
-        C = self.charts
-        for name, operands, inc, comp in (
-            ("right", right_operands, C.inc_right, C.right),
-            ("left", left_operands, C.inc_left, C.left),
-        ):
-            relevant = self._allowed_at(w, "start" if name == "right" else "left head")
-            result = self._head(operands, inc, comp, w, relevant)
-            getattr(self, name + "_rows")[w], getattr(self, name + "_traces")[w] = result.rows, result.trace
-            if result.total is not None:
-                complete_cells(getattr(self, name + "_total"), w).copy_(result.total)
-                complete_cells(getattr(self, name + "_top"), w).copy_(result.top)
-            self._write(comp, lambda t: complete_cells(t, w), result.out)
+        """The complete items of width w:
+        CR[s, s+w, a] = log sum_{d, c} exp(IR[s, s+d, a, c] + CR[s+d, s+w, c]), d = 1..w;
+        CL[s, s+w, c] = log sum_{e, a} exp(CL[s, s+e, a] + IL[s+e, s+w, a, c]), e = 0..w-1."""
+        self._head(self.right, w, self._start_ok(w))
+        self._head(self.left, w, self._end_ok(w) & self.not_root[:, : self.n + 1 - w])  # CL[0, w] never reaches the root
 
     def fill_tail(self) -> None:
         """T[i] = CR[i, n_b] for the i with n_b - i <= K (for i > n_b, T stays -inf)."""
@@ -159,10 +154,9 @@ class Inside:
         if index is None:
             return
         b, i, width = index
-        C.tail.log[b, i] = C.right.log[b, i, width]
-        if C.tail.value is not None:
-            C.tail.value[b, i] = C.right.value[b, i, width]
-            C.tail.shift[b, i] = C.right.shift[b, i, width]
+        for tail, right in zip(C.tail, C.right):
+            if tail is not None:
+                tail[b, i] = right[b, i, width]
 
     def tail_index(self):
         """(b, i, n_b - i) of the tail items copied from the complete chart, or None."""
@@ -179,33 +173,32 @@ class Inside:
         return self.lengths - i > self.limit
 
     def tail_row(self, i: int) -> None:
-        """T[i, a] = (+)_{d=1..K, c} IR[i, i+d, a, c] * T[i+d, c], for the sentences with n_b - i > K."""
-        C = self.charts
+        """T[i, a] = log sum_{d=1..K, c} exp(IR[i, i+d, a, c] + T[i+d, c]), for the sentences with n_b - i > K."""
         active = self.tail_active(i)
         relevant = (active[:, None] & self.allowed[:, i])[:, None]  # (B, 1, M)
-        result = self._head(tail_operands, C.inc_right, C.tail, i, relevant)
-        self.tail_rows[i], self.tail_traces[i] = result.rows, result.trace
-        if result.total is not None:
-            self.tail_total[:, i], self.tail_top[:, i] = result.total[:, 0], result.top[:, 0]
-        new = torch.where(active[:, None], result.out[:, 0], C.tail.log[:, i])
-        self._write(C.tail, lambda t: t[:, i], new)
+        self._head(self.tail, i, relevant, keep=~active)
 
     # -- helpers --------------------------------------------------------------------------------------
 
-    def _head(self, operands: Callable, inc: ItemChart, comp: ItemChart, key: int, relevant: Tensor) -> "HeadResult":
-        """A head contraction (complete items of one width, or a tail row) in the semiring."""
-        ops = operands(inc.log, comp.log, key)
+    def _head(self, stage: HeadStages, key: int, relevant: Tensor, keep: Optional[Tensor] = None) -> None:
+        """One head contraction in the semiring; its outputs are stored (but for the sentences ``keep``)."""
+        ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
         if self.exp_space:
-            enc, shifts = operands(inc.value, comp.value, key), operands(inc.shift, comp.shift, key)
+            enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
+            shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
             terms = head_exp(enc.incomplete, shifts.incomplete, enc.complete, shifts.complete)
-            out, rows = self._checked(
+            out, stage.rows[key] = self._checked(
                 terms.log(), terms.total, relevant, lambda r: head_log(LOG, ops.incomplete[r], ops.complete[r])
             )
-            return HeadResult(out, rows, None, terms.total, terms.top)
-        if self.tracing:
-            out, trace = self.semiring.argsum(head_terms(ops.incomplete, ops.complete), -1)
-            return HeadResult(out, None, trace)
-        return HeadResult(head_log(self.semiring, ops.incomplete, ops.complete))
+            stage.cells(stage.total, key).copy_(terms.total)
+            stage.cells(stage.top, key).copy_(terms.top)
+        elif self.tracing:
+            out, stage.traces[key] = self.semiring.argsum(head_terms(ops.incomplete, ops.complete), -1)
+        else:
+            out = head_log(self.semiring, ops.incomplete, ops.complete)
+        if keep is not None:
+            out = torch.where(keep[:, None, None], stage.cells(stage.complete.log, key), out)
+        self._write(stage.complete, lambda t: stage.cells(t, key), out)
 
     def _checked(self, out: Tensor, total: Tensor, relevant: Tensor, exact: Callable):
         """``out`` with the spans whose exp-space ``total`` fell below THETA somewhere it matters
@@ -218,19 +211,14 @@ class Inside:
         out[rows] = exact(rows)
         return out, rows
 
-    def _allowed_at(self, w: int, where: str) -> Tensor:
-        """(B, S, M): the labels allowed at the "start" or "end" of each span of width w that lies in its
-        sentence; "left head": at the end, but never for span start 0 (a left-complete item CL[0, w]
-        would make the root a dependent: it cannot reach the root item)."""
+    def _start_ok(self, w: int) -> Tensor:
+        """(B, S, M): the labels allowed at the start of each span of width w within its sentence."""
         spans = self.n + 1 - w
-        if where == "start":
-            inside = torch.arange(w, self.n + 1, device=self.lengths.device)[None, :] <= self.lengths[:, None]
-            return self.allowed[:, :spans] & inside[..., None]
-        ends = self.allowed[:, w:]  # positions past the sentence's end allow nothing
-        if where == "left head":
-            ends = ends.clone()
-            ends[:, 0] = False
-        return ends
+        return self.allowed[:, :spans] & self.ends_inside[:, w:, None]
+
+    def _end_ok(self, w: int) -> Tensor:
+        """(B, S, M): the labels allowed at the end of each span of width w (none past a sentence's end)."""
+        return self.allowed[:, w:]
 
     def _write(self, chart: ItemChart, cells: Callable, log: Tensor) -> None:
         """Store log-space items at ``cells(chart tensor)`` and, for exp space, their encoding with one
