@@ -148,7 +148,7 @@ def test_gradient_matches_finite_differences(space):
     assert checked > 0
 
 
-def test_marginals_are_distributions():
+def test_marginals_are_distributions(space):
     scores = random_scores(LENGTHS, 3, seed=4)
     lengths = torch.tensor(LENGTHS)
     arc, label = marginals(scores, lengths, max_dist=2)
@@ -158,7 +158,7 @@ def test_marginals_are_distributions():
         np.testing.assert_allclose(label[b, :n].sum(-1).numpy(), np.ones(n), atol=1e-9)
 
 
-def test_max_dist_one_is_the_first_order_crf():
+def test_max_dist_one_is_the_first_order_crf(space):
     m = 4
     scores = random_scores(LENGTHS, m, seed=7)
     lengths = torch.tensor(LENGTHS)
@@ -204,7 +204,7 @@ def test_float32_agrees_with_float64():
     torch.testing.assert_close(l32.double(), l64, rtol=0, atol=1e-4)
 
 
-def test_results_do_not_depend_on_batch_padding():
+def test_results_do_not_depend_on_batch_padding(space):
     lengths = [6, 3, 9]
     scores = random_scores(lengths, 4, seed=10, dtype=torch.float32)
     full = log_partition(scores, torch.tensor(lengths))
@@ -262,7 +262,7 @@ def test_bad_input_is_rejected_with_a_clear_message():
 
 
 @pytest.mark.parametrize("scale,dtype", [(1.0, torch.float64), (20.0, torch.float32)])
-def test_fast_log_semiring_equals_broadcast_reference(scale, dtype):
+def test_fast_log_semiring_equals_broadcast_reference(scale, dtype, space):
     """The exp-space contraction with per-span shifts against plain broadcast-and-logsumexp."""
     from spacy_nldm.structs import BroadcastLogSemiring
 
