@@ -84,6 +84,11 @@ class ArcScores:
         raw = self.raw(w, self.tensor if tensor is None else tensor)
         return WidthArcs(*(torch.where(ok[..., None, None], arc, float("-inf")) for arc, ok in zip(raw, self.allowed(w))))
 
+    def attach(self, inner: Tensor, w: int) -> WidthArcs:
+        """The incomplete items of width w: inner (B, S, M, M) plus the right and the left arcs."""
+        arcs = self.width(w)
+        return WidthArcs(inner + arcs.right, inner + arcs.left)
+
     def add_grad(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
         """Add the gradients of the masked arcs of width w into ``grad`` (made by :meth:`new_grad`, called
         once per width); disallowed arcs get none."""
@@ -130,6 +135,50 @@ class DirectionalArcs(ArcScores):
         right = torch.cat([root, tensor[:, w:, 0, 1:]], dim=1)
         left = torch.cat([root, tensor[:, : N - w, 1, 1:].transpose(-1, -2)], dim=1)
         return WidthArcs(right, left)
+
+    def width(self, w: int, tensor: Optional[Tensor] = None) -> WidthArcs:
+        """As :meth:`ArcScores.width`, masking each piece straight into the result (no concatenation)."""
+        tensor = self.tensor if tensor is None else tensor
+        B, N, _, _, M = tensor.shape
+        ok_right, ok_left = self.allowed(w)
+        minus_inf = tensor.new_full((), float("-inf"))
+        right, left = tensor.new_empty(B, N + 1 - w, M, M), tensor.new_empty(B, N + 1 - w, M, M)
+        root = tensor[:, w - 1 : w, 0, 0, None, :].expand(B, 1, M, M)
+        torch.where(ok_right[:, :1, None, None], root, minus_inf, out=right[:, :1])
+        torch.where(ok_right[:, 1:, None, None], tensor[:, w:, 0, 1:], minus_inf, out=right[:, 1:])
+        left[:, 0] = float("-inf")  # the root is never a dependent
+        torch.where(ok_left[:, 1:, None, None], tensor[:, : N - w, 1, 1:].transpose(-1, -2), minus_inf, out=left[:, 1:])
+        return WidthArcs(right, left)
+
+    def attach(self, inner: Tensor, w: int) -> WidthArcs:
+        """inner + arcs in one pass per direction, without masks: the scores of dependents past each
+        sentence's end are zeroed once (:meth:`clean`), and every arc that leaves the sentence meets an
+        inner item of -inf (an item ending past the sentence), so it is -inf whatever its score."""
+        if self.arc_mask is not None:
+            return super().attach(inner, w)
+        F = self.clean()
+        B, N, _, _, M = F.shape
+        right, left = torch.empty_like(inner), torch.empty_like(inner)
+        torch.add(inner[:, :1], F[:, w - 1 : w, 0, 0, None, :], out=right[:, :1])  # root -> w
+        torch.add(inner[:, 1:], F[:, w:, 0, 1:], out=right[:, 1:])  # s -> s+w
+        left[:, 0] = float("-inf")  # the root is never a dependent
+        torch.add(inner[:, 1:], F[:, : N - w, 1, 1:].transpose(-1, -2), out=left[:, 1:])  # s+w -> s
+        return WidthArcs(right, left)
+
+    def clean(self) -> Tensor:
+        """F with the rows of dependents past each sentence's end at 0 (padding may hold NaN)."""
+        if getattr(self, "_clean", None) is None:
+            positions = torch.arange(1, self.tensor.shape[1] + 1, device=self.tensor.device)
+            real = positions[None, :] <= self.lengths[:, None]
+            self._clean = torch.where(real[:, :, None, None, None], self.tensor, 0.0)
+        return self._clean
+
+    def add_grad(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
+        """Without an arc mask no mask is needed: an arc that :meth:`attach` left unmasked is part of an
+        item of -inf, whose share of everything is exactly 0."""
+        if self.arc_mask is not None:
+            return super().add_grad(grad, w, arcs)
+        self.scatter(grad, w, arcs)
 
     def scatter(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
         N = grad.shape[1]

@@ -118,7 +118,7 @@ class Inside:
             enc, shifts = inner_operands(C.right.value, C.left.value, w), inner_operands(C.right.shift, C.left.shift, w)
             # inner(s, s+w, a, c) = log sum_k exp(CR[s, s+k, a] + CL[s+k+1, s+w, c])
             terms = inner_exp(enc.right, shifts.right, enc.left, shifts.left)
-            relevant = self._start_ok(w)[..., :, None] & self._end_ok(w)[..., None, :]
+            relevant = lambda: self._start_ok(w)[..., :, None] & self._end_ok(w)[..., None, :]  # noqa: E731
             inner, self.inner_rows[w] = self._checked(
                 terms.log(), terms.total, relevant, lambda rows: inner_log(LOG, ops.right[rows], ops.left[rows])
             )
@@ -126,9 +126,8 @@ class Inside:
             inner, self.inner_traces[w] = self.semiring.argsum(inner_terms(ops.right, ops.left), -3)
         else:
             inner = inner_log(self.semiring, ops.right, ops.left)
-        arcs = self.arcs.width(w)
-        right = inner + arcs.right  # IR[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s -> s+w, a, c)
-        left = inner.add_(arcs.left)  # IL[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s+w -> s, c, a)
+        # IR[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s -> s+w, a, c); IL[..] = inner(..) + arc(s+w -> s, c, a)
+        right, left = self.arcs.attach(inner, w)
         cells = incomplete_cells(C.inc_right.log, C.inc_left.log, w)
         cells[0].copy_(right)
         cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
@@ -188,7 +187,7 @@ class Inside:
             shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
             terms = head_exp(enc.incomplete, shifts.incomplete, enc.complete, shifts.complete)
             out, stage.rows[key] = self._checked(
-                terms.log(), terms.total, relevant, lambda r: head_log(LOG, ops.incomplete[r], ops.complete[r])
+                terms.log(), terms.total, lambda: relevant, lambda r: head_log(LOG, ops.incomplete[r], ops.complete[r])
             )
             stage.cells(stage.total, key).copy_(terms.total)
             stage.cells(stage.top, key).copy_(terms.top)
@@ -200,11 +199,14 @@ class Inside:
             out = torch.where(keep[:, None, None], stage.cells(stage.complete.log, key), out)
         self._write(stage.complete, lambda t: stage.cells(t, key), out)
 
-    def _checked(self, out: Tensor, total: Tensor, relevant: Tensor, exact: Callable):
+    def _checked(self, out: Tensor, total: Tensor, relevant: Callable, exact: Callable):
         """``out`` with the spans whose exp-space ``total`` fell below THETA somewhere it matters
-        recomputed by ``exact(rows)``; returns (out, rows or None)."""
-        low = (total < self.theta) & relevant
-        spans = low.flatten(2).any(-1)  # (B, S)
+        (``relevant()``, a mask like ``total``, only made if some total is that small) recomputed by
+        ``exact(rows)``; returns (out, rows or None)."""
+        low = total < self.theta
+        if not bool(low.any()):
+            return out, None
+        spans = low.logical_and_(relevant()).flatten(2).any(-1)  # (B, S)
         if not bool(spans.any()):
             return out, None
         rows = spans.nonzero(as_tuple=True)
@@ -225,6 +227,6 @@ class Inside:
         shift per item (complete items and tail)."""
         cells(chart.log).copy_(log)
         if chart.value is not None:
-            shift = cells(chart.shift)
-            shift.copy_(log.amax(-1)).clamp_min_(torch.finfo(log.dtype).min)
-            torch.sub(log, shift.unsqueeze(-1), out=cells(chart.value)).exp_()
+            top = log.amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
+            cells(chart.shift).copy_(top.squeeze(-1))
+            cells(chart.value).copy_((log - top).exp_())  # computed contiguous: exp on strided views is slow
