@@ -7,6 +7,8 @@ process CPU time per call, median over the repeats; ratio = project / peer (belo
 faster). Accuracy: float32 error against a float64 log-space reference at score standard deviations
 1 to 1000 (relative error of log Z, largest absolute error of the marginals).
 """
+import atexit
+import importlib
 import importlib.util
 import shutil
 import statistics
@@ -246,6 +248,7 @@ def load_baseline(path: Path):
     if not (source / "__init__.py").exists():
         raise FileNotFoundError(f"no spacy_nldm/structs package under {path}")
     root = Path(tempfile.mkdtemp(prefix="nldm-baseline-"))
+    atexit.register(shutil.rmtree, root, True)
     shutil.copytree(source, root / "baseline_structs")
     sys.path.insert(0, str(root))
     try:
