@@ -28,6 +28,7 @@ import numpy
 import torch
 
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
+from .semiring import exp_, logsumexp
 
 Tensor = torch.Tensor
 
@@ -201,7 +202,7 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     real = _real(lengths, n)
     shift = torch.where(real, steps.flatten(2).amax(-1), 0.0).clamp_min_(torch.finfo(potentials.dtype).min)
     exps = torch.empty(batch, n, p, m, m, dtype=potentials.dtype, device=potentials.device)  # E_t [p, a, c]
-    torch.sub(steps.transpose(2, 3), shift[:, :, None, None, None], out=exps).exp_()
+    exp_(torch.sub(steps.transpose(2, 3), shift[:, :, None, None, None], out=exps))
     padding = (~real).nonzero(as_tuple=True)
     if len(padding[0]):  # identity transitions (padding may hold anything)
         exps[padding] = _identity(m, p, potentials).transpose(0, 1).exp()
@@ -220,7 +221,7 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
         y = total.div_(top)
         ys.append(y)
         tops.append(top)
-    alphas, suspect = _unscale(ys, tops, shift, lambda values: _forward_has_terms(values, steps, real))
+    alphas, suspect = _unscale(ys, tops, shift, lambda values, rows: _forward_has_terms(values, steps, real, rows))
     if not backward:
         return alphas, None, suspect
     if n == 0:
@@ -238,7 +239,7 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
         y = total.div_(top)
         ys.append(y)
         tops.append(top)
-    has_terms = lambda values: _backward_has_terms(values, steps, real)  # noqa: E731
+    has_terms = lambda values, rows: _backward_has_terms(values, steps, real, rows)  # noqa: E731
     betas, low = _unscale(ys[::-1], tops[::-1], shift[:, 1:], has_terms, backward=True)
     return alphas, betas, suspect | low
 
@@ -261,16 +262,21 @@ def _unscale(ys: list, tops: list, shift: Tensor, has_terms, backward: bool = Fa
         scale = torch.cat([zero, steps.cumsum(1)], 1)
         sums = ys[:, 1:].log() + log_tops
     values = ys.log().add_(scale)
-    return values, _suspect(sums, lambda: has_terms(values))
+    return values, _suspect(sums, lambda rows: has_terms(values, rows))
 
 
 def _suspect(log_sums: Tensor, has_terms) -> Tensor:
-    """(B,) sentences with a step sum below THETA where some term was finite (``has_terms()``, like
-    ``log_sums``, is evaluated only if some sum is that small: a sum of -inf terms is exactly 0)."""
+    """(B,) sentences with a step sum below THETA where some term was finite (``has_terms(rows)``,
+    like ``log_sums[rows]``, is evaluated only for the sentences with such a small sum: a sum of
+    -inf terms is exactly 0, and those need no log-space redo)."""
     low = log_sums < _theta(log_sums.dtype)
-    if not bool(low.any()):
-        return low.new_zeros(low.shape[0])
-    return (low & has_terms()).flatten(1).any(1)
+    candidates = low.flatten(1).any(1)
+    if not bool(candidates.any()):
+        return candidates
+    rows = candidates.nonzero().squeeze(1)
+    suspect = torch.zeros_like(candidates)
+    suspect[rows] = (low[rows] & has_terms(rows)).flatten(1).any(1)
+    return suspect
 
 
 def _finite_terms(steps: Tensor, real: Tensor) -> Tensor:
@@ -280,16 +286,20 @@ def _finite_terms(steps: Tensor, real: Tensor) -> Tensor:
     return (padded > float("-inf")).to(steps.dtype)
 
 
-def _forward_has_terms(alphas: Tensor, steps: Tensor, real: Tensor) -> Tensor:
-    """(B, N, S): whether alpha_t[(p, c)] has a finite term alpha_{t-1}[(a, p)] + X_t[a, p, c]."""
-    finite = (alphas[:, :-1] > float("-inf")).to(steps.dtype).reshape(steps.shape[:4])
+def _forward_has_terms(alphas: Tensor, steps: Tensor, real: Tensor, rows: Tensor) -> Tensor:
+    """(R, N, S) for the sentences ``rows``: whether alpha_t[(p, c)] has a finite term
+    alpha_{t-1}[(a, p)] + X_t[a, p, c]."""
+    steps, real = steps[rows], real[rows]
+    finite = (alphas[rows, :-1] > float("-inf")).to(steps.dtype).reshape(steps.shape[:4])
     return torch.einsum("btap,btapc->btpc", finite, _finite_terms(steps, real)).flatten(2) > 0
 
 
-def _backward_has_terms(betas: Tensor, steps: Tensor, real: Tensor) -> Tensor:
-    """(B, N-1, S): whether beta_{t-1}[(a, p)], t = 1..N-1, has a finite term X_t[a, p, c] + beta_t[(p, c)]."""
+def _backward_has_terms(betas: Tensor, steps: Tensor, real: Tensor, rows: Tensor) -> Tensor:
+    """(R, N-1, S) for the sentences ``rows``: whether beta_{t-1}[(a, p)], t = 1..N-1, has a finite term
+    X_t[a, p, c] + beta_t[(p, c)]."""
+    steps, real = steps[rows], real[rows]
     b, n, m, p, _ = steps.shape
-    finite = (betas[:, 1:] > float("-inf")).to(steps.dtype).reshape(b, n - 1, p, m)
+    finite = (betas[rows, 1:] > float("-inf")).to(steps.dtype).reshape(b, n - 1, p, m)
     terms = _finite_terms(steps, real)[:, 1:]
     return torch.einsum("btapc,btpc->btap", terms, finite).flatten(2) > 0
 
@@ -301,7 +311,7 @@ def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     alpha = _start(batch, m * p, potentials)
     alphas = [alpha]
     for t in range(n):
-        new = torch.logsumexp(alpha.reshape(batch, m, p, 1) + steps[:, t], dim=1).flatten(1)
+        new = logsumexp(alpha.reshape(batch, m, p, 1) + steps[:, t], 1).flatten(1)
         alpha = torch.where((t < lengths)[:, None], new, alpha)
         alphas.append(alpha)
     if not backward:
@@ -309,7 +319,7 @@ def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     beta = potentials.new_zeros(batch, m * p)
     betas = [beta]
     for t in range(n - 1, 0, -1):
-        new = torch.logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), dim=-1).flatten(1)
+        new = logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1)
         beta = torch.where((t < lengths)[:, None], new, beta)
         betas.append(beta)
     return torch.stack(alphas, 1), torch.stack(betas[::-1], 1)
@@ -339,7 +349,7 @@ def _transition_marginals(potentials, lengths, alphas, betas, log_z, grad: Optio
     shift = log_z.clamp_min(torch.finfo(potentials.dtype).min).reshape(batch, 1, 1, 1, 1)
     before = alphas[:, :-1].reshape(batch, n, m, p, 1) - shift  # alpha_{t-1}[(a, p)] - log Z
     after = betas.reshape(batch, n, 1, p, m)  # beta_t[(p, c)]
-    marg = (_as_steps(potentials) + before).add_(after).exp_()
+    marg = exp_((_as_steps(potentials) + before).add_(after))
     padding = (~_real(lengths, n)).nonzero(as_tuple=True)
     if len(padding[0]):
         marg[padding] = 0.0

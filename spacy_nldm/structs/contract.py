@@ -21,7 +21,7 @@ from typing import NamedTuple, Tuple
 
 import torch
 
-from .semiring import LogSemiring, Semiring
+from .semiring import LogSemiring, Semiring, exp_
 
 Tensor = torch.Tensor
 LOG = LogSemiring()
@@ -52,7 +52,7 @@ def inner_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> InnerTe
     """x, y (B, S, K, M) encoded complete items with their shifts (B, S, K)."""
     pair = x_shift + y_shift
     top = _floor(pair.amax(-1))
-    x = x * pair.sub_(top.unsqueeze(-1)).exp_().unsqueeze(-1)
+    x = x * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)
     return InnerTerms(x, y, top, torch.matmul(x.transpose(-1, -2), y))
 
 
@@ -84,7 +84,7 @@ def head_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> HeadTerm
     """x (B, S, F, D, L) with shifts (B, S, 1, D) (one per item); y (B, S, D, L) with shifts (B, S, D)."""
     pair = x_shift.squeeze(2) + y_shift
     top = _floor(pair.amax(-1))
-    y = y * pair.sub_(top.unsqueeze(-1)).exp_().unsqueeze(-1)
+    y = y * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)
     # every (d, l) of one head label is one contiguous run in the incomplete charts: one long sum
     total = (x.flatten(3) * y.flatten(2).unsqueeze(2)).sum(-1)
     return HeadTerms(x, y, top, total)

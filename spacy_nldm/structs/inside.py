@@ -33,7 +33,7 @@ from .charts import (
     tail_operands,
 )
 from .contract import LOG, head_exp, head_log, head_terms, inner_exp, inner_log, inner_terms, theta
-from .semiring import Semiring
+from .semiring import Semiring, exp_
 
 Tensor = torch.Tensor
 Rows = Optional[tuple]  # (batch indices, span indices) of the spans recomputed in log space
@@ -79,6 +79,7 @@ class Inside:
         self.not_root = (positions >= 1)[None, :, None]
         slots, rows = limit + 1, self.n + 1
         self.inner_rows: List[Rows] = [None] * slots
+        self.inner_values: List[Optional[Tensor]] = [None] * slots  # inner items of the recomputed spans
         self.inner_traces: List[Optional[Tensor]] = [None] * slots
         self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots)
         self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots)
@@ -122,6 +123,8 @@ class Inside:
             inner, self.inner_rows[w] = self._checked(
                 terms.log(), terms.total, relevant, lambda rows: inner_log(LOG, ops.right[rows], ops.left[rows])
             )
+            if self.inner_rows[w] is not None:
+                self.inner_values[w] = inner[self.inner_rows[w]]
         elif self.tracing:
             inner, self.inner_traces[w] = self.semiring.argsum(inner_terms(ops.right, ops.left), -3)
         else:
@@ -137,7 +140,7 @@ class Inside:
             for log, value, shift, transpose in zip((right, left), values, shifts, (False, True)):
                 top = log.flatten(2).amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
                 shift.copy_(top)
-                encoded = log.sub_(top.unsqueeze(-1)).exp_()  # the log values are stored already
+                encoded = exp_(log.sub_(top.unsqueeze(-1)))  # the log values are stored already
                 value.copy_(encoded.transpose(-1, -2) if transpose else encoded)
 
     def complete(self, w: int) -> None:
@@ -229,4 +232,4 @@ class Inside:
         if chart.value is not None:
             top = log.amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
             cells(chart.shift).copy_(top.squeeze(-1))
-            cells(chart.value).copy_((log - top).exp_())  # computed contiguous: exp on strided views is slow
+            cells(chart.value).copy_(exp_(log - top))  # computed contiguous: exp on strided views is slow

@@ -34,6 +34,7 @@ from .contract import (
     ratio,
 )
 from .inside import HeadStages, Inside
+from .semiring import exp_
 
 Tensor = torch.Tensor
 
@@ -136,7 +137,7 @@ def _head_outside(stage: HeadStages, key: int, out: Tensor, into: HeadOperands, 
     enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
     shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
     pair = shifts.incomplete.squeeze(2) + shifts.complete
-    y = enc.complete * pair.sub_(top.unsqueeze(-1)).exp_().unsqueeze(-1)  # as the forward pass scaled it
+    y = enc.complete * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)  # as the forward pass scaled it
     terms = HeadTerms(enc.incomplete, y, top, total)
     share = ratio(out, total)
     if rows is not None:
@@ -144,13 +145,13 @@ def _head_outside(stage: HeadStages, key: int, out: Tensor, into: HeadOperands, 
     into.complete.add_(head_exp_outside_y(terms, share))
     if not pull:
         into.incomplete.add_(head_exp_outside_x(terms, share))
-    if rows is not None:
+    if rows is not None:  # their shares from the log-space terms and the stored outputs
         logs = stage.operands(stage.incomplete.log, stage.complete.log, key)
-        x, y = logs.incomplete[rows].requires_grad_(True), logs.complete[rows].requires_grad_(True)
-        with torch.enable_grad():
-            gx, gy = torch.autograd.grad(head_log(LOG, x, y), (x, y), out[rows])
+        terms = logs.incomplete[rows] + logs.complete[rows].unsqueeze(-3)  # (R, F, D, L)
+        item = stage.cells(stage.complete.log, key)[rows]
+        gx = _shares(terms, item[..., None, None], out[rows][..., None, None])
         into.incomplete[rows] += gx
-        into.complete[rows] += gy
+        into.complete[rows] += gx.sum(-3)
     return share
 
 
@@ -166,13 +167,12 @@ def _inner_outside(ins: Inside, w: int, outer_inner: Tensor, into) -> None:
     gx, gy = inner_exp_outside(inner_exp(enc.right, shifts.right, enc.left, shifts.left), fast)
     into.right.add_(gx)
     into.left.add_(gy)
-    if rows is not None:
+    if rows is not None:  # their shares from the log-space terms and the stored inner items
         ops = inner_operands(C.right.log, C.left.log, w)
-        x, y = ops.right[rows].requires_grad_(True), ops.left[rows].requires_grad_(True)
-        with torch.enable_grad():
-            gx, gy = torch.autograd.grad(inner_log(LOG, x, y), (x, y), outer_inner[rows])
-        into.right[rows] += gx
-        into.left[rows] += gy
+        terms = inner_terms(ops.right[rows], ops.left[rows])  # (R, K, A, C)
+        share = _shares(terms, ins.inner_values[w].unsqueeze(-3), outer_inner[rows].unsqueeze(-3))
+        into.right[rows] += share.sum(-1)
+        into.left[rows] += share.sum(-2)
 
 
 def _pull_right(ins: Inside, share: Tensor, w: int) -> Tensor:
@@ -205,7 +205,7 @@ def _pull(x, sx, y, sy, span_share, span_top, exists) -> Tensor:
     """x (B, S, F, L) times sum_t factor[t, f] y[t, l], factor = share_t[f] exp(sx + sy_t - top_t): the
     item's share in each span t, as in :func:`~.contract.head_exp` (sx (B, S, 1); sy, top (B, S, T))."""
     exponent = torch.where(exists, sx + sy - span_top, float("-inf"))
-    factor = span_share * exponent.exp_().unsqueeze(-1)  # (B, S, T, F)
+    factor = span_share * exp_(exponent).unsqueeze(-1)  # (B, S, T, F)
     return torch.matmul(factor.transpose(-1, -2), y).mul_(x)
 
 
@@ -237,7 +237,7 @@ def outside_log_space(ins: Inside, grad_root: Tensor) -> Tensor:
 
 def _shares(terms: Tensor, total: Tensor, outer: Tensor) -> Tensor:
     """outer * exp(terms - total), 0 where the total is -inf."""
-    return (terms - total.clamp_min(torch.finfo(terms.dtype).min)).exp_().mul_(outer)
+    return exp_(terms - total.clamp_min(torch.finfo(terms.dtype).min)).mul_(outer)
 
 
 def _head_shares(stage: HeadStages, key: int, outer: Tensor, into: HeadOperands, recompute: bool = False) -> None:
