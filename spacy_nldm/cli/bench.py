@@ -99,6 +99,11 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
             emit("| comparison | project s | peer s | project / peer |\n|---|---|---|---|")
             for row, ours, theirs in bench_peers.speed_rows(batch, repeats):
                 emit(f"| {row} | {ours:.4f} | {theirs:.4f} | {ours / theirs:.2f} |")
+        emit(f"\nSpeed by score scale (B={batch}, n=30, M=17, float32, forward+backward of log Z, median CPU s):\n")
+        head = "| score std | tree s | chain-1 ms |" + (" pytorch-crf ms | chain / pytorch-crf |" if not missing else "")
+        emit(head + "\n|---|" + "---|" * (head.count("|") - 2))
+        for scale, cells in bench_peers.scale_rows(batch, repeats, not missing):
+            emit(f"| {scale:g} | " + " | ".join(cells) + " |")
         emit("\nfloat32 error against float64 (log Z: largest relative error; marginals: largest absolute error):\n")
         emit(bench_peers.accuracy_header(not missing))
         for scale, cells in bench_peers.accuracy_rows(not missing):

@@ -164,6 +164,36 @@ def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
     return rows
 
 
+def scale_rows(batch: int, repeats: int, peers: bool) -> List[Tuple[float, List[str]]]:
+    """Per score std: forward+backward seconds of the tree's log Z (dense, n=30, M=17) and the chain's
+    (n=30, M=17), and the chain's ratio to pytorch-crf at the same scale (alternating)."""
+    rows = []
+    for scale in (1.0, 10.0, 30.0, 100.0):
+        gen = torch.Generator().manual_seed(int(scale))
+        scores = (scale * torch.randn(batch, 31, 31, 17, 17, generator=gen)).requires_grad_(True)
+        lengths = torch.full((batch,), 30)
+
+        def tree():
+            structs.log_partition(scores, lengths).sum().backward()
+            scores.grad = None
+
+        tree_s, _ = alternate(tree, lambda: None, max(1, repeats // 3))
+        crf, em, _, cl, mask = _chain_inputs(batch, 30, 17, scale)
+
+        def chain():
+            structs.crf_log_partition(_our_potentials(crf, em, cl), cl).sum().backward()
+
+        def theirs():
+            crf._compute_normalizer(em.transpose(0, 1), mask.t()).sum().backward()
+
+        chain_s, peer_s = alternate(chain, theirs if peers else (lambda: None), repeats)
+        cells = [f"{tree_s:.3f}", f"{chain_s * 1e3:.2f}"]
+        if peers:
+            cells += [f"{peer_s * 1e3:.2f}", f"{chain_s / peer_s:.2f}"]
+        rows.append((scale, cells))
+    return rows
+
+
 # -- accuracy -----------------------------------------------------------------------------------------
 
 

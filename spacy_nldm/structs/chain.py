@@ -200,9 +200,23 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     steps = _as_steps(potentials)
     batch, n, m, p, _ = steps.shape
     real = _real(lengths, n)
-    shift = torch.where(real, steps.flatten(2).amax(-1), 0.0).clamp_min_(torch.finfo(potentials.dtype).min)
+    # The exp-space attempt is skipped when it is bound to fail for every sentence: a sentence whose
+    # tokens' potentials span at most -log(THETA) nats passes every check (each sum has a term of at
+    # least exp(-span)); one with wider spans usually fails (scores of standard deviation 10 and more).
+    # Two tokens per sentence are looked at: enough to see the scale, and it costs next to nothing.
+    narrow = True  # then no exponent is likely to fall below log(tiny): exp needs no guard (exp_)
+    sample = torch.tensor(sorted({min(1, n - 1), n // 2}), device=potentials.device) if n else None
+    if sample is not None:
+        seen = steps[:, sample].flatten(2)
+        wide = ((seen.amax(-1) - seen.amin(-1) > -_theta(potentials.dtype)) & real[:, sample]).any(1)
+        if bool(wide.all()):
+            return None, None, wide
+        narrow = not bool(wide.any())
+    high = steps.flatten(2).amax(-1)
+    shift = torch.where(real, high, 0.0).clamp_min_(torch.finfo(potentials.dtype).min)
     exps = torch.empty(batch, n, p, m, m, dtype=potentials.dtype, device=potentials.device)  # E_t [p, a, c]
-    exp_(torch.sub(steps.transpose(2, 3), shift[:, :, None, None, None], out=exps))
+    torch.sub(steps.transpose(2, 3), shift[:, :, None, None, None], out=exps)
+    exps.exp_() if narrow else exp_(exps)
     padding = (~real).nonzero(as_tuple=True)
     if len(padding[0]):  # identity transitions (padding may hold anything)
         exps[padding] = _identity(m, p, potentials).transpose(0, 1).exp()
@@ -210,10 +224,12 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     step_exps = exps.reshape(batch, n, p * m, m).unbind(1)  # per token: p blocks [a, c] stacked
     y = _start(batch, m * p, potentials).exp_()
     ys, tops = [y], []
+    if p == 1:
+        y = y.unsqueeze(1)  # (B, 1, M) through the loop: row vector times E_t
     for t in range(n):
         # alpha_t[(p, c)] = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])
         if p == 1:
-            total = torch.bmm(y.unsqueeze(1), step_exps[t]).squeeze(1)
+            total = torch.bmm(y, step_exps[t])
         else:  # one product per p: (B*P, 1, A) @ (B*P, A, C)
             v = y.reshape(batch, m, p).transpose(1, 2).reshape(batch * p, 1, m)
             total = torch.bmm(v, step_exps[t].reshape(batch * p, m, m)).reshape(batch, p * m)
@@ -221,24 +237,30 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
         y = total.div_(top)
         ys.append(y)
         tops.append(top)
+    if p == 1:
+        ys, tops = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops]
     alphas, suspect = _unscale(ys, tops, shift, lambda values, rows: _forward_has_terms(values, steps, real, rows))
-    if not backward:
+    if not backward or bool(suspect.all()):  # every sentence is redone in log space: no backward here
         return alphas, None, suspect
     if n == 0:
         return alphas, potentials.new_zeros(batch, 0, m * p), suspect
     y = potentials.new_ones(batch, m * p)  # beta_{n-1} = 0
+    if p == 1:
+        y = y.unsqueeze(-1)  # (B, M, 1) through the loop: E_t times a column vector
     ys, tops = [y], []
     for t in range(n - 1, 0, -1):
         # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
         if p == 1:
-            total = torch.bmm(step_exps[t], y.unsqueeze(-1)).squeeze(-1)
+            total = torch.bmm(step_exps[t], y)
         else:  # [p, a] -> [a, p]
             total = torch.bmm(step_exps[t].reshape(batch * p, m, m), y.reshape(batch * p, m, 1))
             total = total.reshape(batch, p, m).transpose(1, 2).reshape(batch, m * p)
-        top = total.amax(-1, keepdim=True).clamp_min_(tiny)
+        top = total.amax(-2 if p == 1 else -1, keepdim=True).clamp_min_(tiny)
         y = total.div_(top)
         ys.append(y)
         tops.append(top)
+    if p == 1:
+        ys, tops = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops]
     has_terms = lambda values, rows: _backward_has_terms(values, steps, real, rows)  # noqa: E731
     betas, low = _unscale(ys[::-1], tops[::-1], shift[:, 1:], has_terms, backward=True)
     return alphas, betas, suspect | low
@@ -268,11 +290,14 @@ def _unscale(ys: list, tops: list, shift: Tensor, has_terms, backward: bool = Fa
 def _suspect(log_sums: Tensor, has_terms) -> Tensor:
     """(B,) sentences with a step sum below THETA where some term was finite (``has_terms(rows)``,
     like ``log_sums[rows]``, is evaluated only for the sentences with such a small sum: a sum of
-    -inf terms is exactly 0, and those need no log-space redo)."""
+    -inf terms is exactly 0, and those need no log-space redo). When most sentences have such a sum
+    (scores of standard deviation 10 and more), all are sent to log space: the check would cost more."""
     low = log_sums < _theta(log_sums.dtype)
     candidates = low.flatten(1).any(1)
     if not bool(candidates.any()):
         return candidates
+    if 2 * int(candidates.sum()) > len(candidates):  # most sentences go to log space anyway: all of them
+        return torch.ones_like(candidates)
     rows = candidates.nonzero().squeeze(1)
     suspect = torch.zeros_like(candidates)
     suspect[rows] = (low[rows] & has_terms(rows)).flatten(1).any(1)
@@ -305,20 +330,24 @@ def _backward_has_terms(betas: Tensor, steps: Tensor, real: Tensor, rows: Tensor
 
 
 def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
-    """The same recursions in log space, one logsumexp per token: exact at any scale, slower."""
+    """The same recursions in log space, one log-sum-exp per token: exact at any scale, slower. The
+    forward one reads the potentials transposed ([p, c, a]), so that it sums over the last axis too."""
     steps = _as_steps(potentials)
     batch, n, m, p, _ = steps.shape
+    forward = steps.permute(0, 1, 3, 4, 2).contiguous()  # X_t[a, p, c] at [t, p, c, a]
     alpha = _start(batch, m * p, potentials)
     alphas = [alpha]
     for t in range(n):
-        new = logsumexp(alpha.reshape(batch, m, p, 1) + steps[:, t], 1).flatten(1)
-        alpha = torch.where((t < lengths)[:, None], new, alpha)
+        # alpha_t[(p, c)] = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])
+        terms = alpha.reshape(batch, m, p).transpose(1, 2).unsqueeze(2) + forward[:, t]  # (B, P, C, A)
+        alpha = torch.where((t < lengths)[:, None], logsumexp(terms, -1).flatten(1), alpha)
         alphas.append(alpha)
     if not backward:
         return torch.stack(alphas, 1), None
     beta = potentials.new_zeros(batch, m * p)
     betas = [beta]
     for t in range(n - 1, 0, -1):
+        # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
         new = logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1)
         beta = torch.where((t < lengths)[:, None], new, beta)
         betas.append(beta)
@@ -327,8 +356,10 @@ def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
 
 def _recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     """alphas, betas (or None) and log Z (B,): exp space, with suspect sentences redone in log space."""
-    alphas, betas, suspect = _exp_recursions(potentials, lengths, backward)
-    if bool(suspect.any()):
+    alphas, betas, suspect = _exp_recursions(potentials, lengths, backward)  # alphas None: all suspect
+    if bool(suspect.all()):
+        alphas, betas = _log_recursions(potentials, lengths, backward)
+    elif bool(suspect.any()):
         rows = suspect.nonzero().squeeze(1)
         exact = _log_recursions(potentials[rows], lengths[rows], backward)
         alphas = alphas.index_copy(0, rows, exact[0])

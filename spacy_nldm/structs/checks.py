@@ -60,6 +60,8 @@ def check_label_mask(label_mask: Optional[Tensor], shape: tuple) -> Optional[Ten
 def raise_if_not_finite(result: Tensor, bad_position) -> None:
     """Raise a ValueError if some sentence's result is +inf or NaN. ``bad_position(b)`` names the first
     +inf or NaN score that sentence ``b`` reads (a string), and is called only when there is one."""
+    if bool(torch.isfinite(result).all()):
+        return
     bad = torch.isnan(result) | (result == float("inf"))
     if bool(bad.any()):
         b = int(bad.nonzero()[0, 0])
