@@ -12,12 +12,15 @@ The order is read from ``potentials.dim()``. ``lengths`` (B,) is an integer tens
 counts; ``label_mask`` (B, N, M) bool restricts the labels of each token. End transitions are added by
 the caller into the last real token's potentials (see :func:`chain_potentials`).
 
-The recursions run in log space (one ``logsumexp`` or ``max`` over the oldest label per token), which is
-exact at every score scale; the backward pass is the explicit backward recursion, not autograd:
+The forward and backward recursions (the backward one explicit, not autograd):
 
     alpha_t[s'] = (+)_a alpha_{t-1}[s] * pot[t, s, c]      (state s = (a, p), next state s' = (p, c))
     beta_{t-1}[s] = (+)_c pot[t, s, c] * beta_t[s']
     P(transition s -> c at t) = exp(alpha_{t-1}[s] + pot[t, s, c] + beta_t[s'] - log Z)
+
+run in exp space, checked against underflow, and in log space for the sentences that fail the check
+(see "the dynamic programs" below), so every result is exact at any score scale; Viterbi runs in log
+space (max over the oldest label per token) with back-pointers.
 
 A token with no allowed label (every label masked, or every potential -inf) makes log Z = -inf; its
 sentence then has zero marginals and gradient, and :func:`crf_viterbi` returns score -inf and labels 0.
