@@ -17,10 +17,10 @@ def rows(output: str, first: str):
 
 def test_bench_long_prints_time_and_peak_memory():
     result = runner.invoke(app, ["bench", "long", "--lengths", "40", "--labels", "4", "--max-dist", "2",
-                                 "--tasks", "viterbi,posterior,marginals"])
+                                 "--tasks", "posterior"])
     assert result.exit_code == 0, result.output
     lines = rows(result.output, "| LatentTree")
-    assert len(lines) == 3
+    assert len(lines) == 1
     cells = [c.strip() for c in lines[0].strip("|").split("|")]
     assert cells[1:4] == ["40", "4", "2"] and float(cells[4]) >= 0 and float(cells[5]) >= 0
 
@@ -28,11 +28,11 @@ def test_bench_long_prints_time_and_peak_memory():
 def test_bench_structs_against_a_baseline_checkout():
     """--baseline loads another checkout's structs beside this one (here: this same checkout)."""
     result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "6", "--labels", "5",
-                                 "--max-dists", "none,2", "--repeats", "1", "--peer-repeats", "1",
+                                 "--max-dists", "2", "--repeats", "1", "--peer-repeats", "1",
                                  "--threads", "1", "--baseline", str(CHECKOUT)])
     assert result.exit_code == 0, result.output
     lines = rows(result.output, "| tree log Z fwd+bwd")
-    assert len(lines) == 2 and all(float(line.split("|")[-2]) > 0 for line in lines)
+    assert len(lines) == 1 and float(lines[0].split("|")[-2]) > 0
 
 
 @pytest.mark.skipif(
