@@ -19,6 +19,15 @@ from spacy_nldm.structs import (
 LENGTHS = [4, 2, 5, 1]  # a padded batch, N = 5
 
 
+@pytest.fixture(params=["exp", "log"])
+def space(request, monkeypatch):
+    """Run the log semiring's charts in exp space (checked contractions) or in log space, whatever M."""
+    from spacy_nldm.structs import inside
+
+    monkeypatch.setattr(inside, "LOG_SPACE_UP_TO", 0 if request.param == "exp" else 1000)
+    return request.param
+
+
 def random_scores(lengths, m, seed, dtype=torch.float64, scale=1.0):
     gen = torch.Generator().manual_seed(seed)
     n = max(lengths)
@@ -58,7 +67,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_against_enumeration(case):
+def test_against_enumeration(case, space):
     m = case["m"]
     scores = random_scores(LENGTHS, m, seed=len(str(case)))
     lengths = torch.tensor(LENGTHS)
@@ -67,7 +76,7 @@ def test_against_enumeration(case):
     kw = dict(label_mask=label_mask, max_dist=case.get("max_dist"), arc_mask=arc_mask)
 
     log_z = log_partition(scores, lengths, **kw)
-    best, labels, heads = viterbi(scores, lengths, **kw)
+    labels, heads, best = viterbi(scores, lengths, **kw)
     arc, label = marginals(scores, lengths, **kw)
     for b, n in enumerate(LENGTHS):
         ref_z, ref_best, _, ref_arc, ref_label = enumerate_tree_model(
@@ -114,13 +123,13 @@ def test_empty_sentences():
     lengths = torch.tensor([0, 3])
     log_z = log_partition(scores, lengths)
     assert log_z[0].item() == 0.0
-    best, labels, heads = viterbi(scores, lengths)
+    labels, heads, best = viterbi(scores, lengths)
     assert best[0].item() == 0.0 and torch.all(labels[0] == 0) and torch.all(heads[0] == 0)
     ref_z, *_ = enumerate_tree_model(scores[1].numpy(), 3)
     assert log_z[1].item() == pytest.approx(ref_z)
 
 
-def test_gradient_matches_finite_differences():
+def test_gradient_matches_finite_differences(space):
     scores = random_scores([3], 2, seed=11)
     lengths = torch.tensor([3])
     arc, _ = marginals(scores, lengths)
@@ -139,7 +148,7 @@ def test_gradient_matches_finite_differences():
     assert checked > 0
 
 
-def test_marginals_are_distributions():
+def test_marginals_are_distributions(space):
     scores = random_scores(LENGTHS, 3, seed=4)
     lengths = torch.tensor(LENGTHS)
     arc, label = marginals(scores, lengths, max_dist=2)
@@ -149,7 +158,7 @@ def test_marginals_are_distributions():
         np.testing.assert_allclose(label[b, :n].sum(-1).numpy(), np.ones(n), atol=1e-9)
 
 
-def test_max_dist_one_is_the_first_order_crf():
+def test_max_dist_one_is_the_first_order_crf(space):
     m = 4
     scores = random_scores(LENGTHS, m, seed=7)
     lengths = torch.tensor(LENGTHS)
@@ -157,8 +166,8 @@ def test_max_dist_one_is_the_first_order_crf():
     # the chain 0 -> 1 -> ... -> n uses the right-direction arcs t -> t+1
     potentials = torch.stack([scores[:, t, t + 1] for t in range(n)], dim=1)  # (B, N, M, M)
     torch.testing.assert_close(log_partition(scores, lengths, max_dist=1), crf_log_partition(potentials, lengths))
-    best, labels, heads = viterbi(scores, lengths, max_dist=1)
-    crf_best, crf_labels = crf_viterbi(potentials, lengths)
+    labels, heads, best = viterbi(scores, lengths, max_dist=1)
+    crf_labels, _, crf_best = crf_viterbi(potentials, lengths)
     torch.testing.assert_close(best, crf_best)
     assert torch.equal(labels, crf_labels)
     expected_heads = torch.arange(n)[None, :] * (torch.arange(1, n + 1)[None, :] <= lengths[:, None])
@@ -179,7 +188,7 @@ def test_root_arcs_only_is_independent_softmax():
     torch.testing.assert_close(log_partition(scores, lengths, arc_mask=root_only), expected)
     _, label = marginals(scores, lengths, arc_mask=root_only)
     torch.testing.assert_close(label, torch.softmax(emissions, -1) * real[..., None])
-    _, labels, heads = viterbi(scores, lengths, arc_mask=root_only)
+    labels, heads, _ = viterbi(scores, lengths, arc_mask=root_only)
     assert torch.equal(labels, emissions.argmax(-1) * real)
     assert torch.all(heads == 0)
 
@@ -195,7 +204,7 @@ def test_float32_agrees_with_float64():
     torch.testing.assert_close(l32.double(), l64, rtol=0, atol=1e-4)
 
 
-def test_results_do_not_depend_on_batch_padding():
+def test_results_do_not_depend_on_batch_padding(space):
     lengths = [6, 3, 9]
     scores = random_scores(lengths, 4, seed=10, dtype=torch.float32)
     full = log_partition(scores, torch.tensor(lengths))
@@ -207,7 +216,7 @@ def test_results_do_not_depend_on_batch_padding():
 
 
 @pytest.mark.parametrize("max_dist", [None, 3])
-def test_large_float32_scores_stay_finite(max_dist):
+def test_large_float32_scores_stay_finite(max_dist, space):
     lengths = torch.tensor([10, 4, 0, 7])
     scores = random_scores(lengths.tolist(), 5, seed=12, dtype=torch.float32, scale=1e3)
     scores[1, 6:, :] = float("nan")  # padding may hold anything
@@ -220,7 +229,7 @@ def test_large_float32_scores_stay_finite(max_dist):
         assert torch.isfinite(log_z).all()
         assert torch.isfinite(grad).all()
         assert (grad[0, 2, 3] == 0).all()  # a -inf arc has marginal 0
-        best, _, _ = viterbi(scores, lengths, max_dist=max_dist, **kw)
+        _, _, best = viterbi(scores, lengths, max_dist=max_dist, **kw)
         assert torch.isfinite(best).all()
         assert torch.all(best <= log_z + 1e-3 * log_z.abs().clamp_min(1))
 
@@ -253,7 +262,7 @@ def test_bad_input_is_rejected_with_a_clear_message():
 
 
 @pytest.mark.parametrize("scale,dtype", [(1.0, torch.float64), (20.0, torch.float32)])
-def test_fast_log_semiring_equals_broadcast_reference(scale, dtype):
+def test_fast_log_semiring_equals_broadcast_reference(scale, dtype, space):
     """The exp-space contraction with per-span shifts against plain broadcast-and-logsumexp."""
     from spacy_nldm.structs import BroadcastLogSemiring
 
@@ -271,7 +280,7 @@ def test_fast_log_semiring_equals_broadcast_reference(scale, dtype):
 
 
 @pytest.mark.parametrize("max_dist", [None, 1, 2])
-def test_directional_scores_equal_their_dense_expansion(max_dist):
+def test_directional_scores_equal_their_dense_expansion(max_dist, space):
     """log Z and its gradient from the compact (B, N, 2, M+1, M) form, against the dense tensor."""
     lengths = torch.tensor(LENGTHS)
     gen = torch.Generator().manual_seed(50)
@@ -286,24 +295,31 @@ def test_directional_scores_equal_their_dense_expansion(max_dist):
         torch.testing.assert_close(g_compact, g_dense)
     with pytest.raises(ValueError, match="directional"):
         DirectionalScores(torch.zeros(2, 3, 2, 3, 3))
-    with pytest.raises(TypeError, match="dense"):
-        viterbi(DirectionalScores(F), lengths)
+        # decoding and marginals read the compact form too
+        dense_best, compact_best = viterbi(expand_directional(F), lengths, max_dist=max_dist, **kw), viterbi(
+            DirectionalScores(F), lengths, max_dist=max_dist, **kw
+        )
+        assert torch.equal(dense_best.labels, compact_best.labels) and torch.equal(dense_best.heads, compact_best.heads)
+        torch.testing.assert_close(dense_best.score, compact_best.score)
+        dense_marg = marginals(expand_directional(F), lengths, max_dist=max_dist, **kw)
+        compact_marg = marginals(DirectionalScores(F), lengths, max_dist=max_dist, **kw)
+        torch.testing.assert_close(compact_marg.labels, dense_marg.labels)
+        torch.testing.assert_close(compact_marg.arcs, g_dense)
 
 
-def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
+def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch, space):
     """The incomplete charts are allocated uninitialised; fill them with NaN to prove no stage reads
-    garbage (the complete charts are zeroed: the outside pass reads past their written cells on purpose)."""
+    garbage (and that padding past a sentence's end never leaks into another)."""
     from spacy_nldm.structs import charts
 
     original = charts.Charts.__init__
 
-    def poisoned(self, *args, zeros=True, **kwargs):
-        original(self, *args, zeros=zeros, **kwargs)
-        if not zeros:
-            for name in ("inc_right", "inc_left"):
-                for chart in (getattr(self, name), getattr(self, name + "_shift")):
-                    if chart is not None:
-                        chart.fill_(float("nan"))
+    def poisoned(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        for chart in (self.inc_right, self.inc_left):
+            for part in chart:
+                if part is not None:
+                    part.fill_(float("nan"))
 
     monkeypatch.setattr(charts.Charts, "__init__", poisoned)
     lengths = torch.tensor([6, 2, 0])
@@ -311,7 +327,7 @@ def test_no_stage_reads_a_cell_before_it_is_written(monkeypatch):
     for max_dist in (None, 2):
         log_z = log_partition(scores, lengths, max_dist=max_dist)
         (grad,) = torch.autograd.grad(log_z.sum(), scores)
-        best, _, _ = viterbi(scores, lengths, max_dist=max_dist)
+        _, _, best = viterbi(scores, lengths, max_dist=max_dist)
         assert torch.isfinite(log_z).all() and torch.isfinite(grad).all() and torch.isfinite(best).all()
 
 
@@ -327,7 +343,7 @@ def test_cuda_matches_cpu():
             log_partition(*on_gpu, **gpu_kw).cpu(), log_partition(scores, lengths, **kw), rtol=1e-5, atol=1e-4
         )
         torch.testing.assert_close(
-            viterbi(*on_gpu, **gpu_kw)[0].cpu(), viterbi(scores, lengths, **kw)[0], rtol=1e-5, atol=1e-4
+            viterbi(*on_gpu, **gpu_kw).score.cpu(), viterbi(scores, lengths, **kw).score, rtol=1e-5, atol=1e-4
         )
         torch.testing.assert_close(
             marginals(*on_gpu, **gpu_kw)[1].cpu(), marginals(scores, lengths, **kw)[1], rtol=0, atol=1e-4

@@ -30,11 +30,15 @@ def bench_structs(
     dtype: str = typer.Option("float32", help="float32 or float64."),
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
+    peers: bool = typer.Option(False, help="Also compare with torch-struct and pytorch-crf: speed and float32 error."),
+    baseline: Optional[Path] = typer.Option(None, help="Also time log_partition against this other checkout's structs."),
+    peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline)."),
 ) -> None:
     """Forward and backward time and peak memory of log_partition, with the 1st-order CRF at the same shape.
 
     'CPU s' is the process CPU time of forward+backward: on a shared machine with --threads 1 it is
-    close to the wall time the same run would take alone.
+    close to the wall time the same run would take alone. ``--lengths ""`` skips this grid.
+    ``--peers`` and ``--baseline`` run in this process, alternating, with --threads (1 if 0).
     """
     header = (
         "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | fwd+bwd CPU s | peak MB | CRF-1 fwd+bwd s "
@@ -54,10 +58,57 @@ def bench_structs(
                 line = _format(config, row)
                 lines.append(line)
                 typer.echo(line)
+    if peers or baseline is not None:
+        lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(_machine(device, threads) + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
         typer.echo(f"Wrote {output}")
+
+
+def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int, repeats: int,
+                 lengths: str, labels: str, max_dists: str) -> list:
+    """The --peers and --baseline tables (printed as they come), as lines."""
+    import torch
+
+    from . import bench_peers
+
+    torch.set_num_threads(threads)
+    lines = []
+
+    def emit(line: str = "") -> None:
+        lines.append(line)
+        typer.echo(line)
+
+    if baseline is not None:
+        other = bench_peers.load_baseline(baseline)
+        emit(f"\nlog_partition against {baseline} (one process, {threads} thread(s), alternating, median CPU s):\n")
+        emit("| shape | this checkout s | baseline s | this / baseline |\n|---|---|---|---|")
+        shapes = [(n, m, None if k.strip().lower() == "none" else int(k))
+                  for n in _ints(lengths) or [30] for m in _ints(labels) or [17] for k in max_dists.split(",")]
+        for row, ours, theirs in bench_peers.baseline_rows(other, batch, shapes, repeats):
+            emit(f"| {row} | {ours:.4f} | {theirs:.4f} | {ours / theirs:.2f} |")
+    if peers:
+        missing = bench_peers.peers_available()
+        if missing:
+            emit(f"\nPeers skipped: {missing}.")
+        else:
+            bench_peers.quiet()
+            emit(f"\nAgainst the peers (B={batch}, float32, one process, {threads} thread(s), alternating, "
+                 "median CPU s, potentials built inside the timed call):\n")
+            emit("| comparison | project s | peer s | project / peer |\n|---|---|---|---|")
+            for row, ours, theirs in bench_peers.speed_rows(batch, repeats):
+                emit(f"| {row} | {ours:.4f} | {theirs:.4f} | {ours / theirs:.2f} |")
+        emit(f"\nSpeed by score scale (B={batch}, n=30, M=17, float32, forward+backward of log Z, median CPU s):\n")
+        head = "| score std | tree s | chain-1 ms |" + (" pytorch-crf ms | chain / pytorch-crf |" if not missing else "")
+        emit(head + "\n|---|" + "---|" * (head.count("|") - 2))
+        for scale, cells in bench_peers.scale_rows(batch, repeats, not missing):
+            emit(f"| {scale:g} | " + " | ".join(cells) + " |")
+        emit("\nfloat32 error against float64 (log Z: largest relative error; marginals: largest absolute error):\n")
+        emit(bench_peers.accuracy_header(not missing))
+        for scale, cells in bench_peers.accuracy_rows(not missing):
+            emit(f"| {scale:g} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _ints(text: str):

@@ -2,10 +2,12 @@
 
 ``F`` (S, L, X, C, M) are a batch of segments' factored scores (see :mod:`.scorers`), ``lengths``
 (S,) their real token counts. :class:`LatentTree` (the NLDM) and :class:`Chain` (CRF of order 1
-or 2) expand F to the tensors of :mod:`spacy_nldm.structs` and call it (the NLDM's log Z takes F
-itself, as :class:`~spacy_nldm.structs.DirectionalScores`). Segments are grouped by
-length into buckets whose expanded tensors stay under ``budget`` floats, so padding to the
-longest sentence of a batch costs neither memory nor time.
+or 2) call :mod:`spacy_nldm.structs` on them: the NLDM's log Z, Viterbi decoding and marginals take F
+itself, as :class:`~spacy_nldm.structs.DirectionalScores` (with ``max_dist`` their memory is
+O(n k M^2): a 5,000-token sentence decodes in seconds); log S of partial labels and the chains expand
+F to the dense tensors. Segments are grouped by length into buckets whose expanded tensors stay under
+``budget`` floats, so padding to the longest sentence of a batch costs neither memory nor time.
+Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as structs does.
 """
 from typing import List, Optional, Tuple
 
@@ -99,21 +101,22 @@ class Structure:
             total = total + self._nll(Fb, lens, gold_mask[idx, : Fb.shape[1]], approx).sum()
         return total
 
-    def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
-        """Best (labels (S, L), heads (S, L) or None, score (S,)); ``posterior``: per-token arg-max
-        of the label marginals (the tree and score are then the best ones for those labels)."""
+    def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False) -> structs.Decoded:
+        """Best labels (S, L), heads (S, L) (None for the chains) and score (S,), as
+        :class:`~spacy_nldm.structs.Decoded`; ``posterior``: per-token arg-max of the label marginals
+        (the tree and score are then the best ones for those labels)."""
         S, L = F.shape[:2]
         labels = torch.zeros(S, L, dtype=torch.long, device=F.device)
         heads = torch.zeros(S, L, dtype=torch.long, device=F.device)
         best = torch.zeros(S, dtype=F.dtype, device=F.device)
         with torch.no_grad():
             for idx, Fb, lens in self._buckets(F, lengths):
-                b_best, b_labels, b_heads = self._decode(Fb, lens, posterior)
-                best[idx] = b_best
-                labels[idx, : Fb.shape[1]] = b_labels
-                if b_heads is not None:
-                    heads[idx, : Fb.shape[1]] = b_heads
-        return labels, (heads if self.has_tree else None), best
+                found = self._decode(Fb, lens, posterior)
+                best[idx] = found.score
+                labels[idx, : Fb.shape[1]] = found.labels
+                if found.heads is not None:
+                    heads[idx, : Fb.shape[1]] = found.heads
+        return structs.Decoded(labels, heads if self.has_tree else None, best)
 
     def label_marginals(self, F: Tensor, lengths: Tensor) -> Tensor:
         """P(y_t = c | x), shape (S, L, M)."""
@@ -195,7 +198,7 @@ class LatentTree(Structure):
         log_z = structs.log_partition(structs.DirectionalScores(F), lengths, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
         if approx == "max":
-            _, labels, heads = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
+            labels, heads, _ = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
             return log_z - self.tree_score(sub, labels, heads, lengths)
         return log_z - structs.log_partition(sub, lengths, label_mask=ok, max_dist=self.max_dist)
 
@@ -211,16 +214,16 @@ class LatentTree(Structure):
         real = d <= lengths[:, None]
         return (arc * real).sum(1)
 
-    def _decode(self, F, lengths, posterior):
-        scores = self.expand(F)
+    def _decode(self, F, lengths, posterior) -> structs.Decoded:
+        scores = structs.DirectionalScores(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
         mask = None
         if posterior:
-            probs = structs.marginals(scores, lengths, max_dist=self.max_dist)[1]
+            probs = structs.marginals(scores, lengths, max_dist=self.max_dist).labels
             mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool())
         return structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
 
     def _marginals(self, F, lengths):
-        return structs.marginals(self.expand(F), lengths, max_dist=self.max_dist)[1]
+        return structs.marginals(structs.DirectionalScores(F), lengths, max_dist=self.max_dist).labels
 
 
 class Chain(Structure):
@@ -262,14 +265,13 @@ class Chain(Structure):
         log_z = structs.crf_log_partition(self.expand(F), lengths)
         return log_z - structs.crf_log_partition(sub, lengths, label_mask=ok)
 
-    def _decode(self, F, lengths, posterior):
+    def _decode(self, F, lengths, posterior) -> structs.Decoded:
         pot = self.expand(F)
         mask = None
         if posterior:
             probs = structs.crf_marginals(pot, lengths)
             mask = torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool()
-        best, labels = structs.crf_viterbi(pot, lengths, label_mask=mask)
-        return best, labels, None
+        return structs.crf_viterbi(pot, lengths, label_mask=mask)
 
     def _marginals(self, F, lengths):
         return structs.crf_marginals(self.expand(F), lengths)

@@ -2,11 +2,13 @@
 
 Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterbi`, :func:`marginals`.
 Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterbi`, :func:`crf_marginals`.
-Score layouts are documented in :mod:`.tree` and :mod:`.chain`.
+Decoders return :class:`Decoded` (labels, heads, score). Score layouts are documented in :mod:`.tree`
+and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
-from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
-from .semiring import NEG, BroadcastLogSemiring, LogSemiring, MaxSemiring, TracingMaxSemiring
-from .tree import DirectionalScores, count_trees, log_partition, marginals, viterbi
+from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_score, crf_viterbi
+from .checks import Decoded
+from .semiring import BroadcastLogSemiring, LogSemiring, MaxSemiring, Semiring
+from .tree import DirectionalScores, Marginals, count_trees, log_partition, marginals, viterbi
 
 __all__ = [
     "log_partition",
@@ -14,13 +16,15 @@ __all__ = [
     "marginals",
     "count_trees",
     "DirectionalScores",
+    "Marginals",
+    "Decoded",
     "crf_log_partition",
     "crf_viterbi",
     "crf_marginals",
+    "crf_score",
     "chain_potentials",
+    "Semiring",
     "LogSemiring",
     "MaxSemiring",
     "BroadcastLogSemiring",
-    "TracingMaxSemiring",
-    "NEG",
 ]

@@ -1,19 +1,16 @@
 """Arc scores as the tree algorithm reads them: one span width at a time, masked, from the dense
-(B, N+1, N+1, M, M) tensor or from :class:`DirectionalScores`."""
-from typing import Optional, Tuple
+(B, N+1, N+1, M, M) tensor or from :class:`DirectionalScores`.
+
+For width w the spans are (s, s+w), s = 0..N-w, and a stage reads two (B, S, M, M) tensors indexed
+[label of the start, label of the end]: ``right`` (arc s -> s+w) and ``left`` (arc s+w -> s). An arc
+is allowed when both ends are within the sentence, it does not point into the root and ``arc_mask``
+allows it; disallowed arcs read as -inf (whatever the scores hold there, NaN included).
+"""
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
-from .semiring import NEG
-
 Tensor = torch.Tensor
-
-
-def _diagonals(scores: Tensor, w: int) -> Tuple[Tensor, Tensor]:
-    """Views of the arcs of the spans of width w, [label of start, label of end] layout, (B, S, M, M)."""
-    arc_right = scores.diagonal(offset=w, dim1=1, dim2=2).permute(0, 3, 1, 2)  # start -> end
-    arc_left = scores.diagonal(offset=-w, dim1=1, dim2=2).permute(0, 3, 2, 1)  # end -> start
-    return arc_right, arc_left
 
 
 class DirectionalScores:
@@ -22,14 +19,15 @@ class DirectionalScores:
     ``F[b, d-1, 1, a, c]`` every arc with h > d, head label ``a - 1`` (``a = 0``: the root, only
     for direction 0) and dependent label c; shape (B, N, 2, M+1, M).
 
-    :func:`log_partition` accepts it in place of the dense (B, N+1, N+1, M, M) tensor, which it
-    equals after expansion; the arcs are then read, and their gradients written, in this compact
-    form, so no O(n^2 M^2) arc tensor or gradient is ever allocated.
+    :func:`~.tree.log_partition`, :func:`~.tree.viterbi` and :func:`~.tree.marginals` accept it in
+    place of the dense (B, N+1, N+1, M, M) tensor, which it equals after expansion; the arcs are then
+    read, and their gradients written, in this compact form, so no O(n^2 M^2) tensor is allocated.
     """
 
     def __init__(self, F: Tensor):
-        if F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
-            raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {tuple(F.shape)}")
+        if not isinstance(F, Tensor) or F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
+            shape = tuple(F.shape) if isinstance(F, Tensor) else type(F).__name__
+            raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {shape}")
         self.F = F
 
     @property
@@ -39,101 +37,151 @@ class DirectionalScores:
         return (B, N + 1, N + 1, M, M)
 
 
-class ArcScores:
-    """The arc scores and their allowed arcs (B, N+1, N+1), read one span width at a time.
+class WidthArcs(NamedTuple):
+    """The arcs of the spans of one width, (B, S, M, M) each, [label of start, label of end]."""
 
-    Masks are applied per width, so that only the widths the algorithm reads are touched (with
-    ``max_dist``, O(n k M^2) rather than O(n^2 M^2)). Disallowed arcs, padding and -inf read as NEG.
-    ``tensor`` is what gradients are taken with respect to; subclasses say how width w is stored.
+    right: Tensor  # s -> s+w
+    left: Tensor  # s+w -> s
+
+
+class ArcScores:
+    """Masked arcs of one width at a time; ``tensor`` is what gradients are taken with respect to.
+
+    ``lengths`` (B,) long; ``arc_mask`` (B or 1, N+1, N+1) bool or None. Subclasses say how the arcs of
+    width w are stored (:meth:`raw`) and how their gradients go back (:meth:`scatter`).
     """
 
-    def __init__(self, tensor: Tensor, allowed: Tensor, shape: Tuple[int, ...]):
-        self.tensor, self.allowed, self.shape = tensor, allowed, shape  # shape: of the dense (B, N+1, N+1, M, M)
-        self.neg = torch.full((), NEG, dtype=tensor.dtype, device=tensor.device)
+    def __init__(self, tensor: Tensor, lengths: Tensor, arc_mask: Optional[Tensor], shape: Tuple[int, ...]):
+        self.tensor, self.lengths, self.arc_mask, self.shape = tensor, lengths, arc_mask, shape
 
     def detach(self) -> "ArcScores":
-        return type(self)(self.tensor.detach(), self.allowed, self.shape)
+        return type(self)(self.tensor.detach(), self.lengths, self.arc_mask, self.shape)
 
-    def raw(self, w: int, tensor: Tensor) -> Tuple[Tensor, Tensor]:
-        """Unmasked right and left arcs of width w read from ``tensor``, (B, S, M, M) each."""
+    def raw(self, w: int, tensor: Tensor) -> WidthArcs:
         raise NotImplementedError
 
-    def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
-        """Add gradients of the width-w arcs (as ``raw`` lays them out) into ``grad`` (like ``tensor``)."""
+    def scatter(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
         raise NotImplementedError
 
-    def width(self, w: int, tensor: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def new_grad(self, limit: int) -> Tensor:
+        """A gradient like ``tensor`` for :meth:`add_grad` to fill, widths 1..limit: zeros."""
+        return torch.zeros_like(self.tensor)
+
+    def allowed(self, w: int) -> WidthArcs:
+        """(B, S) bool each: which arcs of width w exist."""
+        n1 = self.shape[1]
+        ends = torch.arange(w, n1, device=self.lengths.device)
+        inside = ends[None, :] <= self.lengths[:, None]  # (B, S): s + w <= n_b
+        right, left = inside, inside.clone()
+        left[:, 0] = False  # never into the root
+        if self.arc_mask is not None:
+            right = right & self.arc_mask.diagonal(w, 1, 2)
+            left = left & self.arc_mask.diagonal(-w, 1, 2)
+        return WidthArcs(right, left)
+
+    def width(self, w: int, tensor: Optional[Tensor] = None) -> WidthArcs:
+        """The arcs of width w with disallowed ones at -inf, read from ``tensor`` (default: the scores)."""
         raw = self.raw(w, self.tensor if tensor is None else tensor)
-        return tuple(torch.where(ok, arc.clamp_min(NEG), self.neg) for arc, ok in zip(raw, self._ok(w)))
+        return WidthArcs(*(torch.where(ok[..., None, None], arc, float("-inf")) for arc, ok in zip(raw, self.allowed(w))))
 
-    def exp_width(self, w: int) -> Optional[Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor]]]:
-        """The masked arcs of width w in exp space, per direction (e (B, S, M, M), m (B, S)) with
-        arc = log(e) + m (a disallowed span: e = 1, m = NEG), where that saves work: None here
-        (dense arcs would need one exp per arc and width, as the log-space path does)."""
-        return None
+    def attach(self, inner: Tensor, w: int) -> WidthArcs:
+        """The incomplete items of width w: inner (B, S, M, M) plus the right and the left arcs."""
+        arcs = self.width(w)
+        return WidthArcs(inner + arcs.right, inner + arcs.left)
 
-    def add_grad(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
-        """Add gradients w.r.t. the masked arcs of width w into ``grad`` (like ``tensor``).
-
-        Disallowed arcs get none. Arcs clamped to NEG (-inf scores) need no mask: their share of
-        every item underflows to exactly 0 whenever the sentence has a structure of finite score.
-        """
-        self.scatter(grad, w, *(torch.where(ok, g, 0.0) for ok, g in zip(self._ok(w), (grad_right, grad_left))))
-
-    def _ok(self, w: int) -> Tuple[Tensor, Tensor]:
-        return (
-            self.allowed.diagonal(offset=w, dim1=1, dim2=2)[..., None, None],
-            self.allowed.diagonal(offset=-w, dim1=1, dim2=2)[..., None, None],
-        )
+    def add_grad(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
+        """Add the gradients of the masked arcs of width w into ``grad`` (made by :meth:`new_grad`, called
+        once per width); disallowed arcs get none."""
+        masked = (torch.where(ok[..., None, None], g, 0.0) for g, ok in zip(arcs, self.allowed(w)))
+        self.scatter(grad, w, WidthArcs(*masked))
 
 
 class DenseArcs(ArcScores):
     """Arcs of a dense (B, N+1, N+1, M, M) score tensor: its diagonals."""
 
-    def raw(self, w: int, tensor: Tensor) -> Tuple[Tensor, Tensor]:
+    def raw(self, w: int, tensor: Tensor) -> WidthArcs:
         return _diagonals(tensor, w)
 
-    def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
-        for target, g in zip(_diagonals(grad, w), (grad_right, grad_left)):
-            target.add_(g)
+    def new_grad(self, limit: int) -> Tensor:
+        """Each diagonal w = 1..limit is written once (:meth:`scatter` copies), so with every width
+        only the main diagonal (self-arcs) needs zeros: no pass over the whole tensor."""
+        if limit < self.shape[1] - 1:
+            return torch.zeros_like(self.tensor)
+        grad = torch.empty_like(self.tensor)
+        grad.diagonal(0, 1, 2).zero_()
+        return grad
+
+    def scatter(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
+        for target, g in zip(_diagonals(grad, w), arcs):
+            target.copy_(g)
+
+
+def _diagonals(scores: Tensor, w: int) -> WidthArcs:
+    """Views of the arcs of width w of a dense tensor, [label of start, label of end] layout."""
+    right = scores.diagonal(offset=w, dim1=1, dim2=2).permute(0, 3, 1, 2)  # start -> end
+    left = scores.diagonal(offset=-w, dim1=1, dim2=2).permute(0, 3, 2, 1)  # end -> start
+    return WidthArcs(right, left)
 
 
 class DirectionalArcs(ArcScores):
     """Arcs of :class:`DirectionalScores` F (B, N, 2, M+1, M): the right arcs of width w are
-    F[:, w-1, 0, :M] from the root (only its row 0 is ever used) and F[:, w:, 0, 1:] from tokens;
-    the left arcs are F[:, :N-w, 1, 1:] transposed (span start 0, the root, is never a dependent)."""
+    F[:, w-1, 0, 0] from the root (row 0, the root's label; the other rows are never used) and
+    F[:, w:, 0, 1:] from tokens; the left arcs are F[:, :N-w, 1, 1:] transposed (span start 0, the
+    root, is never a dependent: its row is a placeholder)."""
 
-    def raw(self, w: int, tensor: Tensor) -> Tuple[Tensor, Tensor]:
+    def raw(self, w: int, tensor: Tensor) -> WidthArcs:
         B, N, _, _, M = tensor.shape
-        right = torch.cat([tensor[:, w - 1 : w, 0, :M], tensor[:, w:, 0, 1:]], dim=1)
-        into_root = tensor.new_zeros(B, 1, M, M)
-        left = torch.cat([into_root, tensor[:, : N - w, 1, 1:].transpose(-1, -2)], dim=1)
-        return right, left
+        root = tensor[:, w - 1 : w, 0, 0, None, :].expand(B, 1, M, M)
+        right = torch.cat([root, tensor[:, w:, 0, 1:]], dim=1)
+        left = torch.cat([root, tensor[:, : N - w, 1, 1:].transpose(-1, -2)], dim=1)
+        return WidthArcs(right, left)
 
-    def exp_width(self, w: int) -> Tuple[Tuple[Tensor, Tensor], Tuple[Tensor, Tensor]]:
-        """As :meth:`ArcScores.exp_width`, from exponentials of F taken once for all widths."""
-        if not hasattr(self, "_exp"):
-            F = self.tensor.clamp_min(NEG)
-            tok_top = F[:, :, :, 1:].amax((-1, -2))  # (B, N, 2): token heads
-            root_top = F[:, :, 0, 0].amax(-1)  # (B, N): the root as head
-            self._exp = (
-                torch.exp(F[:, :, :, 1:] - tok_top[..., None, None]), tok_top,
-                torch.exp(F[:, :, 0, 0] - root_top[..., None]), root_top,
-            )
-        tok, tok_top, root, root_top = self._exp
-        B, N, _, M, _ = tok.shape
-        right = torch.cat([root[:, w - 1 : w, None, :].expand(B, 1, M, M), tok[:, w:, 0]], dim=1)
-        right_top = torch.cat([root_top[:, w - 1 : w], tok_top[:, w:, 0]], dim=1)
-        left = torch.cat([tok.new_ones(B, 1, M, M), tok[:, : N - w, 1].transpose(-1, -2)], dim=1)
-        left_top = torch.cat([tok_top.new_full((B, 1), NEG), tok_top[:, : N - w, 1]], dim=1)
-        ok_right, ok_left = self._ok(w)
-        return tuple(
-            (torch.where(ok, e, 1.0), torch.where(ok[..., 0, 0], top, NEG))
-            for e, top, ok in ((right, right_top, ok_right), (left, left_top, ok_left))
-        )
+    def width(self, w: int, tensor: Optional[Tensor] = None) -> WidthArcs:
+        """As :meth:`ArcScores.width`, masking each piece straight into the result (no concatenation)."""
+        tensor = self.tensor if tensor is None else tensor
+        B, N, _, _, M = tensor.shape
+        ok_right, ok_left = self.allowed(w)
+        minus_inf = tensor.new_full((), float("-inf"))
+        right, left = tensor.new_empty(B, N + 1 - w, M, M), tensor.new_empty(B, N + 1 - w, M, M)
+        root = tensor[:, w - 1 : w, 0, 0, None, :].expand(B, 1, M, M)
+        torch.where(ok_right[:, :1, None, None], root, minus_inf, out=right[:, :1])
+        torch.where(ok_right[:, 1:, None, None], tensor[:, w:, 0, 1:], minus_inf, out=right[:, 1:])
+        left[:, 0] = float("-inf")  # the root is never a dependent
+        torch.where(ok_left[:, 1:, None, None], tensor[:, : N - w, 1, 1:].transpose(-1, -2), minus_inf, out=left[:, 1:])
+        return WidthArcs(right, left)
 
-    def scatter(self, grad: Tensor, w: int, grad_right: Tensor, grad_left: Tensor) -> None:
+    def attach(self, inner: Tensor, w: int) -> WidthArcs:
+        """inner + arcs in one pass per direction, without masks: the scores of dependents past each
+        sentence's end are zeroed once (:meth:`clean`), and every arc that leaves the sentence meets an
+        inner item of -inf (an item ending past the sentence), so it is -inf whatever its score."""
+        if self.arc_mask is not None:
+            return super().attach(inner, w)
+        F = self.clean()
+        B, N, _, _, M = F.shape
+        right, left = torch.empty_like(inner), torch.empty_like(inner)
+        torch.add(inner[:, :1], F[:, w - 1 : w, 0, 0, None, :], out=right[:, :1])  # root -> w
+        torch.add(inner[:, 1:], F[:, w:, 0, 1:], out=right[:, 1:])  # s -> s+w
+        left[:, 0] = float("-inf")  # the root is never a dependent
+        torch.add(inner[:, 1:], F[:, : N - w, 1, 1:].transpose(-1, -2), out=left[:, 1:])  # s+w -> s
+        return WidthArcs(right, left)
+
+    def clean(self) -> Tensor:
+        """F with the rows of dependents past each sentence's end at 0 (padding may hold NaN)."""
+        if getattr(self, "_clean", None) is None:
+            positions = torch.arange(1, self.tensor.shape[1] + 1, device=self.tensor.device)
+            real = positions[None, :] <= self.lengths[:, None]
+            self._clean = torch.where(real[:, :, None, None, None], self.tensor, 0.0)
+        return self._clean
+
+    def add_grad(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
+        """Without an arc mask no mask is needed: an arc that :meth:`attach` left unmasked is part of an
+        item of -inf, whose share of everything is exactly 0."""
+        if self.arc_mask is not None:
+            return super().add_grad(grad, w, arcs)
+        self.scatter(grad, w, arcs)
+
+    def scatter(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
         N = grad.shape[1]
-        grad[:, w - 1, 0, 0].add_(grad_right[:, 0, 0])  # root -> w: the root's label is 0
-        grad[:, w:, 0, 1:].add_(grad_right[:, 1:])
-        grad[:, : N - w, 1, 1:].add_(grad_left[:, 1:].transpose(-1, -2))
+        grad[:, w - 1, 0, 0].add_(arcs.right[:, 0, 0])  # root -> w: the root's label is 0
+        grad[:, w:, 0, 1:].add_(arcs.right[:, 1:])
+        grad[:, : N - w, 1, 1:].add_(arcs.left[:, 1:].transpose(-1, -2))

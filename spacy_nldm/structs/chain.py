@@ -1,4 +1,4 @@
-"""Linear-chain CRFs of order 1 and 2: the paper's baselines, on the same semirings as the tree.
+"""Linear-chain CRFs of order 1 and 2: the paper's baselines.
 
 ``potentials`` hold every score of the chain, emissions and transitions together:
 
@@ -8,42 +8,88 @@
 - order 2: shape (B, N, M, M, M); ``potentials[b, t, a, p, c]`` scores y_t = c after y_{t-2} = a and
   y_{t-1} = p; missing previous labels are the start state, index 0.
 
-The order is read from ``potentials.dim()``. ``lengths`` (B,) counts real tokens; ``label_mask``
-(B, N, M) bool restricts the labels of each token. End transitions are added by the caller into
-the last real token's potentials (see :func:`chain_potentials`).
+The order is read from ``potentials.dim()``. ``lengths`` (B,) is an integer tensor of real token
+counts; ``label_mask`` (B, N, M) bool restricts the labels of each token. End transitions are added by
+the caller into the last real token's potentials (see :func:`chain_potentials`).
+
+The forward and backward recursions (the backward one explicit, not autograd):
+
+    alpha_t[s'] = (+)_a alpha_{t-1}[s] * pot[t, s, c]      (state s = (a, p), next state s' = (p, c))
+    beta_{t-1}[s] = (+)_c pot[t, s, c] * beta_t[s']
+    P(transition s -> c at t) = exp(alpha_{t-1}[s] + pot[t, s, c] + beta_t[s'] - log Z)
+
+run in exp space, checked against underflow, and in log space for the sentences that fail the check
+(see "the dynamic programs" below), so every result is exact at any score scale; Viterbi runs in log
+space (max over the oldest label per token) with back-pointers.
+
+A token with no allowed label (every label masked, or every potential -inf) makes log Z = -inf; its
+sentence then has zero marginals and gradient, and :func:`crf_viterbi` returns score -inf and labels 0.
 """
 from typing import Optional, Tuple
 
+import numpy
 import torch
 
-from .semiring import NEG, LogSemiring, MaxSemiring
+from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
+from .semiring import exp_, logsumexp
 
 Tensor = torch.Tensor
 
 
 def crf_log_partition(potentials: Tensor, lengths: Tensor, *, label_mask: Optional[Tensor] = None) -> Tensor:
-    """log Z of the chain (or log S with a gold ``label_mask``), shape (B,); differentiable."""
-    return _forward(LogSemiring, *_prepare(potentials, lengths, label_mask))
+    """log Z of the chain (or log S with a gold ``label_mask``), shape (B,); differentiable.
+
+    When ``label_mask`` allows exactly one label at every real token, this is the score of that one
+    label sequence, read off by indexing (no dynamic program).
+    """
+    potentials, lengths, mask = _prepare(potentials, lengths, label_mask)
+    labels = None if mask is None else _single_labels(mask, lengths)
+    if labels is not None:
+        log_z = crf_score(potentials, labels, lengths)
+    else:
+        if mask is not None:
+            potentials = _masked(potentials, mask)
+        log_z = _log_partition(potentials, lengths)
+    raise_if_not_finite(log_z, lambda b: _bad_position(potentials, lengths, b))
+    return log_z
 
 
-def crf_viterbi(
-    potentials: Tensor, lengths: Tensor, *, label_mask: Optional[Tensor] = None
-) -> Tuple[Tensor, Tensor]:
-    """Best label sequence: ``best`` (B,) and ``labels`` (B, N), 0 beyond ``lengths``."""
-    with torch.enable_grad():
-        leaf = potentials.detach().requires_grad_(True)
-        best = _forward(MaxSemiring, *_prepare(leaf, lengths, label_mask))
-        (chosen,) = torch.autograd.grad(best.sum(), leaf)
-    labels = _token_label_sums(chosen).argmax(-1)
-    return best.detach(), labels * _real(lengths, potentials.shape[1], potentials.device)
+def crf_score(potentials: Tensor, labels: Tensor, lengths: Tensor) -> Tensor:
+    """Score (B,) of given label sequences ``labels`` (B, N) (values beyond ``lengths`` are ignored);
+    differentiable with respect to ``potentials``."""
+    check_scores(potentials, "potentials")
+    batch, n = potentials.shape[:2]
+    lengths = check_lengths(lengths, batch, n, potentials.device)
+    order = potentials.dim() - 3
+    real = _real(lengths, n)
+    labels = torch.where(real, labels.to(potentials.device).long(), 0)
+    start = labels.new_zeros(batch, order)
+    history = torch.cat([start, labels], dim=1)  # y_{t-order} .. y_t at columns t .. t + order
+    index = [torch.arange(batch, device=labels.device)[:, None], torch.arange(n, device=labels.device)[None, :]]
+    index += [history[:, k : k + n] for k in range(order + 1)]
+    picked = potentials[tuple(index)]  # (B, N)
+    return torch.where(real, picked, 0.0).sum(1)
+
+
+def crf_viterbi(potentials: Tensor, lengths: Tensor, *, label_mask: Optional[Tensor] = None) -> Decoded:
+    """Best label sequence: :class:`~.checks.Decoded` (labels (B, N), heads None, score (B,))."""
+    potentials, lengths, mask = _prepare(potentials, lengths, label_mask)
+    with torch.no_grad():
+        if mask is not None:
+            potentials = _masked(potentials, mask)
+        labels, score = _viterbi(potentials.detach(), lengths)
+    raise_if_not_finite(score, lambda b: _bad_position(potentials, lengths, b))
+    return Decoded(labels, None, score)
 
 
 def crf_marginals(potentials: Tensor, lengths: Tensor, *, label_mask: Optional[Tensor] = None) -> Tensor:
-    """P(y_t = c | x), shape (B, N, M), 0 beyond ``lengths``."""
-    with torch.enable_grad():
-        leaf = potentials.detach().requires_grad_(True)
-        log_z = crf_log_partition(leaf, lengths, label_mask=label_mask)
-        (marg,) = torch.autograd.grad(log_z.sum(), leaf)
+    """P(y_t = c | x), shape (B, N, M), 0 beyond ``lengths`` and for impossible sentences."""
+    potentials, lengths, mask = _prepare(potentials, lengths, label_mask)
+    with torch.no_grad():
+        if mask is not None:
+            potentials = _masked(potentials, mask)
+        marg, log_z = _marginals(potentials.detach(), lengths)
+    raise_if_not_finite(log_z, lambda b: _bad_position(potentials, lengths, b))
     return _token_label_sums(marg)
 
 
@@ -63,20 +109,33 @@ def chain_potentials(
     """
     batch, n, m = emissions.shape
     order = transitions.dim() - 1
-    lead = (1,) * order
-    pot = emissions.reshape(batch, n, *lead, m) + transitions.reshape(1, 1, *transitions.shape)
-    first = emissions[:, 0].reshape(batch, *lead, m).expand(batch, *((m,) * order), m).clone()
-    if start is not None:
-        first = first + start
-    pot = torch.cat([first[:, None], pot[:, 1:]], dim=1)
-    if end is not None:
-        last = torch.nn.functional.one_hot((lengths - 1).clamp_min(0), n).to(pot.dtype)
-        last = last * (lengths > 0).to(pot.dtype)[:, None]
-        pot = pot + last.reshape(batch, n, *((1,) * order), 1) * end
-    return pot
+    if end is not None:  # onto the last real token's emissions
+        last = torch.arange(n, device=emissions.device)[None, :] == (lengths.to(emissions.device) - 1)[:, None]
+        emissions = emissions + last[:, :, None].to(emissions.dtype) * end
+    first = transitions.new_zeros((1,) * order + (m,)) if start is None else start.reshape((1,) * order + (m,))
+    per_token = torch.cat([first.expand(1, *transitions.shape), transitions.expand(max(n - 1, 0), *transitions.shape)])
+    return emissions.reshape(batch, n, *((1,) * order), m) + per_token[:n]
+
+
+# -- the dynamic programs ---------------------------------------------------------------------------
+#
+# A state is the last ``order`` labels, s = (a, p) with a the oldest label and p the rest (empty for
+# order 1: P = 1), stored oldest first; one token's potentials read as X_t[a, p, c] (B, A, P, C):
+#
+#     forward:   alpha_t[(p, c)]    = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])
+#     backward:  beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
+#     marginal:  P(s at t-1, c at t) = exp(alpha_{t-1}[s] + X_t[s, c] + beta_t[(p, c)] - log Z)
+#
+# Fast path (:func:`_exp_recursions`): each step is a matrix product with E_t = exp(X_t - m_t), m_t
+# the largest potential of token t, and the state vector scaled by its own maximum, so the only
+# exponentials of the size of the potentials are taken once. A step is exact unless a sum falls
+# below THETA (then some terms may have underflowed); such sentences are redone in log space
+# (:func:`_log_recursions`, one logsumexp per token), so every result is exact at any score scale.
+# Tokens past a sentence's length get identity transitions, which leave alpha and beta unchanged.
 
 
 def _prepare(potentials: Tensor, lengths: Tensor, label_mask: Optional[Tensor]):
+    check_scores(potentials, "potentials")
     if potentials.dim() not in (4, 5):
         raise ValueError(
             f"potentials must be (B, N, M, M) for order 1 or (B, N, M, M, M) for order 2, got {tuple(potentials.shape)}"
@@ -85,50 +144,304 @@ def _prepare(potentials: Tensor, lengths: Tensor, label_mask: Optional[Tensor]):
     m = potentials.shape[-1]
     if any(size != m for size in potentials.shape[2:]):
         raise ValueError(f"the label axes of potentials must have equal sizes, got {tuple(potentials.shape)}")
-    lengths = torch.as_tensor(lengths, device=potentials.device).long()
-    if lengths.shape != (batch,) or (batch and (int(lengths.min()) < 0 or int(lengths.max()) > n)):
-        raise ValueError(f"lengths must have shape ({batch},) with values in 0..{n}, got {lengths.tolist()}")
-    if label_mask is not None:
-        if label_mask.shape != (batch, n, m):
-            raise ValueError(f"label_mask must have shape ({batch}, {n}, {m}), got {tuple(label_mask.shape)}")
-        order = potentials.dim() - 3
-        neg = torch.full((), NEG, dtype=potentials.dtype, device=potentials.device)
-        ok = label_mask.to(device=potentials.device, dtype=torch.bool).reshape(batch, n, *((1,) * order), m)
-        potentials = torch.where(ok, potentials, neg)
-    return potentials, lengths
+    lengths = check_lengths(lengths, batch, n, potentials.device)
+    mask = check_label_mask(label_mask, (batch, n, m))
+    return potentials, lengths, None if mask is None else mask.to(potentials.device)
 
 
-def _forward(semiring, potentials: Tensor, lengths: Tensor) -> Tensor:
-    """Forward algorithm; the state is the last ``order`` labels, (B, M) or (B, M, M).
+def _masked(potentials: Tensor, mask: Tensor) -> Tensor:
+    """Disallowed current labels read as -inf (previous labels follow: their alpha is -inf)."""
+    batch, n, m = mask.shape
+    ok = mask.reshape(batch, n, *((1,) * (potentials.dim() - 3)), m)
+    return torch.where(ok, potentials, float("-inf"))
 
-    One step is alpha'[p, c] = (+)_a alpha[a, p] * pot[t, a, p, c] (order 1: no p), a semiring
-    contraction over a for every (p, c), done by ``semiring.contract`` with the potentials
-    encoded once for all tokens (one shift per (token, a, p): the max over c).
-    """
+
+def _single_labels(mask: Tensor, lengths: Tensor) -> Optional[Tensor]:
+    """The labels (B, N) if the mask allows exactly one label at every real token, else None."""
+    real = _real(lengths, mask.shape[1])
+    if not bool(((mask.sum(-1) == 1) | ~real).all()):
+        return None
+    return mask.to(torch.uint8).argmax(-1)
+
+
+def _as_steps(potentials: Tensor) -> Tensor:
+    """(B, N, M[, M], M) -> (B, N, A, P, C)."""
     batch, n = potentials.shape[:2]
     m = potentials.shape[-1]
-    carried = m if potentials.dim() == 5 else 1  # P: the previous label carried in the state (order 2)
-    # (B, N, A, P, C) -> (B, N, P, A, C): contraction axis A next to the output axis C
-    pot = potentials.reshape(batch, n, m, carried, m).transpose(2, 3)
-    pot_value, pot_shift = semiring.encode(pot.reshape(batch * n * carried, m, m), 1)
-    # one tensor per token: indexing [:, t] instead would make autograd zero-fill the whole
-    # potentials tensor for every token in the backward pass
-    pot_values = pot_value.reshape(batch, n, carried, m, m).unbind(1)
-    pot_shifts = pot_shift.reshape(batch, n, carried, m).unbind(1) if pot_shift is not None else [None] * n
-    alpha = torch.full((batch, m, carried), NEG, dtype=potentials.dtype, device=potentials.device)
-    alpha[:, 0, 0] = 0.0  # the start state
+    return potentials.reshape(batch, n, m, -1, m)
+
+
+def _start(batch: int, size: int, like: Tensor) -> Tensor:
+    """alpha before token 0, (B, S): the start state (index 0) has log value 0."""
+    alpha = like.new_full((batch, size), float("-inf"))
+    alpha[:, 0] = 0.0
+    return alpha
+
+
+def _identity(m: int, p: int, like: Tensor) -> Tensor:
+    """Potentials (A, P, C) of a token that changes nothing: 0 where the new label c repeats the
+    newest label of the state (a for order 1, p for order 2), -inf elsewhere."""
+    keep = torch.eye(m, dtype=torch.bool, device=like.device)
+    keep = keep.reshape(m, 1, m) if p == 1 else keep.reshape(1, m, m)
+    zero = torch.zeros((), dtype=like.dtype, device=like.device)
+    return torch.where(keep, zero, float("-inf"))
+
+
+def _theta(dtype: torch.dtype) -> float:
+    """log of the smallest sum an exp-space step trusts: sqrt of the smallest normal number, so that
+    the mass lost to underflow (at most one smallest normal per term) is negligible next to it."""
+    return 0.5 * float(torch.log(torch.tensor(torch.finfo(dtype).tiny, dtype=torch.float64)))
+
+
+def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
+    """alphas (B, N+1, S) (before token 0, then after each token), betas (B, N, S) (after each token)
+    or None, and ``suspect`` (B,) bool: sentences where a step's sum fell below THETA with a finite term.
+
+    The state vector is kept in exp space scaled to a maximum of 1: one step is y' = y E_t / max(y E_t),
+    and log alpha_t = log y_t + sum_{tau<=t} (log max_tau + m_tau), summed after the loop.
+    """
+    steps = _as_steps(potentials)
+    batch, n, m, p, _ = steps.shape
+    real = _real(lengths, n)
+    # The exp-space attempt is skipped when it is bound to fail for every sentence: a sentence whose
+    # tokens' potentials span at most -log(THETA) nats passes every check (each sum has a term of at
+    # least exp(-span)); one with wider spans usually fails (scores of standard deviation 10 and more).
+    # Two tokens per sentence are looked at: enough to see the scale, and it costs next to nothing.
+    narrow = True  # then no exponent is likely to fall below log(tiny): exp needs no guard (exp_)
+    sample = torch.tensor(sorted({min(1, n - 1), n // 2}), device=potentials.device) if n else None
+    if sample is not None:
+        seen = steps[:, sample].flatten(2)
+        wide = ((seen.amax(-1) - seen.amin(-1) > -_theta(potentials.dtype)) & real[:, sample]).any(1)
+        if bool(wide.all()):
+            return None, None, wide
+        narrow = not bool(wide.any())
+    high = steps.flatten(2).amax(-1)
+    shift = torch.where(real, high, 0.0).clamp_min_(torch.finfo(potentials.dtype).min)
+    exps = torch.empty(batch, n, p, m, m, dtype=potentials.dtype, device=potentials.device)  # E_t [p, a, c]
+    torch.sub(steps.transpose(2, 3), shift[:, :, None, None, None], out=exps)
+    exps.exp_() if narrow else exp_(exps)
+    padding = (~real).nonzero(as_tuple=True)
+    if len(padding[0]):  # identity transitions (padding may hold anything)
+        exps[padding] = _identity(m, p, potentials).transpose(0, 1).exp()
+    tiny = torch.finfo(potentials.dtype).tiny
+    step_exps = exps.reshape(batch, n, p * m, m).unbind(1)  # per token: p blocks [a, c] stacked
+    y = _start(batch, m * p, potentials).exp_()
+    ys, tops = [y], []
+    if p == 1:
+        y = y.unsqueeze(1)  # (B, 1, M) through the loop: row vector times E_t
     for t in range(n):
-        alpha_t = alpha.transpose(1, 2)  # (B, P, A)
-        if pot_shifts[t] is None:  # max semiring: log values throughout
-            x, x_shift = alpha_t[:, :, None, :, None], None
-        else:  # log semiring: alpha rides in the shifts, its scaled value is 1
-            x, x_shift = torch.ones_like(alpha_t)[:, :, None, :, None], alpha_t
-        step = semiring.contract(x, x_shift, pot_values[t].unsqueeze(3), pot_shifts[t])  # (B, P, 1, C)
-        step = step.reshape(batch, m, carried)  # [p, c] becomes the next [a, p]
-        running = (t < lengths).reshape(batch, 1, 1)
-        alpha = torch.where(running, step, alpha)
-    total = semiring.reduce(alpha.flatten(1), dim=1)
-    return torch.where(lengths > 0, total, torch.zeros_like(total))
+        # alpha_t[(p, c)] = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])
+        if p == 1:
+            total = torch.bmm(y, step_exps[t])
+        else:  # one product per p: (B*P, 1, A) @ (B*P, A, C)
+            v = y.reshape(batch, m, p).transpose(1, 2).reshape(batch * p, 1, m)
+            total = torch.bmm(v, step_exps[t].reshape(batch * p, m, m)).reshape(batch, p * m)
+        top = total.amax(-1, keepdim=True).clamp_min_(tiny)  # 0 only if the sentence is impossible
+        y = total.div_(top)
+        ys.append(y)
+        tops.append(top)
+    if p == 1:
+        ys, tops = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops]
+    alphas, suspect = _unscale(ys, tops, shift, lambda values, rows: _forward_has_terms(values, steps, real, rows))
+    if not backward or bool(suspect.all()):  # every sentence is redone in log space: no backward here
+        return alphas, None, suspect
+    if n == 0:
+        return alphas, potentials.new_zeros(batch, 0, m * p), suspect
+    y = potentials.new_ones(batch, m * p)  # beta_{n-1} = 0
+    if p == 1:
+        y = y.unsqueeze(-1)  # (B, M, 1) through the loop: E_t times a column vector
+    ys, tops = [y], []
+    for t in range(n - 1, 0, -1):
+        # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
+        if p == 1:
+            total = torch.bmm(step_exps[t], y)
+        else:  # [p, a] -> [a, p]
+            total = torch.bmm(step_exps[t].reshape(batch * p, m, m), y.reshape(batch * p, m, 1))
+            total = total.reshape(batch, p, m).transpose(1, 2).reshape(batch, m * p)
+        top = total.amax(-2 if p == 1 else -1, keepdim=True).clamp_min_(tiny)
+        y = total.div_(top)
+        ys.append(y)
+        tops.append(top)
+    if p == 1:
+        ys, tops = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops]
+    has_terms = lambda values, rows: _backward_has_terms(values, steps, real, rows)  # noqa: E731
+    betas, low = _unscale(ys[::-1], tops[::-1], shift[:, 1:], has_terms, backward=True)
+    return alphas, betas, suspect | low
+
+
+def _unscale(ys: list, tops: list, shift: Tensor, has_terms, backward: bool = False):
+    """Log values (B, T+1, S) from the scaled vectors ``ys`` (in token order) and the maxima ``tops``
+    (T of them) the steps divided by, and the sentences (B,) where a step's sum fell below THETA
+    with a finite term (``has_terms(values)``, evaluated only if some sum is that small).
+    Forward: value_t = log y_t + sum of (log top + m) of the steps up to t; backward: of those after t."""
+    ys = torch.stack(ys, 1)
+    if not tops:
+        return ys.log(), ys.new_zeros(ys.shape[0], dtype=torch.bool)
+    log_tops = torch.stack(tops, 1).log_()  # (B, T, 1)
+    steps = log_tops + shift[:, :, None]
+    zero = torch.zeros_like(steps[:, :1])
+    if backward:
+        scale = torch.cat([steps.flip(1).cumsum(1).flip(1), zero], 1)
+        sums = ys[:, :-1].log() + log_tops  # each step's sum, relative to its input's scale
+    else:
+        scale = torch.cat([zero, steps.cumsum(1)], 1)
+        sums = ys[:, 1:].log() + log_tops
+    values = ys.log().add_(scale)
+    return values, _suspect(sums, lambda rows: has_terms(values, rows))
+
+
+def _suspect(log_sums: Tensor, has_terms) -> Tensor:
+    """(B,) sentences with a step sum below THETA where some term was finite (``has_terms(rows)``,
+    like ``log_sums[rows]``, is evaluated only for the sentences with such a small sum: a sum of
+    -inf terms is exactly 0, and those need no log-space redo). When most sentences have such a sum
+    (scores of standard deviation 10 and more), all are sent to log space: the check would cost more."""
+    low = log_sums < _theta(log_sums.dtype)
+    candidates = low.flatten(1).any(1)
+    if not bool(candidates.any()):
+        return candidates
+    if 2 * int(candidates.sum()) > len(candidates):  # most sentences go to log space anyway: all of them
+        return torch.ones_like(candidates)
+    rows = candidates.nonzero().squeeze(1)
+    suspect = torch.zeros_like(candidates)
+    suspect[rows] = (low[rows] & has_terms(rows)).flatten(1).any(1)
+    return suspect
+
+
+def _finite_terms(steps: Tensor, real: Tensor) -> Tensor:
+    """1.0 where a (padded) potential is finite, (B, N, A, P, C)."""
+    m, p = steps.shape[2], steps.shape[3]
+    padded = torch.where(real[:, :, None, None, None], steps, _identity(m, p, steps))
+    return (padded > float("-inf")).to(steps.dtype)
+
+
+def _forward_has_terms(alphas: Tensor, steps: Tensor, real: Tensor, rows: Tensor) -> Tensor:
+    """(R, N, S) for the sentences ``rows``: whether alpha_t[(p, c)] has a finite term
+    alpha_{t-1}[(a, p)] + X_t[a, p, c]."""
+    steps, real = steps[rows], real[rows]
+    finite = (alphas[rows, :-1] > float("-inf")).to(steps.dtype).reshape(steps.shape[:4])
+    return torch.einsum("btap,btapc->btpc", finite, _finite_terms(steps, real)).flatten(2) > 0
+
+
+def _backward_has_terms(betas: Tensor, steps: Tensor, real: Tensor, rows: Tensor) -> Tensor:
+    """(R, N-1, S) for the sentences ``rows``: whether beta_{t-1}[(a, p)], t = 1..N-1, has a finite term
+    X_t[a, p, c] + beta_t[(p, c)]."""
+    steps, real = steps[rows], real[rows]
+    b, n, m, p, _ = steps.shape
+    finite = (betas[rows, 1:] > float("-inf")).to(steps.dtype).reshape(b, n - 1, p, m)
+    terms = _finite_terms(steps, real)[:, 1:]
+    return torch.einsum("btapc,btpc->btap", terms, finite).flatten(2) > 0
+
+
+def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
+    """The same recursions in log space, one log-sum-exp per token: exact at any scale, slower. The
+    forward one reads the potentials transposed ([p, c, a]), so that it sums over the last axis too."""
+    steps = _as_steps(potentials)
+    batch, n, m, p, _ = steps.shape
+    forward = steps.permute(0, 1, 3, 4, 2).contiguous()  # X_t[a, p, c] at [t, p, c, a]
+    alpha = _start(batch, m * p, potentials)
+    alphas = [alpha]
+    for t in range(n):
+        # alpha_t[(p, c)] = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])
+        terms = alpha.reshape(batch, m, p).transpose(1, 2).unsqueeze(2) + forward[:, t]  # (B, P, C, A)
+        alpha = torch.where((t < lengths)[:, None], logsumexp(terms, -1).flatten(1), alpha)
+        alphas.append(alpha)
+    if not backward:
+        return torch.stack(alphas, 1), None
+    beta = potentials.new_zeros(batch, m * p)
+    betas = [beta]
+    for t in range(n - 1, 0, -1):
+        # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
+        new = logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1)
+        beta = torch.where((t < lengths)[:, None], new, beta)
+        betas.append(beta)
+    return torch.stack(alphas, 1), torch.stack(betas[::-1], 1)
+
+
+def _recursions(potentials: Tensor, lengths: Tensor, backward: bool):
+    """alphas, betas (or None) and log Z (B,): exp space, with suspect sentences redone in log space."""
+    alphas, betas, suspect = _exp_recursions(potentials, lengths, backward)  # alphas None: all suspect
+    if bool(suspect.all()):
+        alphas, betas = _log_recursions(potentials, lengths, backward)
+    elif bool(suspect.any()):
+        rows = suspect.nonzero().squeeze(1)
+        exact = _log_recursions(potentials[rows], lengths[rows], backward)
+        alphas = alphas.index_copy(0, rows, exact[0])
+        betas = None if betas is None else betas.index_copy(0, rows, exact[1])
+    return alphas, betas, torch.logsumexp(alphas[:, -1], dim=1)
+
+
+def _transition_marginals(potentials, lengths, alphas, betas, log_z, grad: Optional[Tensor] = None) -> Tensor:
+    """P(state s before token t and label c at t), like ``potentials``, times ``grad`` (B,) if given;
+    0 beyond the lengths and for impossible sentences.
+
+    Each token's marginals are divided by their sum (1 in exact arithmetic): alpha, beta and log Z
+    round independently, by up to an ulp of their size (1e-3 at scores of 1e4 in float32), and this
+    removes that common error from the exponent, so that a sure transition gets probability 1.
+    """
+    batch, n, m, p, _ = _as_steps(potentials).shape
+    # clamping an impossible sentence's -inf keeps exp(-inf - log Z) at 0 instead of NaN
+    shift = log_z.clamp_min(torch.finfo(potentials.dtype).min).reshape(batch, 1, 1, 1, 1)
+    before = alphas[:, :-1].reshape(batch, n, m, p, 1) - shift  # alpha_{t-1}[(a, p)] - log Z
+    after = betas.reshape(batch, n, 1, p, m)  # beta_t[(p, c)]
+    marg = exp_((_as_steps(potentials) + before).add_(after))
+    padding = (~_real(lengths, n)).nonzero(as_tuple=True)
+    if len(padding[0]):
+        marg[padding] = 0.0
+    total = marg.reshape(batch, n, -1).sum(-1).clamp_min_(torch.finfo(potentials.dtype).tiny)
+    factor = (1.0 if grad is None else grad[:, None]) / total
+    return marg.mul_(factor.reshape(batch, n, 1, 1, 1)).reshape(potentials.shape)
+
+
+class _LogPartition(torch.autograd.Function):
+    """log Z by the forward recursion; its gradient (the transition marginals) from the backward one,
+    run in the forward pass when a gradient will be needed."""
+
+    @staticmethod
+    def forward(ctx, potentials: Tensor, lengths: Tensor) -> Tensor:
+        alphas, betas, log_z = _recursions(potentials, lengths, backward=ctx.needs_input_grad[0])
+        if betas is not None:
+            ctx.save_for_backward(potentials, lengths, alphas, betas, log_z)
+        return log_z
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return _transition_marginals(*ctx.saved_tensors, grad=grad), None
+
+
+def _log_partition(potentials: Tensor, lengths: Tensor) -> Tensor:
+    return _LogPartition.apply(potentials, lengths)
+
+
+def _marginals(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
+    """Transition marginals like ``potentials`` (0 beyond lengths) and log Z (B,)."""
+    alphas, betas, log_z = _recursions(potentials, lengths, backward=True)
+    return _transition_marginals(potentials, lengths, alphas, betas, log_z), log_z
+
+
+def _viterbi(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
+    """Max-sum forward with back-pointers (exact in log space), then the backtrack from the best final
+    state (in numpy: one tiny gather per token)."""
+    steps = _as_steps(potentials)
+    batch, n, m, p, _ = steps.shape
+    v = _start(batch, m * p, potentials)
+    pointers = []
+    for t in range(n):
+        best, arg = (v.reshape(batch, m, p, 1) + steps[:, t]).max(dim=1)  # over the oldest label a
+        v = torch.where((t < lengths)[:, None], best.flatten(1), v)
+        pointers.append(arg.flatten(1))  # a for each new state (p, c)
+    score, state = v.max(dim=1)
+    labels = torch.zeros(batch, n, dtype=torch.long)
+    if n:
+        back = torch.stack(pointers, 1).cpu().numpy()
+        ends, rows, out = (lengths - 1).cpu().numpy(), numpy.arange(batch), labels.numpy()
+        state_np = state.cpu().numpy()
+        for t in range(n - 1, -1, -1):
+            out[:, t] = state_np % m  # y_t (masked below past the end)
+            previous = back[rows, t, state_np] * p + state_np // m  # the state before token t: (a, p)
+            state_np = numpy.where(t <= ends, previous, state_np)
+    labels = labels.to(potentials.device)
+    keep = _real(lengths, n) & (score > float("-inf"))[:, None]
+    return labels * keep, score
 
 
 def _token_label_sums(per_potential: Tensor) -> Tensor:
@@ -136,5 +449,15 @@ def _token_label_sums(per_potential: Tensor) -> Tensor:
     return per_potential.sum(dim=tuple(range(2, per_potential.dim() - 1)))
 
 
-def _real(lengths: Tensor, n: int, device) -> Tensor:
-    return torch.arange(n, device=device)[None, :] < torch.as_tensor(lengths, device=device)[:, None]
+def _real(lengths: Tensor, n: int) -> Tensor:
+    return torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]
+
+
+def _bad_position(potentials: Tensor, lengths: Tensor, b: int) -> str:
+    """Where sentence b's potentials hold +inf or NaN (among its real tokens)."""
+    pot = potentials[b, : int(lengths[b])].detach()
+    bad = (torch.isnan(pot) | (pot == float("inf"))).nonzero()
+    if len(bad) == 0:
+        return "its log partition is not finite"
+    t, *labels = bad[0].tolist()
+    return f"potentials[{b}, {t}, {', '.join(map(str, labels))}] is {pot[tuple(bad[0])].item()}"

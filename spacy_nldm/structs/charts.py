@@ -1,107 +1,141 @@
-"""The charts of the labelled Eisner algorithm (:class:`Charts`) and the strided views the stages read."""
-from typing import Tuple
+"""The charts of the labelled Eisner algorithm and the views each stage reads and writes.
+
+Positions run 0..N (0 is the root); K is the longest arc (max_dist, or N). Four charts of items, each
+an :class:`ItemChart` (log-space values, and for exp-space semirings their encoding):
+
+====================  ==============================  ===================================================
+chart                 stored at                       item
+====================  ==============================  ===================================================
+``right``  (CR)       [b, i, w, a]                    CR[i, i+w, a]: i heads everything in (i, i+w]
+``left``   (CL)       [b, i, w, c]                    CL[i, i+w, c]: i+w heads everything in [i, i+w)
+``inc_right`` (IR)    [b, i, a, w-1, c]               IR[i, i+w, a, c]: arc i -> i+w, labels a (i), c (i+w)
+``inc_left``  (IL)    [b, i+w, c, K-w, a]             IL[i, i+w, a, c]: arc i+w -> i
+``tail``  (T)         [b, i, a]                       T[i, a] = CR[i, n_b, a] (sentence b's own end)
+====================  ==============================  ===================================================
+
+Widths are 0..K for complete items and 1..K for incomplete ones (memory O(B N K M^2)). The incomplete
+layouts put a head label first: the items a complete span sums over are then one contiguous run of
+(split, label) per head label.
+
+The complete charts (and every chart laid out like them) get K rows of padding before position 0,
+so that the outside pass may view spans starting before 0 (their factors are masked to 0).
+"""
+from typing import NamedTuple, Optional
 
 import torch
-
-from .semiring import Item
 
 Tensor = torch.Tensor
 
 
-def band(chart: Tensor, spans: int, count: int, start: int, end: int, start_step: int, end_step: int) -> Tensor:
-    """Strided view V[b, s, k, ...] = chart[b, s + start + k * start_step, s + end + k * end_step, ...]
-    for s < spans, k < count, of a chart (B, N+1, N+1, ...) indexed [span start, span end]."""
-    sb, si, sj = chart.stride()[:3]
+class ItemChart(NamedTuple):
+    """Items in log space and, for exp-space semirings, ``value = exp(log - shift)`` with ``shift``
+    the maximum of each item (stored like the items without their label axes; the incomplete charts
+    keep a label axis of size 1, so that the same views serve values and shifts)."""
+
+    log: Tensor
+    value: Optional[Tensor] = None
+    shift: Optional[Tensor] = None
+
+
+class InnerOperands(NamedTuple):
+    """What the incomplete items of width w read, split k = 0..w-1: (B, S, w, ...) each."""
+
+    right: Tensor  # CR[s, s+k]
+    left: Tensor  # CL[s+k+1, s+w]
+
+
+class HeadOperands(NamedTuple):
+    """What one complete item per span reads: the incomplete items of its head, (B, S, F, D, L) laid out
+    [head label f, split d, other label l] (or (B, S, F, D) for shifts), and the complete items that
+    continue them, (B, S, D, L) (or (B, S, D))."""
+
+    incomplete: Tensor
+    complete: Tensor
+
+
+def band(chart: Tensor, spans: int, count: int, start: int, width: int, start_step: int, width_step: int) -> Tensor:
+    """Strided view V[b, s, k, ...] = chart[b, s + start + k*start_step, width + k*width_step, ...] for
+    s < spans, k < count, of a chart laid out [b, span start, span width, ...]. No copy.
+
+    Example: the right-complete items CR[s+d, s+w] that the spans (s, s+w) of width w = 3 continue
+    with, d = 1..3, are ``band(right, N-2, 3, 1, 2, 1, -1)``: V[b, s, 0] = CR[s+1, s+3] (stored at
+    [s+1, 2]), V[b, s, 1] = CR[s+2, s+3] ([s+2, 1]), V[b, s, 2] = CR[s+3, s+3] ([s+3, 0]).
+    """
+    sb, si, sw = chart.stride()[:3]
     return chart.as_strided(
         (chart.shape[0], spans, count, *chart.shape[3:]),
-        (sb, si + sj, start_step * si + end_step * sj, *chart.stride()[3:]),
-        chart.storage_offset() + start * si + end * sj,
+        (sb, si, start_step * si + width_step * sw, *chart.stride()[3:]),
+        chart.storage_offset() + start * si + width * sw,
     )
 
 
-def padded_zeros(like: Tensor, shape: Tuple[int, ...]) -> Tensor:
-    """Zeros of ``shape`` (B, ...) with one zero slab of shape[1:] before and after it in memory,
-    so that strided views may run a little past either end of the chart (they read zeros)."""
-    return like.new_zeros((shape[0] + 2,) + tuple(shape[1:]))[1:-1]
+def padded(like: Tensor, shape: tuple, fill: float, lead: int) -> Tensor:
+    """A (B, N+1, ...) chart filled with ``fill``, with ``lead`` rows of padding before position 0."""
+    batch, n1, *rest = shape
+    return like.new_full((batch, lead + n1, *rest), fill)[:, lead:]
+
+
+# -- the views each stage reads and writes (the same for log values, encodings, shifts and outer charts)
+
+
+def inner_operands(right: Tensor, left: Tensor, w: int) -> InnerOperands:
+    """inner(s, s+w) = (+)_k CR[s, s+k] * CL[s+k+1, s+w]."""
+    spans = right.shape[1] - w
+    return InnerOperands(right[:, :spans, :w], band(left, spans, w, 1, w - 1, 1, -1))
+
+
+def right_operands(inc_right: Tensor, right: Tensor, w: int) -> HeadOperands:
+    """CR[s, s+w, a] = (+)_{d, c} IR[s, s+d, a, c] * CR[s+d, s+w, c], d = 1..w."""
+    spans = right.shape[1] - w
+    return HeadOperands(inc_right[:, :spans, :, :w], band(right, spans, w, 1, w - 1, 1, -1))
+
+
+def left_operands(inc_left: Tensor, left: Tensor, w: int) -> HeadOperands:
+    """CL[s, s+w, c] = (+)_{e, a} CL[s, s+e, a] * IL[s+e, s+w, a, c], e = 0..w-1."""
+    spans, k = left.shape[1] - w, inc_left.shape[3]
+    return HeadOperands(inc_left[:, w : w + spans, :, k - w :], left[:, :spans, :w])
+
+
+def tail_operands(inc_right: Tensor, tail: Tensor, i: int) -> HeadOperands:
+    """T[i, a] = (+)_{d, c} IR[i, i+d, a, c] * T[i+d, c], d = 1..K: one span (S = 1)."""
+    k = inc_right.shape[3]
+    return HeadOperands(inc_right[:, i : i + 1], tail[:, i + 1 : i + k + 1].unsqueeze(1))
+
+
+def incomplete_cells(inc_right: Tensor, inc_left: Tensor, w: int):
+    """Where IR[s, s+w] ([a, c]) and IL[s, s+w] ([c, a]) are stored: views (B, S, M[, M])."""
+    spans, k = inc_right.shape[1] - w, inc_right.shape[3]
+    return inc_right[:, :spans, :, w - 1], inc_left[:, w:, :, k - w]
+
+
+def complete_cells(chart: Tensor, w: int) -> Tensor:
+    """Where the complete items (s, s+w) are stored: a view (B, S, ...)."""
+    return chart[:, : chart.shape[1] - w, w]
 
 
 class Charts:
-    """The four charts of the labelled Eisner algorithm: right = CR (head at the start), left = CL
-    (head at the end), indexed [b, span start, span end, label]; inc_right = IR (arc start -> end)
-    and inc_left = IL (arc end -> start) up to width ``limit`` (wider ones do not exist).
+    """The charts of one call: complete (``right``, ``left``), incomplete (``inc_right``,
+    ``inc_left``) and the ``tail``, each an :class:`ItemChart`; ``exp_space`` adds the encodings."""
 
-    The incomplete charts are laid out so that the items a complete span sums over form one
-    contiguous run per head label: IR[i, i+w, a, c] is stored at [b, i, a, w-1, c] and
-    IL[i, i+w, a, c] at [b, i+w, c, limit-w, a]. :meth:`bands` and :meth:`cells` hide this and
-    return views indexed [.., label of start, label of end].
-
-    Values are stored as the semiring encodes them; ``*_shift`` charts (the same without the label
-    axes) exist for the log semiring only.
-    """
-
-    def __init__(self, shape: Tuple[int, ...], limit: int, like: Tensor, with_shift: bool, zeros: bool = True):
-        """Charts for dense scores of ``shape`` (B, N+1, N+1, M, M), dtype and device of ``like``.
-        With ``zeros=False`` they are left uninitialised: the stages read only cells that an
-        earlier stage wrote (span end >= start, width <= limit)."""
+    def __init__(self, shape: tuple, limit: int, like: Tensor, exp_space: bool):
         batch, n1, _, m, _ = shape
-        alloc = like.new_zeros if zeros else like.new_empty
-        for name in ("right", "left"):  # small: zeroed and padded for the outside pass's views
-            setattr(self, name, padded_zeros(like, (batch, n1, n1, m)))
-            setattr(self, name + "_shift", padded_zeros(like, (batch, n1, n1)) if with_shift else None)
         self.limit = limit
-        for name in ("inc_right", "inc_left"):
-            setattr(self, name, alloc((batch, n1, m, limit, m)))
-            setattr(self, name + "_shift", alloc((batch, n1, limit)) if with_shift else None)
+        minus_inf = float("-inf")
 
-    def set_base(self, base: Item) -> None:
-        """Width-0 items CR[i, i] = CL[i, i] from the encoded base (B, N+1, M)."""
-        value, shift = base
-        for name in ("right", "left"):
-            getattr(self, name).diagonal(0, 1, 2).copy_(value.transpose(1, 2))
-            if shift is not None:
-                getattr(self, name + "_shift").diagonal(0, 1, 2).copy_(shift)
+        def complete(*rest):
+            log = padded(like, (batch, n1, limit + 1) + rest, minus_inf, limit)
+            if not exp_space:
+                return ItemChart(log)
+            return ItemChart(log, padded(like, log.shape, 0.0, limit), padded(like, log.shape[:3], 0.0, limit))
 
-    def bands(self, stage: str, key: int, limit: int, shift: bool = False) -> dict:
-        """The chart regions that a stage reads (views). ``key`` is the span width of an
-        "incomplete" or "complete" stage and the span start (row) of a "row" stage."""
-        sfx = "_shift" if shift else ""
-        right, left = getattr(self, "right" + sfx), getattr(self, "left" + sfx)
-        inc_right, inc_left = getattr(self, "inc_right" + sfx), getattr(self, "inc_left" + sfx)
-        if stage == "row":  # (B, K, ...): IR[i, i+d] and CR[i+d, j] for d = 1..K, j = i+K+1..N
-            i = key
-            ir = inc_right[:, i, :limit] if shift else inc_right[:, i].transpose(1, 2)
-            return {"ir": ir, "cr": right[:, i + 1 : i + limit + 1, i + limit + 1 :]}
-        w = key
-        spans = right.shape[1] - w
-        if stage == "incomplete":  # (B, S, w, ...)
-            return {
-                "cr": band(right, spans, w, 0, 0, 0, 1),  # CR[s, s+k], k = 0..w-1
-                "cl": band(left, spans, w, 1, w, 1, 0),  # CL[s+k+1, s+w]
-            }
-        complete = {  # complete, w <= limit: (B, S, w, ...)
-            "cr": band(right, spans, w, 1, w, 1, 0),  # CR[s+d, s+w]
-            "cl": band(left, spans, w, 0, 0, 0, 1),  # CL[s, s+e]
-        }
-        if self.limit == 0:  # charts made without incomplete items
-            return complete
-        top = self.limit
-        if shift:
-            ir, il = inc_right[:, :spans, :w], inc_left[:, w : w + spans, top - w : top]
-        else:
-            ir = inc_right[:, :spans, :, :w].transpose(2, 3)
-            il = inc_left[:, w : w + spans, :, top - w : top].permute(0, 1, 3, 4, 2)
-        return {"ir": ir, "il": il, **complete}  # IR[s, s+d], d = 1..w; IL[s+e, s+w], e = 0..w-1
+        def incomplete():
+            # cells are written by their stage before they are read: no fill needed
+            log = like.new_empty(batch, n1, m, limit, m)
+            if not exp_space:
+                return ItemChart(log)
+            return ItemChart(log, like.new_empty(log.shape), like.new_empty(batch, n1, 1, limit))
 
-    def cells(self, stage: str, key: int, limit: int, shift: bool = False) -> dict:
-        """The cells that a stage writes, by chart name, as views."""
-        sfx = "_shift" if shift else ""
-        if stage == "row":  # CR[i, j] for j = i+K+1..N: (B, N-i-K, ...)
-            return {"right": getattr(self, "right" + sfx)[:, key, key + limit + 1 :]}
-        spans = self.right.shape[1] - key
-        if stage == "incomplete":  # IR[s, s+w], IL[s, s+w]
-            inc_right, inc_left = getattr(self, "inc_right" + sfx), getattr(self, "inc_left" + sfx)
-            u = self.limit - key
-            if shift:
-                return {"inc_right": inc_right[:, :spans, key - 1], "inc_left": inc_left[:, key:, u]}
-            return {"inc_right": inc_right[:, :spans, :, key - 1], "inc_left": inc_left[:, key:, :, u].transpose(-1, -2)}
-        return {name: band(getattr(self, name + sfx), spans, 1, 0, key, 0, 0).squeeze(2) for name in ("right", "left")}
+        self.right, self.left = complete(m), complete(m)
+        self.inc_right, self.inc_left = incomplete(), incomplete()
+        tail = like.new_full((batch, n1, m), minus_inf)
+        self.tail = ItemChart(tail, torch.zeros_like(tail), like.new_zeros(batch, n1)) if exp_space else ItemChart(tail)

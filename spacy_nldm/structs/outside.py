@@ -1,217 +1,325 @@
-"""The backward passes of the tree's inside algorithm, one per kind of semiring: the explicit outside
-pass (log semiring: marginals), the backtrack through recorded argmaxes (Viterbi), and per-stage
-recomputation under autograd (any other semiring, e.g. the broadcast reference)."""
-from typing import Tuple
+"""The backward passes of the inside algorithm (:mod:`.inside`), by the semiring's strategy.
+
+All go over the stages in reverse order and keep ``outer`` charts, laid out like the inside charts:
+outer[item] = d(result) / d(log value of the item). An item computed as log sum_k exp(u_k + v_k)
+passes to each term outer[item] * exp(u_k + v_k - item), its share (for the log semiring: the
+posterior of the term, so that outer[item] is the marginal of the item; docs/algorithm.md has these
+outside recurrences in the paper's notation).
+
+- ``"outside"``: :func:`outside_log` for exp-space charts (shares from the encodings and the forward
+  pass's totals; the spans it recomputed in log space take theirs from autograd over the log-space
+  terms), :func:`outside_log_space` for log-space charts (shares from the broadcast terms);
+- ``"backtrack"``: :func:`backtrack`, each marked item marks the split and labels that won its max;
+- ``"recompute"``: :func:`outside_by_recomputation`, each stage recomputed under autograd.
+
+The arcs' gradients are outer[IR] (arc s -> s+w) and outer[IL] (arc s+w -> s), since IR = inner * arc
+in the semiring.
+"""
+from typing import Iterator, Optional, Tuple
 
 import torch
 
-from .arcs import ArcScores
-from .charts import Charts, band
-from .semiring import decode
-from .stages import run_stage, stages
+from .arcs import WidthArcs
+from .charts import HeadOperands, band, complete_cells, incomplete_cells, inner_operands, padded
+from .contract import (
+    LOG,
+    HeadTerms,
+    head_exp_outside_x,
+    head_exp_outside_y,
+    head_log,
+    inner_exp,
+    inner_exp_outside,
+    inner_log,
+    inner_terms,
+    ratio,
+)
+from .inside import HeadStages, Inside
+from .semiring import exp_
 
 Tensor = torch.Tensor
 
 
-def outside_by_recomputation(semiring, charts: Charts, arcs: ArcScores, limit: int, grad_root: Tensor) -> Tensor:
-    """Generic backward: recompute one stage at a time under autograd, last stage first.
+class OuterCharts:
+    """Zeroed charts of outer values: complete (padded like the inside ones), tail, and incomplete
+    ones when something pushes into them (``with_incomplete``)."""
 
-    Gradients are taken with respect to the stored (encoded) values; used for semirings without an
-    explicit outside pass (the broadcast reference).
+    def __init__(self, ins: Inside, grad_root: Tensor, with_incomplete: bool):
+        like, limit = ins.arcs.tensor, ins.limit
+        batch, n1, _, m, _ = ins.arcs.shape
+        self.right = padded(like, (batch, n1, limit + 1, m), 0.0, limit)
+        self.left = padded(like, (batch, n1, limit + 1, m), 0.0, limit)
+        self.tail = like.new_zeros(batch, n1, m)
+        self.tail[:, 0, 0] = grad_root  # d result / d T[0, 0]
+        self.inc_right = self.inc_left = None
+        if with_incomplete:
+            self.inc_right = like.new_zeros(batch, n1, m, limit, m)
+            self.inc_left = like.new_zeros(batch, n1, m, limit, m)
+        self._ins = ins
+
+    def of(self, stage: HeadStages) -> Tuple[Optional[Tensor], Tensor]:
+        """The outer charts of a head stage's (incomplete, complete) operands."""
+        if stage is self._ins.right:
+            return self.inc_right, self.right
+        if stage is self._ins.left:
+            return self.inc_left, self.left
+        return self.inc_right, self.tail
+
+    def into(self, stage: HeadStages, key: int) -> HeadOperands:
+        """Views of the outer charts where a head stage's operands receive their shares."""
+        inc, comp = self.of(stage)
+        ops = stage.operands(comp if inc is None else inc, comp, key)
+        return HeadOperands(None if inc is None else ops.incomplete, ops.complete)
+
+    def tail_into_complete(self) -> None:
+        """Backward of :meth:`Inside.fill_tail`: T[i] was CR[i, n_b]."""
+        index = self._ins.tail_index()
+        if index is not None:
+            b, i, width = index
+            self.right[b, i, width] += self.tail[b, i]
+
+
+def _stage_outer(ins: Inside, stage: HeadStages, outer: OuterCharts, key: int) -> Tensor:
+    """The outer values (B, S, F) of a head stage's outputs (0 for the tail rows a sentence skipped)."""
+    out = stage.cells(outer.of(stage)[1], key)
+    if stage is ins.tail:
+        out = out * ins.tail_active(key)[:, None, None]
+    return out
+
+
+# -- the log semiring on exp-space charts -----------------------------------------------------------
+
+
+def outside_log(ins: Inside, grad_root: Tensor) -> Tensor:
+    """Gradient of the root items (weighted by ``grad_root`` (B,)) with respect to ``ins.arcs.tensor``.
+
+    Complete spans push their shares into the narrower complete items at once, but keep outer / total
+    per span and head label (charts laid out like the complete ones): an incomplete item's outer value
+    is pulled when its own stage comes, as one matrix product over all the spans that used it
+    (:func:`_pull_right`, :func:`_pull_left`), which reads the item once instead of once per span. Tail
+    rows and spans recomputed in log space push into outer charts of the incomplete items instead.
     """
-    n = arcs.shape[1] - 1
-    grads = Charts(arcs.shape, limit, arcs.tensor, with_shift=False)
-    with torch.enable_grad():
-        root = charts.right[:, 0, :, 0].detach().requires_grad_(True)
-        shift = None if charts.right_shift is None else charts.right_shift[:, 0, :]
-        (g,) = torch.autograd.grad(decode((root, shift), 0), root, grad_root)
-    grads.right[:, 0, :, 0] += g
-    grad_scores = torch.zeros_like(arcs.tensor)
-    for stage, w in reversed(list(stages(n, limit))):
-        with torch.enable_grad():
-            bands = {k: v.detach().requires_grad_(True) for k, v in charts.bands(stage, w, limit).items()}
-            arc_values = tuple(a.requires_grad_(True) for a in arcs.width(w)) if stage == "incomplete" else ()
-            out = run_stage(semiring, charts, stage, w, limit, arcs, bands, arc_values)
-            cell_grads = grads.cells(stage, w, limit)
-            inputs = list(bands.values()) + list(arc_values)
-            input_grads = torch.autograd.grad(
-                list(out.values()), inputs, [cell_grads[name] for name in out]
-            )
-        for view, g in zip(grads.bands(stage, w, limit).values(), input_grads):
-            view.add_(g)
-        if arc_values:
-            arcs.add_grad(grad_scores, w, *input_grads[len(bands):])
-    return grad_scores
+    C, limit = ins.charts, ins.limit
+    recomputed = any(r is not None for stage in (ins.right, ins.left, ins.tail) for r in stage.rows)
+    outer = OuterCharts(ins, grad_root, with_incomplete=recomputed or len(ins.tail_order()) > 0)
+    share_right, share_left = (padded(C.right.log, C.right.log.shape, 0.0, limit) for _ in range(2))
+    grad = ins.arcs.new_grad(limit)
+
+    for i in reversed(ins.tail_order()):  # T[i, a] = log sum_{d, c} exp(IR[i, i+d, a, c] + T[i+d, c])
+        _head_outside(ins.tail, i, _stage_outer(ins, ins.tail, outer, i), outer.into(ins.tail, i), pull=False)
+    outer.tail_into_complete()
+
+    for w in range(limit, 0, -1):
+        for stage, share in ((ins.right, share_right), (ins.left, share_left)):
+            # outer[CR[s+d, s+w, c]] += sum_a outer[CR[s, s+w, a]] exp(IR[s, s+d, a, c] + CR[s+d, s+w, c] - CR[s, s+w, a])
+            # (and for CL alike); the shares of the incomplete items are pulled below
+            span_share = _head_outside(stage, w, _stage_outer(ins, stage, outer, w), outer.into(stage, w), pull=True)
+            complete_cells(share, w).copy_(span_share)
+        # outer[IR[s, s+w, a, c]] = sum_t outer[CR[s, s+w+t, a]] exp(IR[s, s+w, a, c] + CR[s+w, s+w+t, c] - CR[s, s+w+t, a])
+        from_right = _pull_right(ins, share_right, w)  # (B, S, M, M) [a, c]
+        from_left = _pull_left(ins, share_left, w)  # [c, a]
+        if outer.inc_right is not None:
+            pushed_right, pushed_left = incomplete_cells(outer.inc_right, outer.inc_left, w)
+            from_right, from_left = from_right + pushed_right, from_left + pushed_left
+        from_left = from_left.transpose(-1, -2)
+        ins.arcs.add_grad(grad, w, WidthArcs(from_right, from_left))  # d IR / d arc = 1
+        # outer[CR[s, s+k, a]] += sum_c (outer[IR] + outer[IL])[a, c] exp(CR[s, s+k, a] + CL[s+k+1, s+w, c] - inner[a, c])
+        _inner_outside(ins, w, from_right + from_left, inner_operands(outer.right, outer.left, w))
+    return grad
 
 
-def outside_log(charts: Charts, arcs: ArcScores, limit: int, grad_root: Tensor) -> Tensor:
-    """The outside pass of the log semiring, explicit: no stage is recomputed.
-
-    ``outer`` holds d(output) / d(log value) of every item. An item computed as
-    log sum_k exp(u_k + v_k) passes to each term the share exp(u_k + v_k - item), which is
-    rebuilt from the stored scaled values and shifts; that share is the posterior of the term.
-
-    The complete-span stages push their shares to the narrower complete items at once, but
-    an incomplete item's outer value is pulled when its own stage comes: the sum over every
-    complete span that used it is then one matrix product per item (``_pull_incomplete``),
-    which reads the item once instead of once per span.
-    """
-    n = arcs.shape[1] - 1
-    rows = limit < n  # only row stages push into incomplete items; without them, no chart for it
-    outer = outer_charts(arcs, limit if rows else 0, grad_root)
-    terms = Charts(arcs.shape, 1, arcs.tensor, with_shift=True)  # per complete span: ratio and top
-    grad_scores = torch.zeros_like(arcs.tensor)
-    tiny = torch.finfo(arcs.tensor.dtype).tiny
-    for stage, w in reversed(list(stages(n, limit))):
-        values, shifts = charts.bands(stage, w, limit), charts.bands(stage, w, limit, shift=True)
-        into = outer.bands(stage, w, limit)
-        if stage == "row":
-            _row_outside(values, shifts, outer.cells(stage, w, limit)["right"], into, tiny)
-        elif stage == "complete":
-            cells, cell_shifts = charts.cells(stage, w, limit), charts.cells(stage, w, limit, shift=True)
-            from_cells = outer.cells(stage, w, limit)
-            ratio_cells, top_cells = terms.cells(stage, w, limit), terms.cells(stage, w, limit, shift=True)
-            # CR: free label a, summed (d, c); CL: free label c, summed (d, a); x as the chart stores it
-            for name, inc, comp, x in (
-                ("right", "ir", "cr", values["ir"].transpose(2, 3)),
-                ("left", "il", "cl", values["il"].permute(0, 1, 4, 2, 3)),
-            ):
-                ratio, top = _complete_outside(
-                    x, shifts[inc], values[comp], shifts[comp], cells[name], cell_shifts[name],
-                    from_cells[name], into[comp], tiny,
-                )
-                ratio_cells[name].copy_(ratio)
-                top_cells[name].copy_(top)
-        else:
-            from_right, from_left = _pull_incomplete(charts, terms, w, limit)
-            if rows:
-                pushed = outer.cells(stage, w, limit)
-                from_right, from_left = from_right + pushed["inc_right"], from_left + pushed["inc_left"]
-            arcs.add_grad(grad_scores, w, from_right, from_left)
-            # inner(s, a, c) = log sum_k exp(CR[s, k, a] + CL[s, k, c])
-            pair = shifts["cr"] + shifts["cl"]
-            scale = torch.exp(pair - pair.amax(-1, keepdim=True)).unsqueeze(-1)  # (B, S, w, 1)
-            cr, cl = values["cr"] * scale, values["cl"]
-            inner = torch.matmul(cr.transpose(-1, -2), cl).clamp_min(tiny)  # (B, S, M, M), up to exp(top)
-            share = (from_right + from_left) / inner
-            into["cr"].add_(cr * torch.matmul(cl, share.transpose(-1, -2)))
-            into["cl"].add_(cl * torch.matmul(cr, share))
-    return grad_scores
+def _head_outside(stage: HeadStages, key: int, out: Tensor, into: HeadOperands, pull: bool) -> Tensor:
+    """Outside step of a head contraction (see :func:`~.contract.head_exp`) with outer values ``out``
+    (B, S, F) for its outputs: adds the shares of the complete operands into ``into.complete`` and,
+    unless they are left to the pull (``pull``), of the incomplete ones into ``into.incomplete``.
+    Returns outer / total per span and head label for the pull (0 for the spans recomputed in log
+    space, whose shares come from autograd over the log-space terms)."""
+    total, top, rows = stage.cells(stage.total, key), stage.cells(stage.top, key), stage.rows[key]
+    enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
+    shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
+    pair = shifts.incomplete.squeeze(2) + shifts.complete
+    y = enc.complete * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)  # as the forward pass scaled it
+    terms = HeadTerms(enc.incomplete, y, top, total)
+    share = ratio(out, total)
+    if rows is not None:
+        share[rows] = 0.0
+    into.complete.add_(head_exp_outside_y(terms, share))
+    if not pull:
+        into.incomplete.add_(head_exp_outside_x(terms, share))
+    if rows is not None:  # their shares from the log-space terms and the stored outputs
+        logs = stage.operands(stage.incomplete.log, stage.complete.log, key)
+        terms = logs.incomplete[rows] + logs.complete[rows].unsqueeze(-3)  # (R, F, D, L)
+        item = stage.cells(stage.complete.log, key)[rows]
+        gx = _shares(terms, item[..., None, None], out[rows][..., None, None])
+        into.incomplete[rows] += gx
+        into.complete[rows] += gx.sum(-3)
+    return share
 
 
-def _complete_outside(x, x_shift, y, y_shift, out, out_shift, from_out, into_y, tiny) -> Tuple[Tensor, Tensor]:
-    """Outside step of out[s, f] = log sum_{d, l} exp(X[s, f, d, l] + Y[s, d, l]), all in scaled form:
-    x (B, S, F, D, L), y (B, S, D, L), out (B, S, F). Adds the shares of Y into ``into_y``.
-
-    The share of term (d, f, l) is x[d, f, l] * ratio[f] * y[d, l] * exp(pair[d] - top) with
-    pair = x_shift + y_shift; returns ``ratio`` (B, S, F) and ``top`` (B, S) for the shares of X,
-    which :func:`_pull_incomplete` sums later over all spans at once.
-    """
-    pair = x_shift + y_shift
-    top = pair.amax(-1)  # as in the forward contraction
-    y = y * torch.exp(pair - top.unsqueeze(-1)).unsqueeze(-1)
-    total = (out * torch.exp(out_shift - top).unsqueeze(-1)).clamp_min(tiny)  # sum_{d,l} x y, (B, S, F)
-    ratio = from_out / total
-    into_y.add_(y * (x * ratio[:, :, :, None, None]).sum(2))
-    return ratio, top
-
-
-def _pull_incomplete(charts: Charts, terms: Charts, w: int, limit: int) -> Tuple[Tensor, Tensor]:
-    """The outer values of IR[s, s+w] and IL[s, s+w] (B, S, M, M) from their shares in every
-    complete span of width <= ``limit`` that used them, as one matrix product per item.
-
-    IR[i, r] served CR[i, j] for j = r..i+limit with CR[r, j]; IL[r, j] served CL[i, j] for
-    i = j-limit..r with CL[i, r]. Index t runs over those J = limit - w + 1 spans; the views run
-    past the charts' edges where a span does not exist (padded zeros), and its factor is 0 there.
-    """
-    n1 = charts.right.shape[1]
-    spans, J = n1 - w, min(limit, n1 - 1) - w + 1
-    t = torch.arange(J, device=charts.right.device)
-    s = torch.arange(spans, device=charts.right.device)[:, None]
-    items, item_shifts = charts.cells("incomplete", w, limit), charts.cells("incomplete", w, limit, shift=True)
-    pulled = []
-    for name in ("right", "left"):
-        inc, inc_shift = items["inc_" + name], item_shifts["inc_" + name]
-        if name == "right":  # CR[s+w, s+w+t] (label c), span (s, s+w+t) (label a)
-            exists = s + w + t <= n1 - 1
-            comp, comp_shift = (band(c, spans, J, w, w, 0, 1) for c in (charts.right, charts.right_shift))
-            ratio, top = (band(c, spans, J, 0, w, 0, 1) for c in (terms.right, terms.right_shift))
-        else:  # CL[i, s] (label a) and span (i, s+w) (label c), i = s - J + 1 + t
-            exists = s - J + 1 + t >= 0
-            comp, comp_shift = (band(c, spans, J, 1 - J, 0, 1, 0) for c in (charts.left, charts.left_shift))
-            ratio, top = (band(c, spans, J, 1 - J, w, 1, 0) for c in (terms.left, terms.left_shift))
-        exponent = inc_shift.unsqueeze(-1) + comp_shift - top  # pair - top of each span, <= 0
-        factor = torch.exp(torch.where(exists, exponent, float("-inf"))).unsqueeze(-1)  # (B, S, J, 1)
-        if name == "right":
-            pulled.append(torch.matmul((ratio * factor).transpose(-1, -2), comp).mul_(inc))
-        else:  # formed [c, a], as IL is stored, so that the product with it reads memory in order
-            total = torch.matmul((ratio * factor).transpose(-1, -2), comp)
-            pulled.append(total.mul_(inc.transpose(-1, -2)).transpose(-1, -2))
-    return pulled[0], pulled[1]
+def _inner_outside(ins: Inside, w: int, outer_inner: Tensor, into) -> None:
+    """Outside step of inner(s, s+w) (B, S, M, M): shares into CR[s, s+k] and CL[s+k+1, s+w]."""
+    C = ins.charts
+    enc, shifts = inner_operands(C.right.value, C.left.value, w), inner_operands(C.right.shift, C.left.shift, w)
+    rows = ins.inner_rows[w]
+    fast = outer_inner
+    if rows is not None:
+        fast = outer_inner.clone()
+        fast[rows] = 0.0
+    gx, gy = inner_exp_outside(inner_exp(enc.right, shifts.right, enc.left, shifts.left), fast)
+    into.right.add_(gx)
+    into.left.add_(gy)
+    if rows is not None:  # their shares from the log-space terms and the stored inner items
+        ops = inner_operands(C.right.log, C.left.log, w)
+        terms = inner_terms(ops.right[rows], ops.left[rows])  # (R, K, A, C)
+        share = _shares(terms, ins.inner_values[w].unsqueeze(-3), outer_inner[rows].unsqueeze(-3))
+        into.right[rows] += share.sum(-1)
+        into.left[rows] += share.sum(-2)
 
 
-def backtrack_max(traces: list, arcs: ArcScores, limit: int, grad_root: Tensor) -> Tensor:
-    """Backward of the max semiring: each cell passes its gradient to the split point and labels that
-    won its max in the forward pass (``traces``, one per contraction in call order). From the root's
-    gradient this marks the arcs of the best structure."""
-    outer = outer_charts(arcs, limit, grad_root)
-    grad_scores = torch.zeros_like(arcs.tensor)
-    traces = list(traces)
-    for stage, key in reversed(list(stages(arcs.shape[1] - 1, limit))):
-        into, cells = outer.bands(stage, key, limit), outer.cells(stage, key, limit)
-        if stage == "row":  # x = IR (B, K, F, L), y = CR (B, K, G, L); won (B, G, F) over (K, L)
-            won, grad = traces.pop(), cells["right"]
-            split, label = _unflatten(won, into["ir"].shape[-1])
-            b, g, f = _grid(won.shape, won.device)
-            into["ir"].index_put_((b, split, f, label), grad, accumulate=True)
-            into["cr"].index_put_((b, split, g, label), grad, accumulate=True)
-        elif stage == "complete":  # CR: won (B, S, a, 1) over (d, c); CL: won (B, S, c, 1) over (d, a)
-            for name, inc, comp in (("left", "il", "cl"), ("right", "ir", "cr")):
-                won, grad = traces.pop().squeeze(-1), cells[name]
-                split, label = _unflatten(won, into[comp].shape[-1])
-                b, s, f = _grid(won.shape, won.device)
-                head_dep = (f, label) if name == "right" else (label, f)  # IR[.., a, c] / IL[.., a, c]
-                into[inc].index_put_((b, s, split) + head_dep, grad, accumulate=True)
-                into[comp].index_put_((b, s, split, label), grad, accumulate=True)
-        else:  # inner: won (B, S, a, c) over the split k
-            won = traces.pop()
-            from_right, from_left = cells.values()
-            arcs.add_grad(grad_scores, key, from_right, from_left)
-            grad = from_right + from_left
-            b, s, a, c = _grid(won.shape, won.device)
-            into["cr"].index_put_((b, s, won, a), grad, accumulate=True)
-            into["cl"].index_put_((b, s, won, c), grad, accumulate=True)
-    return grad_scores
+def _pull_right(ins: Inside, share: Tensor, w: int) -> Tensor:
+    """outer[IR[s, s+w]] (B, S, M, M) [a, c] from the spans (s, s+w+t), t = 0..K-w, that continued it
+    with CR[s+w, s+w+t]: x[a, c] * sum_t share_t[a] exp(sx + sy_t - top_t) y_t[c]."""
+    C, n1 = ins.charts, ins.n + 1
+    spans, count = n1 - w, ins.limit - w + 1
+    x, sx = (incomplete_cells(t, t, w)[0] for t in (C.inc_right.value, C.inc_right.shift))  # (B, S, M[, M])
+    y, sy = C.right.value[:, w:, :count], C.right.shift[:, w:, :count]  # CR[s+w, s+w+t]
+    span_share, span_top = share[:, :spans, w : w + count], ins.right.top[:, :spans, w : w + count]  # (s, s+w+t)
+    exists = torch.arange(spans, device=x.device)[:, None] + w + torch.arange(count, device=x.device) <= ins.n
+    return _pull(x, sx, y, sy, span_share, span_top, exists)
 
 
-def outer_charts(arcs: ArcScores, limit: int, grad_root: Tensor) -> Charts:
-    """Zeroed charts for an outside pass, the root's gradient in place."""
-    outer = Charts(arcs.shape, limit, arcs.tensor, with_shift=False)
-    outer.right[:, 0, :, 0] = grad_root
-    return outer
+def _pull_left(ins: Inside, share: Tensor, w: int) -> Tensor:
+    """outer[IL[s, s+w]] (B, S, M, M) [c, a] from the spans (s-t, s+w), t = 0..K-w, that continued it
+    with CL[s-t, s]; indexed by t' = K-w-t so that the views have positive strides. They start before
+    position 0 for small s: those rows are padding, masked by ``exists``."""
+    C, n1 = ins.charts, ins.n + 1
+    spans, count = n1 - w, ins.limit - w + 1
+    x, sx = (incomplete_cells(t, t, w)[1] for t in (C.inc_left.value, C.inc_left.shift))  # [c, a]
+    first = 1 - count  # t' = 0 is t = count - 1
+    y, sy = (band(t, spans, count, first, count - 1, 1, -1) for t in (C.left.value, C.left.shift))  # CL[s-t, s]
+    span_share, span_top = (band(t, spans, count, first, w + count - 1, 1, -1) for t in (share, ins.left.top))
+    exists = torch.arange(spans, device=x.device)[:, None] + first + torch.arange(count, device=x.device) >= 0
+    return _pull(x, sx, y, sy, span_share, span_top, exists)
 
 
-def _unflatten(index: Tensor, size: int) -> Tuple[Tensor, Tensor]:
-    """An index into a flattened (K, L) pair of axes, L = ``size`` -> (k, l)."""
-    return torch.div(index, size, rounding_mode="floor"), index % size
+def _pull(x, sx, y, sy, span_share, span_top, exists) -> Tensor:
+    """x (B, S, F, L) times sum_t factor[t, f] y[t, l], factor = share_t[f] exp(sx + sy_t - top_t): the
+    item's share in each span t, as in :func:`~.contract.head_exp` (sx (B, S, 1); sy, top (B, S, T))."""
+    exponent = torch.where(exists, sx + sy - span_top, float("-inf"))
+    factor = span_share * exp_(exponent).unsqueeze(-1)  # (B, S, T, F)
+    return torch.matmul(factor.transpose(-1, -2), y).mul_(x)
+
+
+# -- the log semiring on log-space charts (up to a few labels) ----------------------------------------
+
+
+def outside_log_space(ins: Inside, grad_root: Tensor) -> Tensor:
+    """The outside pass of the log semiring when the charts are in log space: a term u + v of an item
+    passes outer[item] * exp(u + v - item) to both u and v, computed from the broadcast terms."""
+    C = ins.charts
+    outer = OuterCharts(ins, grad_root, with_incomplete=True)
+    grad = ins.arcs.new_grad(ins.limit)
+    for i in reversed(ins.tail_order()):
+        _head_shares(ins.tail, i, _stage_outer(ins, ins.tail, outer, i), outer.into(ins.tail, i), recompute=True)
+    outer.tail_into_complete()
+    for w in range(ins.limit, 0, -1):
+        for stage in (ins.right, ins.left):
+            _head_shares(stage, w, _stage_outer(ins, stage, outer, w), outer.into(stage, w))
+        right, left = incomplete_cells(outer.inc_right, outer.inc_left, w)
+        left = left.transpose(-1, -2)
+        ins.arcs.add_grad(grad, w, WidthArcs(right, left))
+        ops, into = inner_operands(C.right.log, C.left.log, w), inner_operands(outer.right, outer.left, w)
+        terms = inner_terms(ops.right, ops.left)  # (B, S, K, A, C)
+        share = _shares(terms, terms.logsumexp(-3).unsqueeze(-3), (right + left).unsqueeze(-3))
+        into.right.add_(share.sum(-1))
+        into.left.add_(share.sum(-2))
+    return grad
+
+
+def _shares(terms: Tensor, total: Tensor, outer: Tensor) -> Tensor:
+    """outer * exp(terms - total), 0 where the total is -inf."""
+    return exp_(terms - total.clamp_min(torch.finfo(terms.dtype).min)).mul_(outer)
+
+
+def _head_shares(stage: HeadStages, key: int, outer: Tensor, into: HeadOperands, recompute: bool = False) -> None:
+    """Shares of a head contraction's terms x[f, d, l] + y[d, l]; its log output is read from the chart,
+    or recomputed (tail rows: the chart keeps other values for the sentences a row skipped)."""
+    ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
+    terms = ops.incomplete + ops.complete.unsqueeze(-3)  # (B, S, F, D, L)
+    out = terms.flatten(-2).logsumexp(-1) if recompute else stage.cells(stage.complete.log, key)
+    share = _shares(terms, out[..., None, None], outer[..., None, None])
+    into.incomplete.add_(share)
+    into.complete.add_(share.sum(-3))
+
+
+# -- the max semiring: backtrack through the arg-maxes ------------------------------------------------
+
+
+def backtrack(ins: Inside, grad_root: Tensor) -> Iterator[Tuple[int, WidthArcs]]:
+    """Mark the best structure of each sentence from the arg-maxes recorded in the forward pass; yields
+    (w, WidthArcs of marks (B, S, M, M)) for every width, marks weighted by ``grad_root``."""
+    outer = OuterCharts(ins, grad_root, with_incomplete=True)
+    for i in reversed(ins.tail_order()):
+        _mark_head(ins.tail.traces[i], _stage_outer(ins, ins.tail, outer, i), outer.into(ins.tail, i))
+    outer.tail_into_complete()
+    for w in range(ins.limit, 0, -1):
+        for stage in (ins.right, ins.left):
+            _mark_head(stage.traces[w], _stage_outer(ins, stage, outer, w), outer.into(stage, w))
+        right, left = incomplete_cells(outer.inc_right, outer.inc_left, w)
+        left = left.transpose(-1, -2)
+        yield w, WidthArcs(right, left)
+        # inner: won (B, S, a, c) over the split k
+        won, marks = ins.inner_traces[w], right + left
+        into = inner_operands(outer.right, outer.left, w)
+        b, s, a, c = _grid(won.shape, won.device)
+        into.right.index_put_((b, s, won, a), marks, accumulate=True)
+        into.left.index_put_((b, s, won, c), marks, accumulate=True)
+
+
+def _mark_head(won: Tensor, out: Tensor, into: HeadOperands) -> None:
+    """won (B, S, F): index into the flattened (split d, label l) of the winning term of each output."""
+    labels = into.complete.shape[-1]
+    split, label = torch.div(won, labels, rounding_mode="floor"), won % labels
+    b, s, f = _grid(won.shape, won.device)
+    into.incomplete.index_put_((b, s, f, split, label), out, accumulate=True)
+    into.complete.index_put_((b, s, split, label), out, accumulate=True)
 
 
 def _grid(shape, device) -> Tuple[Tensor, ...]:
-    """Index tensors of every position of ``shape``, one per dimension, each of that shape."""
+    """Index tensors of every position of ``shape``, one per dimension."""
     return torch.meshgrid(*(torch.arange(n, device=device) for n in shape), indexing="ij")
 
 
-def _row_outside(values: dict, shifts: dict, from_row: Tensor, into: dict, tiny: float) -> None:
-    """Outside step of a row stage (see ``LogSemiring.contract_columns``): ir (B, K, F, L) with shifts
-    (B, K), cr (B, K, G, L) with shifts (B, K, G), the row's outer gradients (B, G, F)."""
-    x, y = values["ir"], values["cr"]
-    b, k, f, l = x.shape
-    g = y.shape[2]
-    pair = shifts["ir"].unsqueeze(-1) + shifts["cr"]  # (B, K, G)
-    y = y * torch.exp(pair - pair.amax(1, keepdim=True)).unsqueeze(-1)
-    x_flat = x.transpose(1, 2).reshape(b, f, k * l)
-    y_flat = y.permute(0, 2, 1, 3).reshape(b, g, k * l)
-    total = torch.bmm(x_flat, y_flat.transpose(1, 2)).clamp_min(tiny)  # (B, F, G), as in the forward
-    share = from_row.transpose(1, 2) / total
-    into["ir"].add_(x * torch.bmm(share, y_flat).reshape(b, f, k, l).transpose(1, 2))
-    into["cr"].add_(y * torch.bmm(share.transpose(1, 2), x_flat).reshape(b, g, k, l).transpose(1, 2))
+# -- any semiring: recompute each stage under autograd -----------------------------------------------
+
+
+def outside_by_recomputation(ins: Inside, grad_root: Tensor) -> Tensor:
+    """Generic backward: each stage's outputs recomputed from its (detached) inputs under autograd, last
+    stage first; for semirings without an explicit outside pass (the broadcast reference)."""
+    C, semiring = ins.charts, ins.semiring
+    outer = OuterCharts(ins, grad_root, with_incomplete=True)
+    grad = ins.arcs.new_grad(ins.limit)
+
+    def through(function, inputs, into, out_grad):
+        inputs = [t.detach().requires_grad_(True) for t in inputs]
+        with torch.enable_grad():
+            grads = torch.autograd.grad(function(*inputs), inputs, out_grad)
+        for view, g in zip(into, grads):
+            view.add_(g)
+
+    def head(x, y):
+        return head_log(semiring, x, y)
+
+    for i in reversed(ins.tail_order()):
+        through(head, ins.tail.operands(C.inc_right.log, C.tail.log, i), outer.into(ins.tail, i),
+                _stage_outer(ins, ins.tail, outer, i))
+    outer.tail_into_complete()
+    for w in range(ins.limit, 0, -1):
+        for stage in (ins.right, ins.left):
+            through(head, stage.operands(stage.incomplete.log, stage.complete.log, w), outer.into(stage, w),
+                    _stage_outer(ins, stage, outer, w))
+        right, left = incomplete_cells(outer.inc_right, outer.inc_left, w)
+        left = left.transpose(-1, -2)
+        ins.arcs.add_grad(grad, w, WidthArcs(right, left))
+        through(lambda x, y: inner_log(semiring, x, y), inner_operands(C.right.log, C.left.log, w),
+                inner_operands(outer.right, outer.left, w), right + left)
+    return grad

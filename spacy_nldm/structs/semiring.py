@@ -1,180 +1,118 @@
-"""Semirings for the chart algorithms: (log-sum-exp, +) for inside/marginals and (max, +) for Viterbi.
+"""Semirings for the tree's chart algorithm: one interface, instances with two attributes.
 
-A chart item is stored as a pair ``(value, shift)`` made by :meth:`encode`; both semirings
-take and return log-space tensors at their boundaries, so the recurrences in
-:mod:`.tree` and :mod:`.chain` are written once for both.
+Chart items are always log-space tensors (a structure's score is the sum of its arc scores). A semiring
+says how the items of one split are summed (:meth:`Semiring.sum`, over broadcast terms), and two
+attributes tell the tree code how to run:
 
-The operation with cubic cost is :meth:`contract`, a semiring matrix product over
-a split dimension ``K`` (split points of a span) and a label dimension ``L``::
+- ``exp_space``: the contractions may run in exp space, as matrix products with per-item shifts
+  (:mod:`.contract`), each one checked against underflow and redone in log space where the check
+  fails. Only for (log-sum-exp, +), whose sums are sums of exponentials (with up to four labels the
+  tree stays in log space anyway: there the log-space operations are fewer and cheaper);
+- ``backward``: how the gradient of the root item is taken. ``"outside"``: the explicit outside pass
+  of the log semiring (the gradient is the marginals); ``"backtrack"``: follow the arg-maxes recorded
+  in the forward pass (the gradient marks one best structure); ``"recompute"``: any semiring, by
+  recomputing one stage at a time under autograd.
 
-    out[b, s, f, g] = (+)_{k, l}  X[b, s, f, k, l] (*) Y[b, s, k, l, g]
-
-The log semiring evaluates it in exp space, as a matrix product (BLAS) or, for matrix-vector
-shapes, a multiply-and-sum, which is much faster than broadcast-and-logsumexp; it keeps it stable by scaling every item
-by its own maximum (``shift``, one scalar per span) and every split point by the best
-pair of shifts. Values and gradients always stay finite. The result is exact (to float
-precision) while the labels' scores within one chart item span less than ~87 nats (float32;
-~708 in float64): label combinations further below their item's best underflow and are
-clamped to that floor. With larger spreads the floor is no longer negligible and log Z is
-overestimated: measured against the float64 broadcast reference on random scores
-(``tests/test_structs_tree.py``), float32 is exact to 1e-7 relative for arc scores of
-standard deviation 30 and off by 2% at 50 and 11% at 100. Trained taggers' scores lie well
-inside the exact range; the fix for larger ones is a log-space fallback for the spans whose
-products underflow, in the forward and the outside pass.
-:meth:`contract_columns` is the same product for one start position and all span ends at once
-(the rows of spans wider than max_dist), with one shift per (split point, span end).
+Use them as instances (``LogSemiring()``) or classes; a subclass inherits its parent's choices, so
+``class MyLog(LogSemiring): pass`` runs exactly like :class:`LogSemiring`.
 """
-from typing import List, Optional, Tuple
+from typing import Tuple
 
 import torch
 
 Tensor = torch.Tensor
-Item = Tuple[Tensor, Optional[Tensor]]  # (value, shift) as made by a semiring's ``encode``
-
-# A finite stand-in for log(0): keeps every sum, difference and gradient finite.
-NEG = -1e9
 
 
-def _expand_right(t: Tensor, ndim: int) -> Tensor:
-    return t.reshape(t.shape + (1,) * ndim)
+class Semiring:
+    """(sum, +) over log-space values. Subclasses define :meth:`sum` and may change the attributes."""
+
+    exp_space: bool = False
+    backward: str = "recompute"
+
+    def sum(self, x: Tensor, dim: int) -> Tensor:
+        """The semiring sum of x over ``dim``."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
 
-def _pairs(x: Tensor, y: Tensor) -> Tensor:
-    """Log-space x (B, S, F, K, L) * y (B, S, K, L, G) for every term of ``contract``: (B, S, F, K*L, G)."""
-    return (x.unsqueeze(-1) + y.unsqueeze(2)).flatten(3, 4)
+class LogSemiring(Semiring):
+    """(log-sum-exp, +): log partition functions; the gradient of the result is the marginals."""
+
+    exp_space = True
+    backward = "outside"
+
+    def sum(self, x: Tensor, dim: int) -> Tensor:
+        return logsumexp(x, dim)
 
 
-def _column_pairs(x: Tensor, y: Tensor) -> Tensor:
-    """Log-space x (B, K, F, L) * y (B, K, G, L) for every term of ``contract_columns``: (B, G, F, K*L)."""
-    return (x.unsqueeze(2) + y.unsqueeze(3)).permute(0, 2, 3, 1, 4).flatten(3, 4)
+class BroadcastLogSemiring(LogSemiring):
+    """(log-sum-exp, +) evaluated the straightforward way, by broadcasting and ``logsumexp`` with a
+    backward pass by autograd: the reference that :class:`LogSemiring` is tested and timed against."""
+
+    exp_space = False
+    backward = "recompute"
 
 
-class LogSemiring:
-    """(log-sum-exp, +): log partition functions; autograd of the result gives marginals."""
+class MaxSemiring(Semiring):
+    """(max, +): Viterbi. :meth:`argsum` also returns the index that won, for the backtrack."""
 
-    @staticmethod
-    def encode(x: Tensor, label_ndim: int) -> Tuple[Tensor, Tensor]:
-        """x (B, S, *labels) in log space -> (p, shift), x = log(p) + shift, max p = 1 per span."""
-        shift = x.detach().flatten(2).amax(-1).clamp_min(NEG)  # -inf everywhere: no NaN below
-        return (x - _expand_right(shift, label_ndim)).exp_(), shift
+    backward = "backtrack"
 
-    @staticmethod
-    def encode_into(x: Tensor, value: Tensor, shift: Tensor) -> None:
-        """``encode`` x (B, S, *labels) straight into chart cells ``value`` and ``shift`` (views)."""
-        top = x.flatten(2).amax(-1).clamp_min(NEG)
-        shift.copy_(top)
-        torch.sub(x, _expand_right(top, x.dim() - 2), out=value).exp_()
+    def sum(self, x: Tensor, dim: int) -> Tensor:
+        return x.amax(dim)
 
-    @staticmethod
-    def contract(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tensor:
-        """x (B, S, F, K, L), y (B, S, K, L, G) encoded; shifts (B, S, K) -> log-space (B, S, F, G)."""
-        prod, top = LogSemiring.contract_scaled(x, x_shift, y, y_shift)
-        tiny = torch.finfo(prod.dtype).tiny
-        return torch.log(prod.clamp_min(tiny)) + _expand_right(top, 2)
-
-    @staticmethod
-    def contract_scaled(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tuple[Tensor, Tensor]:
-        """``contract`` before its final log: (prod (B, S, F, G), top (B, S)) with the result
-        log(prod) + top. For a matrix product of encoded items max(prod) >= 1 per span."""
-        b, s, f, k, l = x.shape
-        g = y.shape[-1]
-        pair = x_shift + y_shift
-        top = pair.amax(-1, keepdim=True).clamp_min(NEG)
-        y = y * _expand_right(torch.exp(pair - top), 2)
-        if g == 1:
-            # Matrix-vector per span, as multiply-and-sum over the flattened (K, L) axes, which are
-            # one contiguous run per row in the tree's charts; batched gemv through BLAS is slower
-            # here (tiny matrices, strided batch).
-            prod = (x.flatten(3, 4) * y.reshape(b, s, 1, k * l)).sum(-1, keepdim=True)
-        elif f == 1:  # vector-matrix (the chain's step): likewise
-            prod = (x.reshape(b, s, k * l, 1) * y.reshape(b, s, k * l, g)).sum(2, keepdim=True)
-        else:
-            prod = torch.matmul(x.reshape(b, s, f, k * l), y.reshape(b, s, k * l, g))
-        return prod, top.squeeze(-1)
-
-    @staticmethod
-    def reduce(x: Tensor, dim: int) -> Tensor:
-        """(+) over one dimension of a log-space tensor."""
-        return torch.logsumexp(x, dim)
-
-    @staticmethod
-    def contract_columns(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> Tensor:
-        """out[b, g, f] = (+)_{k, l} X[b, k, f, l] * Y[b, k, g, l]; x (B, K, F, L) with shifts (B, K),
-        y (B, K, G, L) with shifts (B, K, G) -> log-space (B, G, F), as one matrix product per b."""
-        b, k, f, l = x.shape
-        g = y.shape[2]
-        pair = x_shift.unsqueeze(-1) + y_shift  # (B, K, G)
-        top = pair.amax(1).clamp_min(NEG)  # (B, G)
-        y = y * torch.exp(pair - top.unsqueeze(1)).unsqueeze(-1)
-        prod = torch.bmm(x.transpose(1, 2).reshape(b, f, k * l), y.permute(0, 1, 3, 2).reshape(b, k * l, g))
-        tiny = torch.finfo(prod.dtype).tiny
-        return torch.log(prod.clamp_min(tiny)).transpose(1, 2) + top.unsqueeze(-1)
+    def argsum(self, x: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
+        best = x.max(dim)
+        return best.values, best.indices
 
 
-class MaxSemiring:
-    """(max, +): Viterbi. The backward pass of the best score marks one best structure."""
+def as_semiring(semiring) -> Semiring:
+    """An instance, from an instance or a class."""
+    if isinstance(semiring, type):
+        semiring = semiring()
+    if not isinstance(semiring, Semiring):
+        raise TypeError(f"semiring must be a Semiring instance or class, got {semiring!r}")
+    if semiring.backward not in ("outside", "backtrack", "recompute"):
+        raise ValueError(f"unknown backward strategy {semiring.backward!r}")
+    if semiring.backward == "outside" and not isinstance(semiring, LogSemiring):
+        raise ValueError("the explicit outside pass computes the log semiring's shares: subclass LogSemiring")
+    if semiring.backward == "backtrack" and not hasattr(semiring, "argsum"):
+        raise ValueError("backtracking needs argsum(x, dim) -> (values, indices)")
+    return semiring
+
+
+def exp_(x: Tensor) -> Tensor:
+    """exp of x in place, for x <= 0 as the exp-space code uses it: arguments below the log of the
+    smallest normal number become -inf first (their exp is below every error bound here anyway).
+    torch's exp is 20-100x slower on arguments whose result is subnormal or underflows."""
+    return torch.nn.functional.threshold_(x, _LOG_TINY[x.dtype], float("-inf")).exp_()
+
+
+_LOG_TINY = {dtype: float(torch.log(torch.tensor(torch.finfo(dtype).tiny, dtype=torch.float64)))
+             for dtype in (torch.float32, torch.float64)}
+
+
+class _LogSumExp(torch.autograd.Function):
+    """log-sum-exp whose gradient is 0, not NaN, where every term is -inf, and whose exponentials
+    skip torch's slow path for results below the smallest normal number (see :func:`exp_`)."""
 
     @staticmethod
-    def encode(x: Tensor, label_ndim: int) -> Tuple[Tensor, Optional[Tensor]]:
-        return x, None
+    def forward(ctx, x: Tensor, dim: int) -> Tensor:
+        top = x.amax(dim, keepdim=True).clamp_min_(torch.finfo(x.dtype).min)
+        out = exp_(x - top).sum(dim).log_().add_(top.squeeze(dim))
+        ctx.save_for_backward(x, out)
+        ctx.dim = dim
+        return out
 
     @staticmethod
-    def encode_into(x: Tensor, value: Tensor, shift: Optional[Tensor]) -> None:
-        value.copy_(x)
-
-    @staticmethod
-    def contract(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        # max(dim) (not amax) so that the gradient is one-hot even under ties.
-        return _pairs(x, y).max(dim=3).values
-
-    @staticmethod
-    def reduce(x: Tensor, dim: int) -> Tensor:
-        return x.max(dim=dim).values
-
-    @staticmethod
-    def contract_columns(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        return _column_pairs(x, y).max(dim=3).values
+    def backward(ctx, grad: Tensor):
+        x, out = ctx.saved_tensors
+        out = out.unsqueeze(ctx.dim).clamp_min(torch.finfo(x.dtype).min)  # exp(-inf - finite) = 0
+        return exp_(x - out).mul_(grad.unsqueeze(ctx.dim)), None
 
 
-class BroadcastLogSemiring(MaxSemiring):
-    """(log-sum-exp, +) by broadcasting and ``logsumexp``: the straightforward way, kept as the
-    reference that the fast :class:`LogSemiring` is tested and benchmarked against."""
-
-    @staticmethod
-    def contract(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        return torch.logsumexp(_pairs(x, y), dim=3)
-
-    @staticmethod
-    def reduce(x: Tensor, dim: int) -> Tensor:
-        return torch.logsumexp(x, dim)
-
-    @staticmethod
-    def contract_columns(x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        return torch.logsumexp(_column_pairs(x, y), dim=3)
-
-
-class TracingMaxSemiring(MaxSemiring):
-    """(max, +) that also records, for every contraction, which (split point, label) won each max,
-    in call order (``traces``); the tree's Viterbi backtracks through them without recomputing."""
-
-    def __init__(self):
-        self.traces: List[Tensor] = []
-
-    def contract(self, x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        best = _pairs(x, y).max(dim=3)
-        self.traces.append(best.indices)  # (B, S, F, G), index into (K, L) flattened
-        return best.values
-
-    def contract_columns(self, x: Tensor, x_shift: Optional[Tensor], y: Tensor, y_shift: Optional[Tensor]) -> Tensor:
-        best = _column_pairs(x, y).max(dim=3)
-        self.traces.append(best.indices)  # (B, G, F), index into (K, L) flattened
-        return best.values
-
-
-def decode(item: Tuple[Tensor, Optional[Tensor]], label_ndim: int) -> Tensor:
-    """Inverse of ``encode``: the log-space value of an item."""
-    value, shift = item
-    if shift is None:
-        return value
-    tiny = torch.finfo(value.dtype).tiny
-    return torch.log(value.clamp_min(tiny)) + _expand_right(shift, label_ndim)
+def logsumexp(x: Tensor, dim: int) -> Tensor:
+    """log sum exp over ``dim``; -inf (with gradient 0) when every term is -inf."""
+    return _LogSumExp.apply(x, dim)

@@ -5,45 +5,50 @@ Conventions (shared by every public function here):
 - ``scores[b, h, d, a, c]``, shape (B, N+1, N+1, M, M): score of the arc h -> d when the head h
   carries label a and the dependent d carries label c. Position 0 is the root; its label is
   index 0, so of the root's rows only ``scores[:, 0, :, 0, :]`` is read. Arcs into the root
-  and self-arcs are never read.
-- ``lengths[b]``: number of real tokens (positions 1..lengths[b]); scores beyond it are ignored.
+  and self-arcs are never read. Or :class:`DirectionalScores` (B, N, 2, M+1, M), arc scores that
+  do not depend on the head's position, read in that compact form.
+- ``lengths[b]``: an integer tensor (B,), the number of real tokens (positions 1..lengths[b]);
+  scores beyond it are never read and may hold anything.
 - ``label_mask`` (B, N+1, M) bool: labels allowed at each position (row 0 is ignored).
 - ``max_dist=k``: arcs longer than k are dropped, root arcs included; the incomplete items then
-  exist only for spans of width <= k, which cuts the work from O(n^3 M^2) to O(n^2 k M^2).
+  exist only for spans of width <= k: time O(n k^2 M^2), memory O(n k M^2).
 - ``arc_mask`` (B or 1, N+1, N+1) bool: allowed arcs h -> d.
 
-The recurrences are the labelled Eisner algorithm of DESIGN.md, evaluated in stages that are
-vectorised over sentences and spans and generic in the semiring, so the same code gives log Z
-(log semiring) and the best tree (max semiring):
+Scores are float32 or float64; -inf marks an impossible arc. A sentence with a position that allows
+no label, or without any tree of finite score, is impossible: its log Z and best score are -inf, its
+marginals and gradient 0, its decoded labels and heads 0. +inf or NaN in a score that is read raises
+a ValueError naming the sentence and the arc. Every result is exact in float32 and float64 at any
+score scale (exp-space contractions are checked and redone in log space where they could lose mass,
+see :mod:`.contract`).
 
-- for widths w = 1..k (k = max_dist, or n): the incomplete items of width w, then the complete
-  ones, all spans of that width at once;
-- with max_dist, the right-complete spans wider than k row by row (start i from n-k-1 down to 0),
-  every span end at once: they need only incomplete items of width <= k and rows below, so each
-  row is one matrix product. Left-complete spans wider than k are never needed.
-
-The pieces live in their own modules: :mod:`.arcs` (arc scores read one width at a time, dense or
-:class:`DirectionalScores`), :mod:`.charts` (the charts, incomplete items stored by width up to k:
-memory O(B n k M^2), and the strided views the stages read), :mod:`.stages` (one stage of the inside
-pass) and :mod:`.outside` (the backward passes: an explicit outside pass for the log semiring
-(marginals), a backtrack through the argmax recorded in the forward pass for Viterbi, and, for any
-other semiring (the broadcast reference), one stage at a time recomputed under autograd).
+The algorithm is in :mod:`.inside` (the stages), :mod:`.outside` (the backward passes), :mod:`.charts`
+(the chart layouts), :mod:`.contract` (the contractions) and :mod:`.arcs`; docs/algorithm.md maps the
+paper's recurrences to the code.
 """
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional
 
 import torch
 
 from .arcs import ArcScores, DenseArcs, DirectionalArcs, DirectionalScores
-from .charts import Charts
-from .outside import backtrack_max, outside_by_recomputation, outside_log
-from .semiring import NEG, LogSemiring, TracingMaxSemiring, decode
-from .stages import run_stage, stages
+from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
+from .inside import Inside
+from .outside import backtrack, outside_by_recomputation, outside_log, outside_log_space
+from .semiring import LogSemiring, MaxSemiring, Semiring, as_semiring
 
 Tensor = torch.Tensor
 
 
+class Marginals(NamedTuple):
+    """``arcs``: d log Z / d scores, shaped like the scores given (the dense tensor: P(arc h -> d with
+    labels a, c); DirectionalScores: the same summed over the head positions F stands for);
+    ``labels`` (B, N, M): P(y_d = c | x) for tokens 1..N. Both 0 beyond lengths."""
+
+    arcs: Tensor
+    labels: Tensor
+
+
 def log_partition(
-    scores: Tensor,
+    scores,
     lengths: Tensor,
     *,
     label_mask: Optional[Tensor] = None,
@@ -54,59 +59,73 @@ def log_partition(
     """log of the sum over label sequences and projective trees of exp(tree score), shape (B,).
 
     With ``label_mask`` set to the gold labels this is log S(x, y); without it, log Z(x).
-    Differentiable: its gradient with respect to ``scores`` is the arc marginals. ``semiring`` may be
-    :class:`~.semiring.BroadcastLogSemiring`, the slow reference. ``scores`` may also be
-    :class:`DirectionalScores` (the gradient then flows to its tensor ``F``).
+    Differentiable: its gradient with respect to the scores is the arc marginals. ``semiring`` (an
+    instance or a class, see :mod:`.semiring`) may be :class:`~.semiring.BroadcastLogSemiring`, the
+    slow reference, or :class:`~.semiring.MaxSemiring` (the best score; its gradient marks the best tree).
     """
-    arcs, base = _prepare(scores, lengths, label_mask, arc_mask)
-    return _inside(semiring, arcs, base, lengths, max_dist)
+    problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
+    root = _Inside.apply(as_semiring(semiring), problem.arcs.tensor, problem)
+    result = torch.where(problem.impossible, float("-inf"), root)
+    raise_if_not_finite(result, lambda b: _bad_arc(problem, b))
+    return result
 
 
 def viterbi(
-    scores: Tensor,
+    scores,
     lengths: Tensor,
     *,
     label_mask: Optional[Tensor] = None,
     max_dist: Optional[int] = None,
     arc_mask: Optional[Tensor] = None,
-) -> Tuple[Tensor, Tensor, Tensor]:
-    """Best joint (labels, tree): the paper's approximate MAP.
-
-    Returns ``best`` (B,) its score, ``labels`` (B, N) label ids of tokens 1..N and
-    ``heads`` (B, N) head positions in 0..N (0 = root); both are 0 beyond ``lengths``.
-    """
-    _check_dense(scores, "viterbi")
-    with torch.enable_grad():
-        leaf = scores.detach().requires_grad_(True)
-        arcs, base = _prepare(leaf, lengths, label_mask, arc_mask)
-        best = _inside(TracingMaxSemiring(), arcs, base, lengths, max_dist)
-        (chosen,) = torch.autograd.grad(best.sum(), leaf)
-    labels, heads = _structure(chosen, lengths)
-    return best.detach(), labels, heads
+) -> Decoded:
+    """Best joint (labels, tree), the paper's approximate MAP: :class:`~.checks.Decoded` with
+    ``labels`` (B, N) label ids of tokens 1..N, ``heads`` (B, N) head positions in 0..N (0 = root)
+    and ``score`` (B,)."""
+    problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
+    with torch.no_grad():
+        inside = Inside(MaxSemiring(), problem.arcs.detach(), problem.allowed, problem.lengths, problem.limit)
+        best = torch.where(problem.impossible, float("-inf"), inside.run())
+        raise_if_not_finite(best, lambda b: _bad_arc(problem, b))
+        batch, n = best.shape[0], problem.arcs.shape[1] - 1
+        heads = torch.zeros(batch, n + 1, dtype=torch.long, device=best.device)
+        labels = torch.zeros_like(heads)
+        for w, marks in backtrack(inside, (best > float("-inf")).to(best.dtype)):
+            b, s, a, c = marks.right.nonzero(as_tuple=True)  # arc s -> s+w
+            heads[b, s + w], labels[b, s + w] = s, c
+            b, s, a, c = marks.left.nonzero(as_tuple=True)  # arc s+w -> s
+            heads[b, s], labels[b, s] = s + w, a
+    return Decoded(labels[:, 1:], heads[:, 1:], best)
 
 
 def marginals(
-    scores: Tensor,
+    scores,
     lengths: Tensor,
     *,
     label_mask: Optional[Tensor] = None,
     max_dist: Optional[int] = None,
     arc_mask: Optional[Tensor] = None,
-) -> Tuple[Tensor, Tensor]:
-    """Posterior marginals: ``arc`` like ``scores`` (P of arc h->d with labels a, c) and
-    ``label`` (B, N, M), P(y_d = c | x) for tokens 1..N (0 beyond ``lengths``)."""
-    _check_dense(scores, "marginals")
+) -> Marginals:
+    """Posterior marginals of arcs and labels (:class:`Marginals`), from the gradient of log Z."""
+    directional = isinstance(scores, DirectionalScores)
+    tensor = scores.F if directional else scores
+    check_scores(tensor)
     with torch.enable_grad():
-        leaf = scores.detach().requires_grad_(True)
-        log_z = log_partition(leaf, lengths, label_mask=label_mask, max_dist=max_dist, arc_mask=arc_mask)
-        (arc,) = torch.autograd.grad(log_z.sum(), leaf)
-    label = arc.sum(dim=(1, 3))[:, 1:]
-    return arc, label
-
-
-def _check_dense(scores, name: str) -> None:
-    if not isinstance(scores, Tensor):
-        raise TypeError(f"{name} takes the dense (B, N+1, N+1, M, M) score tensor, got {type(scores).__name__}")
+        leaf = tensor.detach().requires_grad_(True)
+        log_z = log_partition(DirectionalScores(leaf) if directional else leaf, lengths, label_mask=label_mask,
+                              max_dist=max_dist, arc_mask=arc_mask)
+        (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
+    labels = arcs.sum(dim=(2, 3)) if directional else arcs.sum(dim=(1, 3))[:, 1:]
+    # Every token of a possible sentence has one head and one label, so its marginals sum to 1: dividing
+    # by the computed sum removes the rounding that tied structures (equal scores, summed in different
+    # orders) pick up at large scores, ~1e-3 absolute at scores of 1e4 in float32.
+    total = labels.sum(-1)
+    factor = torch.where(total > 0, 1.0 / total, 0.0)  # (B, N)
+    labels = labels * factor.unsqueeze(-1)
+    if directional:
+        arcs = arcs * factor[:, :, None, None, None]
+    else:
+        arcs = arcs * torch.cat([factor.new_zeros(factor.shape[0], 1), factor], 1)[:, None, :, None, None]
+    return Marginals(arcs, labels)
 
 
 def count_trees(n: int, max_dist: Optional[int] = None) -> int:
@@ -119,112 +138,94 @@ def count_trees(n: int, max_dist: Optional[int] = None) -> int:
     return int(round(float(log_z.exp())))
 
 
-def _prepare(
-    scores, lengths: Tensor, label_mask: Optional[Tensor], arc_mask: Optional[Tensor]
-) -> Tuple[ArcScores, Tensor]:
-    """Check shapes; gather the arc masks and padding into ``ArcScores``; build the base items (B, N+1, M).
-    ``scores`` is the dense (B, N+1, N+1, M, M) tensor or :class:`DirectionalScores`."""
-    source = DirectionalArcs if isinstance(scores, DirectionalScores) else DenseArcs
-    if source is DirectionalArcs:
-        shape, scores = scores.shape, scores.F
-    elif not isinstance(scores, Tensor):
-        raise TypeError(f"scores must be a tensor or DirectionalScores, got {type(scores).__name__}")
-    elif scores.dim() != 5 or scores.shape[1] != scores.shape[2] or scores.shape[3] != scores.shape[4]:
-        raise ValueError(f"scores must have shape (B, N+1, N+1, M, M), got {tuple(scores.shape)}")
-    else:
-        shape = tuple(scores.shape)
-    if not scores.is_floating_point():
-        raise ValueError(f"scores must be a floating point tensor, got {scores.dtype}")
-    batch, n1, _, n_labels, _ = shape
-    lengths = torch.as_tensor(lengths, device=scores.device)
-    if lengths.shape != (batch,):
-        raise ValueError(f"lengths must have shape ({batch},), got {tuple(lengths.shape)}")
-    if batch and (int(lengths.min()) < 0 or int(lengths.max()) > n1 - 1):
-        raise ValueError(f"lengths must lie in 0..{n1 - 1} (the number of positions - 1), got {lengths.tolist()}")
-    positions = torch.arange(n1, device=scores.device)
-    real = positions[None, :] <= lengths[:, None]  # (B, N+1), the root included
-    real_pair = real[:, :, None] & real[:, None, :]
-    allowed = positions[None, :, None] != positions[None, None, :]
-    allowed = allowed & (positions[None, None, :] != 0)  # no arc into the root
-    if arc_mask is not None:
-        if arc_mask.dim() != 3 or arc_mask.shape[0] not in (1, batch) or arc_mask.shape[1:] != (n1, n1):
-            raise ValueError(f"arc_mask must have shape ({batch} or 1, {n1}, {n1}), got {tuple(arc_mask.shape)}")
-        allowed = allowed & arc_mask.to(device=scores.device, dtype=torch.bool)
-    neg = torch.full((), NEG, dtype=scores.dtype, device=scores.device)
-    zero = torch.zeros((), dtype=scores.dtype, device=scores.device)
+class _Problem(NamedTuple):
+    arcs: ArcScores
+    allowed: Tensor  # (B, N+1, M) bool: the labels each position may take
+    lengths: Tensor  # (B,) long, 0 for impossible sentences
+    impossible: Tensor  # (B,) bool
+    limit: int  # K, the longest arc
 
-    if label_mask is None:
-        label_ok = torch.ones(batch, n1, n_labels, dtype=torch.bool, device=scores.device)
+
+def _prepare(scores, lengths, label_mask, arc_mask, max_dist) -> _Problem:
+    """Check the inputs; the arcs, allowed labels and lengths the inside pass reads."""
+    if isinstance(scores, DirectionalScores):
+        tensor, shape, source = scores.F, scores.shape, DirectionalArcs
+        check_scores(tensor, "directional scores")
     else:
-        if label_mask.shape != (batch, n1, n_labels):
-            raise ValueError(
-                f"label_mask must have shape ({batch}, {n1}, {n_labels}), got {tuple(label_mask.shape)}"
-            )
-        label_ok = label_mask.to(device=scores.device, dtype=torch.bool).clone()
-    label_ok[:, 0, :] = False
-    label_ok[:, 0, 0] = True  # the root carries label 0
-    # Every label choice of a position passes through its width-0 items, so masking them suffices.
-    base = torch.where(label_ok, zero, neg)
-    return source(scores, real_pair & allowed, shape), base
+        check_scores(scores)
+        if scores.dim() != 5 or scores.shape[1] != scores.shape[2] or scores.shape[3] != scores.shape[4]:
+            raise ValueError(f"scores must have shape (B, N+1, N+1, M, M), got {tuple(scores.shape)}")
+        tensor, shape, source = scores, tuple(scores.shape), DenseArcs
+    batch, n1, _, m, _ = shape
+    device = tensor.device
+    lengths = check_lengths(lengths, batch, n1 - 1, device)
+    if max_dist is not None and (isinstance(max_dist, bool) or int(max_dist) != max_dist or max_dist < 1):
+        raise ValueError(f"max_dist must be a positive integer (or None), got {max_dist!r}")
+    limit = n1 - 1 if max_dist is None else min(int(max_dist), n1 - 1)
+    if arc_mask is not None:
+        if arc_mask.dim() != 3 or arc_mask.shape[0] not in (1, batch) or tuple(arc_mask.shape[1:]) != (n1, n1):
+            raise ValueError(f"arc_mask must have shape ({batch} or 1, {n1}, {n1}), got {tuple(arc_mask.shape)}")
+        arc_mask = arc_mask.to(device=device, dtype=torch.bool)
+    mask = check_label_mask(label_mask, (batch, n1, m))
+    positions = torch.arange(n1, device=device)
+    real = (positions[None, :] >= 1) & (positions[None, :] <= lengths[:, None])  # (B, N+1) tokens
+    allowed = real[..., None].expand(batch, n1, m) if mask is None else real[..., None] & mask.to(device)
+    impossible = (real & ~allowed.any(-1)).any(-1)  # a token that allows no label
+    lengths = torch.where(impossible, 0, lengths)
+    allowed = allowed & (positions[None, :] <= lengths[:, None])[..., None]
+    root = torch.zeros(m, dtype=torch.bool, device=device)
+    root[0] = True
+    allowed = torch.cat([root.expand(batch, 1, m), allowed[:, 1:]], dim=1)  # the root carries label 0
+    return _Problem(source(tensor, lengths, arc_mask, shape), allowed, lengths, impossible, limit)
 
 
 class _Inside(torch.autograd.Function):
-    """Root items CR[0, w, root label] for every width w, (B, N+1), in log space.
+    """Root items T[0, 0] (B,) in the semiring; the backward pass by the semiring's strategy.
 
-    Forward fills the charts stage by stage without recording a graph. Backward goes over the
-    stages in reverse (outside pass, backtrack or recomputation, by semiring) and pushes the
-    gradient of each stage's items into the chart regions it read, so memory stays O(B n k M^2).
+    The forward pass fills the charts stage by stage without an autograd graph; the backward pass goes
+    over the stages in reverse and pushes the gradient into the arcs, memory O(B n k M^2).
     """
 
     @staticmethod
-    def forward(ctx, semiring, tensor: Tensor, arcs: ArcScores, base: Tensor, limit: int) -> Tensor:
-        """``tensor`` is ``arcs.tensor``, passed so that autograd sees it."""
-        arcs = arcs.detach()
-        charts = Charts(arcs.shape, limit, tensor, with_shift=semiring is LogSemiring, zeros=False)
-        charts.set_base(semiring.encode(base, 1))
-        for stage, key in stages(arcs.shape[1] - 1, limit):
-            out = run_stage(semiring, charts, stage, key, limit, arcs)
-            cells = charts.cells(stage, key, limit)
-            shift_cells = charts.cells(stage, key, limit, shift=True) if charts.right_shift is not None else {}
-            for name, item in out.items():
-                if isinstance(item, tuple):  # encoded already
-                    cells[name].copy_(item[0])
-                    shift_cells[name].copy_(item[1])
-                else:
-                    semiring.encode_into(item, cells[name], shift_cells.get(name))
-        ctx.semiring, ctx.limit, ctx.charts, ctx.arcs = semiring, limit, charts, arcs
-        return _root_values(charts)
+    def forward(ctx, semiring: Semiring, tensor: Tensor, problem: _Problem) -> Tensor:
+        """``tensor`` is ``problem.arcs.tensor``, passed so that autograd sees it."""
+        inside = Inside(semiring, problem.arcs.detach(), problem.allowed, problem.lengths, problem.limit)
+        root = inside.run()
+        ctx.inside = inside
+        return root
 
     @staticmethod
     def backward(ctx, grad_root: Tensor):
-        if ctx.semiring is LogSemiring:
-            grad = outside_log(ctx.charts, ctx.arcs, ctx.limit, grad_root)
-        elif isinstance(ctx.semiring, TracingMaxSemiring):
-            grad = backtrack_max(ctx.semiring.traces, ctx.arcs, ctx.limit, grad_root)
+        inside = ctx.inside
+        possible = inside.charts.tail.log[:, 0, 0] > float("-inf")
+        grad_root = torch.where(possible, grad_root, 0.0)
+        strategy = inside.semiring.backward
+        if strategy == "outside":
+            grad = outside_log(inside, grad_root) if inside.exp_space else outside_log_space(inside, grad_root)
+        elif strategy == "recompute":
+            grad = outside_by_recomputation(inside, grad_root)
         else:
-            grad = outside_by_recomputation(ctx.semiring, ctx.charts, ctx.arcs, ctx.limit, grad_root)
-        return None, grad, None, None, None
+            grad = inside.arcs.new_grad(inside.limit)
+            for w, marks in backtrack(inside, grad_root):
+                inside.arcs.add_grad(grad, w, marks)
+        if not bool(possible.all()):  # a sentence without a finite tree: gradient 0, never NaN
+            grad = torch.where(possible.reshape(-1, *((1,) * (grad.dim() - 1))), grad, 0.0)
+        return None, grad, None
 
 
-def _root_values(charts: Charts) -> Tensor:
-    shift = None if charts.right_shift is None else charts.right_shift[:, 0, :]
-    return decode((charts.right[:, 0, :, 0], shift), 0)
-
-
-def _inside(semiring, arcs: ArcScores, base: Tensor, lengths: Tensor, max_dist: Optional[int]) -> Tensor:
-    """Labelled Eisner in ``semiring``; returns the root item CR[0, n, 0] of each sentence, (B,)."""
-    n = arcs.shape[1] - 1
-    if max_dist is not None and max_dist < 1:
-        raise ValueError(f"max_dist must be at least 1 (or None), got {max_dist}")
-    limit = n if max_dist is None else max(1, min(int(max_dist), n))
-    root_by_length = _Inside.apply(semiring, arcs.tensor, arcs, base, limit)  # (B, N+1)
-    return root_by_length.gather(1, lengths.to(root_by_length.device).long()[:, None]).squeeze(1)
-
-
-def _structure(chosen: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
-    """One-hot arcs (B, N+1, N+1, M, M) -> labels (B, N) and heads (B, N), 0 beyond lengths."""
-    labels = chosen.sum(dim=(1, 3)).argmax(-1)[:, 1:]
-    heads = chosen.sum(dim=(3, 4)).argmax(1)[:, 1:]
-    n = chosen.shape[1] - 1
-    real = torch.arange(1, n + 1, device=chosen.device)[None, :] <= lengths.to(chosen.device)[:, None]
-    return labels * real, heads * real
+def _bad_arc(problem: _Problem, b: int) -> str:
+    """The first arc of sentence b that is read and holds +inf or NaN."""
+    arcs = problem.arcs
+    for w in range(1, problem.limit + 1):
+        for name, raw, ok in zip(("right", "left"), arcs.raw(w, arcs.tensor.detach()), arcs.allowed(w)):
+            bad = (torch.isnan(raw[b]) | (raw[b] == float("inf"))) & ok[b][:, None, None]
+            if bool(bad.any()):
+                s, a, c = bad.nonzero()[0].tolist()
+                head, dep = (s, s + w) if name == "right" else (s + w, s)
+                head_label, dep_label = (a, c) if name == "right" else (c, a)
+                where = (
+                    f"DirectionalScores F[{b}, {dep - 1}, {int(head > dep)}, {head_label + 1 if head else 0}, {dep_label}]"
+                    if isinstance(arcs, DirectionalArcs) else f"scores[{b}, {head}, {dep}, {head_label}, {dep_label}]"
+                )
+                return f"the arc {head} -> {dep} (labels {head_label}, {dep_label}) is {raw[b][s, a, c].item()} ({where})"
+    return "its result is not finite"

@@ -1,0 +1,314 @@
+"""The structured core against its peers, torch-struct 0.5 and pytorch-crf 0.7.2 (``bench structs --peers``),
+and against another checkout of this package (``--baseline PATH``).
+
+Speed: one process, torch threads as given (1 by default), runs alternating between the project and the
+peer, each contender building its own potentials from the same raw scores inside the timed call;
+process CPU time per call, median over the repeats; ratio = project / peer (below 1: the project is
+faster). Accuracy: float32 error against a float64 log-space reference at score standard deviations
+1 to 1000 (relative error of log Z, largest absolute error of the marginals).
+"""
+import atexit
+import importlib
+import importlib.util
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Callable, List, Optional, Tuple
+
+import torch
+
+from .. import structs
+
+SCALES = (1.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
+
+
+def peers_available() -> Optional[str]:
+    """None if torch-struct and pytorch-crf import, else why not."""
+    missing = [name for name in ("torch_struct", "torchcrf") if importlib.util.find_spec(name) is None]
+    if missing:
+        return (
+            f"{' and '.join(missing)} not installed: install the peers next to the pinned torch with "
+            "`pip install --no-deps torch-struct==0.5 pytorch-crf==0.7.2`"
+        )
+    return None
+
+
+def alternate(ours: Callable, theirs: Callable, repeats: int) -> Tuple[float, float]:
+    """Median process CPU seconds of each, runs alternating (one warm-up each first)."""
+    ours(), theirs()
+    a, b = [], []
+    for _ in range(repeats):
+        start = time.process_time()
+        ours()
+        a.append(time.process_time() - start)
+        start = time.process_time()
+        theirs()
+        b.append(time.process_time() - start)
+    return statistics.median(a), statistics.median(b)
+
+
+# -- inputs, as the peers take them -------------------------------------------------------------------
+
+
+def _chain_inputs(batch: int, n: int, m: int, scale: float = 1.0, dtype=torch.float32):
+    from torchcrf import CRF
+
+    gen = torch.Generator().manual_seed(n * 100 + m)
+    crf = CRF(m, batch_first=True).to(dtype)
+    emissions = (scale * torch.randn(batch, n, m, generator=gen, dtype=dtype)).requires_grad_(True)
+    if scale != 1.0:
+        with torch.no_grad():
+            for p in (crf.transitions, crf.start_transitions, crf.end_transitions):
+                p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=dtype))
+    tags = torch.randint(m, (batch, n), generator=gen)
+    return crf, emissions, tags, torch.full((batch,), n), torch.ones(batch, n, dtype=torch.bool)
+
+
+def _our_potentials(crf, emissions, lengths):
+    return structs.chain_potentials(emissions, crf.transitions, lengths, start=crf.start_transitions,
+                                    end=crf.end_transitions)
+
+
+def _torch_struct_chain(crf, emissions, lengths):
+    """torch-struct's LinearChainCRF on the same scores: potentials (B, N-1, C, C) indexed [current,
+    previous], the first token's emission and start score folded into the first transition, the end
+    score into the last."""
+    import torch_struct
+
+    edge = emissions[:, 1:, :, None] + crf.transitions.t()
+    edge[:, 0] = edge[:, 0] + (emissions[:, 0] + crf.start_transitions)[:, None, :]
+    edge[:, -1] = edge[:, -1] + crf.end_transitions[:, None]
+    return torch_struct.LinearChainCRF(edge, lengths=lengths)
+
+
+def _tree_inputs(batch: int, n: int, scale: float = 1.0, dtype=torch.float32):
+    """Unlabelled arc scores in torch-struct's layout: (B, n, n), S[h-1, d-1] for h -> d, root on the diagonal."""
+    gen = torch.Generator().manual_seed(n)
+    return (scale * torch.randn(batch, n, n, generator=gen, dtype=dtype)).requires_grad_(True), torch.full((batch,), n)
+
+
+def _our_tree(S: torch.Tensor) -> torch.Tensor:
+    """The same scores in this project's layout (B, n+1, n+1, 1, 1)."""
+    batch, n, _ = S.shape
+    scores = S.new_zeros(batch, n + 1, n + 1)
+    scores[:, 1:, 1:] = S
+    scores[:, 0, 1:] = S.diagonal(0, 1, 2)
+    return scores[..., None, None]
+
+
+# -- speed ------------------------------------------------------------------------------------------
+
+
+def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
+    """(row, project s, peer s) for each comparison of issue 12's table."""
+    import torch_struct
+
+    rows = []
+    for m in (17, 25):
+        crf, em, tags, lengths, mask = _chain_inputs(batch, 30, m)
+        gold = torch.nn.functional.one_hot(tags, m).bool()
+
+        def log_z():
+            structs.crf_log_partition(_our_potentials(crf, em, lengths), lengths).sum().backward()
+
+        def their_log_z():
+            crf._compute_normalizer(em.transpose(0, 1), mask.t()).sum().backward()
+
+        def nll():
+            pot = _our_potentials(crf, em, lengths)
+            (structs.crf_log_partition(pot, lengths) - structs.crf_log_partition(pot, lengths, label_mask=gold)).sum().backward()
+
+        def their_nll():
+            (-crf(em, tags, mask)).backward()
+
+        def decode():
+            with torch.no_grad():
+                structs.crf_viterbi(_our_potentials(crf, em, lengths), lengths)
+
+        def their_decode():
+            with torch.no_grad():
+                crf.decode(em, mask)
+
+        def their_struct_log_z():
+            _torch_struct_chain(crf, em, lengths).partition.sum().backward()
+
+        rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, vs pytorch-crf normaliser", *alternate(log_z, their_log_z, repeats)))
+        rows.append((f"chain-1 NLL fwd+bwd, n=30, M={m}, vs pytorch-crf CRF.forward", *alternate(nll, their_nll, repeats)))
+        rows.append((f"chain-1 Viterbi, n=30, M={m}, vs pytorch-crf CRF.decode", *alternate(decode, their_decode, repeats)))
+        rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, vs torch-struct LinearChainCRF.partition",
+                     *alternate(log_z, their_struct_log_z, repeats)))
+    for n in (30, 60):
+        S, lengths = _tree_inputs(batch, n)
+
+        def tree_log_z():
+            structs.log_partition(_our_tree(S), lengths).sum().backward()
+
+        def their_tree_log_z():
+            torch_struct.DependencyCRF(S, lengths=lengths, multiroot=True).partition.sum().backward()
+
+        def tree_decode():
+            with torch.no_grad():
+                structs.viterbi(_our_tree(S), lengths)
+
+        def their_tree_decode():
+            torch_struct.DependencyCRF(S, lengths=lengths, multiroot=True).argmax
+
+        rows.append((f"tree M=1 log Z fwd+bwd, n={n}, vs torch-struct DependencyCRF.partition",
+                     *alternate(tree_log_z, their_tree_log_z, repeats)))
+        rows.append((f"tree M=1 Viterbi, n={n}, vs torch-struct DependencyCRF.argmax",
+                     *alternate(tree_decode, their_tree_decode, repeats)))
+    return rows
+
+
+def scale_rows(batch: int, repeats: int, peers: bool) -> List[Tuple[float, List[str]]]:
+    """Per score std: forward+backward seconds of the tree's log Z (dense, n=30, M=17) and the chain's
+    (n=30, M=17), and the chain's ratio to pytorch-crf at the same scale (alternating)."""
+    rows = []
+    for scale in (1.0, 10.0, 30.0, 100.0):
+        gen = torch.Generator().manual_seed(int(scale))
+        scores = (scale * torch.randn(batch, 31, 31, 17, 17, generator=gen)).requires_grad_(True)
+        lengths = torch.full((batch,), 30)
+
+        def tree():
+            structs.log_partition(scores, lengths).sum().backward()
+            scores.grad = None
+
+        tree_s, _ = alternate(tree, lambda: None, max(1, repeats // 3))
+        crf, em, _, cl, mask = _chain_inputs(batch, 30, 17, scale)
+
+        def chain():
+            structs.crf_log_partition(_our_potentials(crf, em, cl), cl).sum().backward()
+
+        def theirs():
+            crf._compute_normalizer(em.transpose(0, 1), mask.t()).sum().backward()
+
+        chain_s, peer_s = alternate(chain, theirs if peers else (lambda: None), repeats)
+        cells = [f"{tree_s:.3f}", f"{chain_s * 1e3:.2f}"]
+        if peers:
+            cells += [f"{peer_s * 1e3:.2f}", f"{chain_s / peer_s:.2f}"]
+        rows.append((scale, cells))
+    return rows
+
+
+# -- accuracy -----------------------------------------------------------------------------------------
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(((a.double() - b.double()).abs() / b.double().abs().clamp_min(1e-300)).max())
+
+
+def _abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).abs().max())
+
+
+def accuracy_rows(peers: bool) -> List[Tuple[float, List[str]]]:
+    """Per scale: float32 errors against float64 references, as table cells."""
+    rows = []
+    for scale in SCALES:
+        cells = []
+        # the NLDM's labelled tree, dense scores, B=4, n=8, M=4: reference = broadcast logsumexp in float64
+        gen = torch.Generator().manual_seed(int(scale))
+        scores = (scale * torch.randn(4, 9, 9, 4, 4, generator=gen)).double()
+        lengths = torch.tensor([8, 6, 8, 3])
+        ref = structs.log_partition(scores, lengths, semiring=structs.BroadcastLogSemiring)
+        ref_marg = structs.marginals(scores, lengths).labels  # float64: exact (tested against the reference)
+        got = structs.log_partition(scores.float(), lengths)
+        cells += [f"{_rel(got, ref):.1e}", f"{_abs(structs.marginals(scores.float(), lengths).labels, ref_marg):.1e}"]
+        # unlabelled tree (M=1), B=4, n=12
+        S = (scale * torch.randn(4, 12, 12, generator=gen)).double()
+        tl = torch.full((4,), 12)
+        ref_tree = structs.log_partition(_our_tree(S), tl, semiring=structs.BroadcastLogSemiring)
+        ref_tree_marg = structs.marginals(_our_tree(S), tl).arcs
+        cells += [f"{_rel(structs.log_partition(_our_tree(S.float()), tl), ref_tree):.1e}",
+                  f"{_abs(structs.marginals(_our_tree(S.float()), tl).arcs, ref_tree_marg):.1e}"]
+        if peers:
+            import torch_struct
+
+            # torch-struct fails on a leaf that does not require grad
+            dist = torch_struct.DependencyCRF(S.float().requires_grad_(True), lengths=tl, multiroot=True)
+            theirs = dist.partition
+            their_marg = _our_tree(dist.marginals.detach())  # same layout as ours, but for the self-arcs:
+            their_marg.diagonal(0, 1, 2).zero_()  # their diagonal (the root's arcs) was copied there too
+            cells += [f"{_rel(theirs.detach(), ref_tree):.1e}", f"{_abs(their_marg, ref_tree_marg):.1e}"]
+        # first-order chain, B=4, n=30, M=17: reference = our log-space chain in float64 (torch-struct and
+        # pytorch-crf in float64 agree with it to 1e-12)
+        crf, em, _, cl, mask = _chain_inputs(4, 30, 17, scale, torch.float64)
+        with torch.no_grad():
+            pot = _our_potentials(crf, em, cl)
+            ref_chain = structs.crf_log_partition(pot, cl)
+            ref_chain_marg = structs.crf_marginals(pot, cl)
+            pot32 = pot.float()
+            cells += [f"{_rel(structs.crf_log_partition(pot32, cl), ref_chain):.1e}",
+                      f"{_abs(structs.crf_marginals(pot32, cl), ref_chain_marg):.1e}"]
+        if peers:
+            crf32 = crf.float()
+            em32 = em.detach().float().requires_grad_(True)
+            z = crf32._compute_normalizer(em32.transpose(0, 1), mask.t())
+            (marg,) = torch.autograd.grad(z.sum(), em32)
+            cells += [f"{_rel(z.detach(), ref_chain):.1e}", f"{_abs(marg, ref_chain_marg):.1e}"]
+            dist = _torch_struct_chain(crf32, em32.detach().requires_grad_(True), cl)
+            edge_marg = dist.marginals.detach()  # (B, N-1, C, C) [current, previous]
+            labels = torch.cat([edge_marg[:, :1].sum(2), edge_marg.sum(3)], 1)
+            cells += [f"{_rel(dist.partition.detach(), ref_chain):.1e}", f"{_abs(labels, ref_chain_marg):.1e}"]
+        rows.append((scale, cells))
+    return rows
+
+
+def accuracy_header(peers: bool) -> str:
+    columns = ["NLDM tree M=4 log Z", "label marg.", "tree M=1 log Z", "arc marg."]
+    if peers:
+        columns += ["torch-struct tree log Z", "arc marg."]
+    columns += ["chain-1 log Z", "marg."]
+    if peers:
+        columns += ["pytorch-crf log Z", "marg.", "torch-struct chain log Z", "marg."]
+    return "| score std | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns)
+
+
+# -- another checkout ------------------------------------------------------------------------------
+
+
+def load_baseline(path: Path):
+    """``path/spacy_nldm/structs`` imported as a separate package (its modules import each other
+    relatively), so that it runs in this process beside the current one."""
+    source = Path(path) / "spacy_nldm" / "structs"
+    if not (source / "__init__.py").exists():
+        raise FileNotFoundError(f"no spacy_nldm/structs package under {path}")
+    root = Path(tempfile.mkdtemp(prefix="nldm-baseline-"))
+    atexit.register(shutil.rmtree, root, True)
+    shutil.copytree(source, root / "baseline_structs")
+    sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module("baseline_structs")
+    finally:
+        sys.path.remove(str(root))
+
+
+def baseline_rows(baseline, batch: int, shapes: List[Tuple[int, int, Optional[int]]], repeats: int):
+    """(row, project s, baseline s) for log_partition forward+backward (random scores, std 1)."""
+    rows = []
+    for n, m, k in shapes:
+        gen = torch.Generator().manual_seed(0)
+        scores = torch.randn(batch, n + 1, n + 1, m, m, generator=gen).requires_grad_(True)
+        lengths = torch.full((batch,), n)
+
+        def ours(module=structs):
+            module.log_partition(scores, lengths, max_dist=k).sum().backward()
+            scores.grad = None
+
+        def theirs():
+            ours(baseline)
+
+        rows.append((f"tree log Z fwd+bwd, B={batch}, n={n}, M={m}, max_dist={k}", *alternate(ours, theirs, repeats)))
+    return rows
+
+
+def quiet():
+    """The peers warn about deprecated calls on every use."""
+    warnings.filterwarnings("ignore", module="torch_struct")
+    warnings.filterwarnings("ignore", module="torchcrf")
+    warnings.filterwarnings("ignore", message=".*arg_constraints.*")
+    warnings.filterwarnings("ignore", message=".*uint8 condition.*")

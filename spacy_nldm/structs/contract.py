@@ -1,0 +1,121 @@
+"""The two contractions of the tree's inside pass, in exp space (fast, checked) and in log space (exact).
+
+- inner (incomplete items): out[s, a, c] = (+)_k X[s, k, a] * Y[s, k, c]; X and Y are complete items;
+- head (complete items): out[s, f] = (+)_{d, l} X[s, f, d, l] * Y[s, d, l]; X are the incomplete items
+  of the span's head (f its label), Y the complete items that continue them.
+
+Exp space. The log semiring's sums are sums of exponentials, so each contraction runs as a matrix
+product of stored encodings, value = exp(item - shift) with one shift per item (its maximum, so every
+value is at most 1). For split k the pair of shifts is p[k] = shift_x[k] + shift_y[k]; with
+top = max_k p[k] and g[k] = exp(p[k] - top) <= 1:
+
+    total[f, g'] = sum_k g[k] X~[k, f] Y~[k, g']      out = log(total) + top
+
+A term that underflows loses at most the smallest normal number ``tiny`` (every factor is at most 1),
+so a ``total`` of at least THETA = tiny / eps^2 is exact to a relative error of (number of terms) *
+eps^2. Smaller totals (a label far below its item's best, at large score scales) are not trusted:
+the caller recomputes those spans in log space (:func:`inner_log`, :func:`head_log`), so every result
+is exact at any score scale.
+"""
+from typing import NamedTuple, Tuple
+
+import torch
+
+from .semiring import LogSemiring, Semiring, exp_
+
+Tensor = torch.Tensor
+LOG = LogSemiring()
+
+
+def theta(dtype: torch.dtype) -> float:
+    """The smallest exp-space total that is trusted (see the module docstring)."""
+    info = torch.finfo(dtype)
+    return info.tiny / info.eps**2
+
+
+def _floor(shift: Tensor) -> Tensor:
+    """A shift of -inf (every term -inf) becomes the most negative float, so that x - shift is -inf, not NaN."""
+    return shift.clamp_min_(torch.finfo(shift.dtype).min)
+
+
+class InnerTerms(NamedTuple):
+    x: Tensor  # X~ * g (B, S, K, A)
+    y: Tensor  # Y~ (B, S, K, C)
+    top: Tensor  # (B, S)
+    total: Tensor  # (B, S, A, C)
+
+    def log(self) -> Tensor:
+        return self.total.log() + self.top[..., None, None]
+
+
+def inner_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> InnerTerms:
+    """x, y (B, S, K, M) encoded complete items with their shifts (B, S, K)."""
+    pair = x_shift + y_shift
+    top = _floor(pair.amax(-1))
+    x = x * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)
+    return InnerTerms(x, y, top, torch.matmul(x.transpose(-1, -2), y))
+
+
+def ratio(outer: Tensor, total: Tensor) -> Tensor:
+    """outer / total, 0 where the total is 0 (all its terms are then exactly 0)."""
+    return torch.where(total > 0, outer / total, 0.0)
+
+
+def inner_exp_outside(terms: InnerTerms, outer: Tensor) -> Tuple[Tensor, Tensor]:
+    """Gradients (B, S, K, M) of the log output of :func:`inner_exp` with respect to the log of x and
+    y, given ``outer`` (B, S, A, C) for the output: each term's share of its total, times ``outer``."""
+    share = ratio(outer, terms.total)  # (B, S, A, C)
+    grad_x = terms.x * torch.matmul(terms.y, share.transpose(-1, -2))
+    grad_y = terms.y * torch.matmul(terms.x, share)
+    return grad_x, grad_y
+
+
+class HeadTerms(NamedTuple):
+    x: Tensor  # X~ (B, S, F, D, L)
+    y: Tensor  # Y~ * g (B, S, D, L)
+    top: Tensor  # (B, S)
+    total: Tensor  # (B, S, F)
+
+    def log(self) -> Tensor:
+        return self.total.log() + self.top.unsqueeze(-1)
+
+
+def head_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> HeadTerms:
+    """x (B, S, F, D, L) with shifts (B, S, 1, D) (one per item); y (B, S, D, L) with shifts (B, S, D)."""
+    pair = x_shift.squeeze(2) + y_shift
+    top = _floor(pair.amax(-1))
+    y = y * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)
+    # every (d, l) of one head label is one contiguous run in the incomplete charts: one long sum
+    total = (x.flatten(3) * y.flatten(2).unsqueeze(2)).sum(-1)
+    return HeadTerms(x, y, top, total)
+
+
+def head_exp_outside_y(terms: HeadTerms, share: Tensor) -> Tensor:
+    """Gradient (B, S, D, L) with respect to the log of y, for ``share`` = outer / total (B, S, F)."""
+    return terms.y * (terms.x * share[..., None, None]).sum(2)
+
+
+def head_exp_outside_x(terms: HeadTerms, share: Tensor) -> Tensor:
+    """Gradient (B, S, F, D, L) with respect to the log of x."""
+    return terms.x * terms.y.unsqueeze(2) * share[..., None, None]
+
+
+# -- log space: any semiring, by broadcasting -------------------------------------------------------
+
+
+def inner_terms(x: Tensor, y: Tensor) -> Tensor:
+    """(..., K, A, C): every term x[k, a] * y[k, c] of the inner contraction; x (..., K, A), y (..., K, C)."""
+    return x.unsqueeze(-1) + y.unsqueeze(-2)
+
+
+def head_terms(x: Tensor, y: Tensor) -> Tensor:
+    """(..., F, D*L): every term x[f, d, l] * y[d, l] of the head contraction; x (..., F, D, L), y (..., D, L)."""
+    return (x + y.unsqueeze(-3)).flatten(-2)
+
+
+def inner_log(semiring: Semiring, x: Tensor, y: Tensor) -> Tensor:
+    return semiring.sum(inner_terms(x, y), -3)
+
+
+def head_log(semiring: Semiring, x: Tensor, y: Tensor) -> Tensor:
+    return semiring.sum(head_terms(x, y), -1)

@@ -1,0 +1,235 @@
+"""The inside pass of the labelled Eisner algorithm, stage by stage, generic in the semiring.
+
+Order of evaluation (docs/algorithm.md has the recurrences in the paper's notation):
+
+1. base items CR[i, i, a] = CL[i, i, a] = 0 (-inf for a label that position i does not allow);
+2. for widths w = 1..K: the incomplete items of width w (:meth:`Inside.incomplete`), then the complete
+   ones (:meth:`Inside.complete`), all spans of that width at once;
+3. the tail T[i] = CR[i, n_b] of each sentence: the items of width <= K are copied in
+   (:meth:`Inside.fill_tail`); with max_dist (K < N) the others follow row by row, from i = N-K-1
+   down to 0 (:meth:`Inside.tail_row`); a left-complete span wider than K, or a right-complete one
+   that does not end at n_b, can never reach the root, so no other item is needed;
+4. the result is T[0, root label 0], log Z (or the best score, in the max semiring).
+
+For the log semiring with more than a few labels the contractions run in exp space (:mod:`.contract`)
+and the spans whose totals are too small to be trusted are recomputed in log space; those spans are
+recorded, as are the arg-maxes of a backtracking semiring, for the backward pass (:mod:`.outside`).
+"""
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+import torch
+
+from .arcs import ArcScores
+from .charts import (
+    Charts,
+    ItemChart,
+    complete_cells,
+    incomplete_cells,
+    inner_operands,
+    left_operands,
+    padded,
+    right_operands,
+    tail_operands,
+)
+from .contract import LOG, head_exp, head_log, head_terms, inner_exp, inner_log, inner_terms, theta
+from .semiring import Semiring, exp_
+
+Tensor = torch.Tensor
+Rows = Optional[tuple]  # (batch indices, span indices) of the spans recomputed in log space
+#: label counts up to which the log semiring runs in log space (no encodings, no checks): fewer, smaller
+#: operations than exp space, which wins once its matrix products have a few labels to multiply
+#: (fwd+bwd at B=32, n=30, one thread: M=4 121 ms in log space vs 147 in exp space, M=6 210 vs 199)
+LOG_SPACE_UP_TO = 4
+
+
+@dataclass
+class HeadStages:
+    """One kind of head contraction (complete right items, complete left items, or tail rows): where
+    its operands and outputs are, and what its stages left for the backward pass, by stage key (the
+    width, or the tail row's start position)."""
+
+    operands: Callable  # (incomplete chart, complete chart, key) -> HeadOperands views
+    cells: Callable  # (chart laid out like the outputs, key) -> view (B, S, ...) of the outputs
+    incomplete: ItemChart
+    complete: ItemChart  # the chart of its outputs and of its complete operands
+    rows: List[Rows] = field(default_factory=list)  # spans recomputed in log space
+    traces: List[Optional[Tensor]] = field(default_factory=list)  # arg-maxes (backtracking semirings)
+    total: Optional[Tensor] = None  # exp space: total per output (laid out like the outputs)
+    top: Optional[Tensor] = None  # exp space: the scale of each span, out = log(total) + top
+
+
+class Inside:
+    """One inside pass: the charts, and what the backward pass needs.
+
+    ``allowed`` (B, N+1, M) bool: the labels each position may take (root: label 0; positions past a
+    sentence's end: none). ``lengths`` (B,) long. ``limit`` K = the longest arc.
+    """
+
+    def __init__(self, semiring: Semiring, arcs: ArcScores, allowed: Tensor, lengths: Tensor, limit: int):
+        self.semiring, self.arcs, self.allowed, self.lengths, self.limit = semiring, arcs, allowed, lengths, limit
+        self.n = arcs.shape[1] - 1
+        # exp space pays off from a few labels on (matrix products); below, log space has fewer operations
+        self.exp_space = semiring.exp_space and arcs.shape[-1] > LOG_SPACE_UP_TO
+        self.tracing = semiring.backward == "backtrack"
+        self.theta = theta(arcs.tensor.dtype)
+        C = self.charts = Charts(arcs.shape, limit, arcs.tensor, self.exp_space)
+        positions = torch.arange(self.n + 1, device=lengths.device)
+        self.ends_inside = positions[None, :] <= lengths[:, None]  # (B, N+1): a span may end here
+        self.not_root = (positions >= 1)[None, :, None]
+        slots, rows = limit + 1, self.n + 1
+        self.inner_rows: List[Rows] = [None] * slots
+        self.inner_values: List[Optional[Tensor]] = [None] * slots  # inner items of the recomputed spans
+        self.inner_traces: List[Optional[Tensor]] = [None] * slots
+        self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots)
+        self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots)
+        self.tail = HeadStages(tail_operands, lambda t, i: t[:, i : i + 1], C.inc_right, C.tail, [None] * rows,
+                               [None] * rows)
+        if self.exp_space:
+            like, shape = arcs.tensor, C.right.log.shape
+            for side in (self.right, self.left):
+                side.total, side.top = padded(like, shape, 0.0, limit), padded(like, shape[:3], 0.0, limit)
+            self.tail.total, self.tail.top = like.new_zeros(shape[0], rows, shape[3]), like.new_zeros(shape[0], rows)
+
+    def run(self) -> Tensor:
+        """Fill every chart; the root item T[0, 0] of each sentence, (B,)."""
+        base = torch.zeros((), dtype=self.arcs.tensor.dtype, device=self.allowed.device)
+        base = base.where(self.allowed, float("-inf"))
+        for chart in (self.charts.right, self.charts.left):
+            self._write(chart, lambda t: t[:, :, 0], base)  # CR[i, i, a] = CL[i, i, a] = 0 (allowed a)
+        for w in range(1, self.limit + 1):
+            self.incomplete(w)
+            self.complete(w)
+        self.fill_tail()
+        for i in self.tail_order():
+            self.tail_row(i)
+        return self.charts.tail.log[:, 0, 0]  # log Z = CR[0, n, root label 0]
+
+    def tail_order(self) -> range:
+        """The start positions whose tail items need a stage (max_dist only), in evaluation order."""
+        return range(self.n - self.limit - 1, -1, -1)
+
+    # -- stages ---------------------------------------------------------------------------------------
+
+    def incomplete(self, w: int) -> None:
+        """The incomplete items of width w: IR[s, s+w] and IL[s, s+w] from inner(s, s+w) and the arcs."""
+        C = self.charts
+        ops = inner_operands(C.right.log, C.left.log, w)  # (B, S, w, M) each
+        if self.exp_space:
+            enc, shifts = inner_operands(C.right.value, C.left.value, w), inner_operands(C.right.shift, C.left.shift, w)
+            # inner(s, s+w, a, c) = log sum_k exp(CR[s, s+k, a] + CL[s+k+1, s+w, c])
+            terms = inner_exp(enc.right, shifts.right, enc.left, shifts.left)
+            relevant = lambda: self._start_ok(w)[..., :, None] & self._end_ok(w)[..., None, :]  # noqa: E731
+            inner, self.inner_rows[w] = self._checked(
+                terms.log(), terms.total, relevant, lambda rows: inner_log(LOG, ops.right[rows], ops.left[rows])
+            )
+            if self.inner_rows[w] is not None:
+                self.inner_values[w] = inner[self.inner_rows[w]]
+        elif self.tracing:
+            inner, self.inner_traces[w] = self.semiring.argsum(inner_terms(ops.right, ops.left), -3)
+        else:
+            inner = inner_log(self.semiring, ops.right, ops.left)
+        # IR[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s -> s+w, a, c); IL[..] = inner(..) + arc(s+w -> s, c, a)
+        right, left = self.arcs.attach(inner, w)
+        cells = incomplete_cells(C.inc_right.log, C.inc_left.log, w)
+        cells[0].copy_(right)
+        cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
+        if self.exp_space:  # one shift per item, taken on the contiguous items before they are stored
+            values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
+            shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
+            for log, value, shift, transpose in zip((right, left), values, shifts, (False, True)):
+                top = log.flatten(2).amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
+                shift.copy_(top)
+                encoded = exp_(log.sub_(top.unsqueeze(-1)))  # the log values are stored already
+                value.copy_(encoded.transpose(-1, -2) if transpose else encoded)
+
+    def complete(self, w: int) -> None:
+        """The complete items of width w:
+        CR[s, s+w, a] = log sum_{d, c} exp(IR[s, s+d, a, c] + CR[s+d, s+w, c]), d = 1..w;
+        CL[s, s+w, c] = log sum_{e, a} exp(CL[s, s+e, a] + IL[s+e, s+w, a, c]), e = 0..w-1."""
+        self._head(self.right, w, self._start_ok(w))
+        self._head(self.left, w, self._end_ok(w) & self.not_root[:, : self.n + 1 - w])  # CL[0, w] never reaches the root
+
+    def fill_tail(self) -> None:
+        """T[i] = CR[i, n_b] for the i with n_b - i <= K (for i > n_b, T stays -inf)."""
+        C, index = self.charts, self.tail_index()
+        if index is None:
+            return
+        b, i, width = index
+        for tail, right in zip(C.tail, C.right):
+            if tail is not None:
+                tail[b, i] = right[b, i, width]
+
+    def tail_index(self):
+        """(b, i, n_b - i) of the tail items copied from the complete chart, or None."""
+        t = torch.arange(self.limit + 1, device=self.lengths.device)
+        start = self.lengths[:, None] - t[None, :]  # (B, K+1)
+        ok = start >= 0
+        if not bool(ok.any()):
+            return None
+        b = torch.arange(len(self.lengths), device=self.lengths.device)[:, None].expand_as(start)
+        return b[ok], start[ok], t[None, :].expand_as(start)[ok]
+
+    def tail_active(self, i: int) -> Tensor:
+        """(B,) the sentences whose tail item at i needs the row stage (n_b - i > K)."""
+        return self.lengths - i > self.limit
+
+    def tail_row(self, i: int) -> None:
+        """T[i, a] = log sum_{d=1..K, c} exp(IR[i, i+d, a, c] + T[i+d, c]), for the sentences with n_b - i > K."""
+        active = self.tail_active(i)
+        relevant = (active[:, None] & self.allowed[:, i])[:, None]  # (B, 1, M)
+        self._head(self.tail, i, relevant, keep=~active)
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def _head(self, stage: HeadStages, key: int, relevant: Tensor, keep: Optional[Tensor] = None) -> None:
+        """One head contraction in the semiring; its outputs are stored (but for the sentences ``keep``)."""
+        ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
+        if self.exp_space:
+            enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
+            shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
+            terms = head_exp(enc.incomplete, shifts.incomplete, enc.complete, shifts.complete)
+            out, stage.rows[key] = self._checked(
+                terms.log(), terms.total, lambda: relevant, lambda r: head_log(LOG, ops.incomplete[r], ops.complete[r])
+            )
+            stage.cells(stage.total, key).copy_(terms.total)
+            stage.cells(stage.top, key).copy_(terms.top)
+        elif self.tracing:
+            out, stage.traces[key] = self.semiring.argsum(head_terms(ops.incomplete, ops.complete), -1)
+        else:
+            out = head_log(self.semiring, ops.incomplete, ops.complete)
+        if keep is not None:
+            out = torch.where(keep[:, None, None], stage.cells(stage.complete.log, key), out)
+        self._write(stage.complete, lambda t: stage.cells(t, key), out)
+
+    def _checked(self, out: Tensor, total: Tensor, relevant: Callable, exact: Callable):
+        """``out`` with the spans whose exp-space ``total`` fell below THETA somewhere it matters
+        (``relevant()``, a mask like ``total``, only made if some total is that small) recomputed by
+        ``exact(rows)``; returns (out, rows or None)."""
+        low = total < self.theta
+        if not bool(low.any()):
+            return out, None
+        spans = low.logical_and_(relevant()).flatten(2).any(-1)  # (B, S)
+        if not bool(spans.any()):
+            return out, None
+        rows = spans.nonzero(as_tuple=True)
+        out[rows] = exact(rows)
+        return out, rows
+
+    def _start_ok(self, w: int) -> Tensor:
+        """(B, S, M): the labels allowed at the start of each span of width w within its sentence."""
+        spans = self.n + 1 - w
+        return self.allowed[:, :spans] & self.ends_inside[:, w:, None]
+
+    def _end_ok(self, w: int) -> Tensor:
+        """(B, S, M): the labels allowed at the end of each span of width w (none past a sentence's end)."""
+        return self.allowed[:, w:]
+
+    def _write(self, chart: ItemChart, cells: Callable, log: Tensor) -> None:
+        """Store log-space items at ``cells(chart tensor)`` and, for exp space, their encoding with one
+        shift per item (complete items and tail)."""
+        cells(chart.log).copy_(log)
+        if chart.value is not None:
+            top = log.amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
+            cells(chart.shift).copy_(top.squeeze(-1))
+            cells(chart.value).copy_(exp_(log - top))  # computed contiguous: exp on strided views is slow

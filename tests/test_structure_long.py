@@ -1,0 +1,52 @@
+"""Long sentences: the NLDM decodes and takes marginals from the factored scores, never from the dense
+(N+1, N+1, M, M) arc tensor, and gives the same results as the dense path."""
+import pytest
+import torch
+
+from spacy_nldm import structs
+from spacy_nldm.models.structure import LatentTree
+
+
+@pytest.mark.parametrize("max_dist", [2, None])
+def test_decoding_and_marginals_never_build_the_dense_arc_tensor(monkeypatch, max_dist):
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([40, 17, 33]) if max_dist else torch.tensor([12, 7, 9])
+    F = torch.randn(3, int(lengths.max()), 2, 5, 4, generator=gen, dtype=torch.float64)
+    tree = LatentTree(max_dist=max_dist)
+    dense = tree.expand(F)  # the old path, for reference
+    want_marg = structs.marginals(dense, lengths, max_dist=max_dist).labels
+    want = structs.viterbi(dense, lengths, max_dist=max_dist)
+    want_probs = structs.viterbi(
+        dense, lengths, max_dist=max_dist,
+        label_mask=tree._mask(torch.nn.functional.one_hot(want_marg.argmax(-1), 4).bool()),
+    )
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the dense (N+1, N+1, M, M) arc tensor was built")
+
+    monkeypatch.setattr(LatentTree, "expand", refuse)
+    torch.testing.assert_close(tree.label_marginals(F, lengths), want_marg)
+    got = tree.decode(F, lengths)
+    assert isinstance(got, structs.Decoded)
+    assert torch.equal(got.labels, want.labels) and torch.equal(got.heads, want.heads)
+    torch.testing.assert_close(got.score, want.score)
+    posterior = tree.decode(F, lengths, posterior=True)
+    assert torch.equal(posterior.labels, want_marg.argmax(-1) * (torch.arange(F.shape[1]) < lengths[:, None]))
+    assert torch.equal(posterior.heads, want_probs.heads)
+
+
+def test_a_long_sentence_decodes_with_arcs_up_to_max_dist():
+    n, k = 400, 3
+    gen = torch.Generator().manual_seed(1)
+    F = torch.randn(1, n, 2, 4, 3, generator=gen)
+    got = LatentTree(max_dist=k).decode(F, torch.tensor([n]))
+    heads = got.heads[0]
+    dependents = torch.arange(1, n + 1)
+    assert torch.all((heads - dependents).abs() <= k) and torch.all(heads != dependents)
+    # the decoded tree's score is the returned best score
+    head_labels = torch.cat([torch.zeros(1, dtype=torch.long), got.labels[0] + 1])[heads]
+    direction = (heads > dependents).long()
+    total = F[0, dependents - 1, direction, head_labels, got.labels[0]].sum()
+    torch.testing.assert_close(total, got.score[0], rtol=1e-5, atol=1e-3)
+    marg = LatentTree(max_dist=k).label_marginals(F, torch.tensor([n]))
+    torch.testing.assert_close(marg.sum(-1), torch.ones(1, n))
