@@ -2,7 +2,6 @@
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy
 import pytest
@@ -10,11 +9,11 @@ import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 
+from nldm_fixtures import TWITTER
 from spacy_nldm.corpora.ark import read_ark
 from spacy_nldm.pipeline import render_tree, tree_to_displacy
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-ARK_TRAIN = DATA / "twitter_pos" / "oct27.train"
+ARK_TRAIN = TWITTER / "oct27.train"
 SMALL_TOK2VEC = {
     "@architectures": "spacy.HashEmbedCNN.v2",
     "pretrained_vectors": None,
@@ -35,8 +34,6 @@ def small_model(factory, **overrides):
 
 @pytest.fixture(scope="module")
 def ark():
-    if not ARK_TRAIN.exists():
-        pytest.skip(f"no ARK data at {ARK_TRAIN}")
     return [(s.words, s.tags) for s in read_ark(ARK_TRAIN)][:20]
 
 

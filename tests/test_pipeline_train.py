@@ -3,7 +3,6 @@ import random
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import spacy
@@ -12,9 +11,9 @@ from spacy.cli.init_config import fill_config
 from spacy.training import Example
 from thinc.api import Adam
 
+from nldm_fixtures import TWITTER as DATA
 from spacy_nldm.corpora.ark import read_ark
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "twitter_pos"
 TOK2VEC = {
     "@architectures": "spacy.HashEmbedCNN.v2",
     "pretrained_vectors": None,
@@ -29,8 +28,6 @@ TOK2VEC = {
 
 @pytest.fixture(scope="module")
 def ark_split():
-    if not (DATA / "oct27.train").exists():
-        pytest.skip(f"no ARK data in {DATA}")
     train = [(s.words, s.tags) for s in read_ark(DATA / "oct27.train")][:100]
     held_out = [(s.words, s.tags) for s in read_ark(DATA / "oct27.test")][:80]
     return train, held_out
