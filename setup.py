@@ -47,6 +47,7 @@ setup(
             "spacy-nldm.NLDMTagger.v1 = spacy_nldm.models:build_nldm_tagger",
             "spacy-nldm.CRFTagger.v1 = spacy_nldm.models:build_crf_tagger",
             "spacy-nldm.BiLSTMEncoder.v1 = spacy_nldm.models:build_bilstm_encoder",
+            "spacy-nldm.TorchBiLSTMEncoder.v1 = spacy_nldm.models:build_torch_bilstm_encoder",
         ],
         "spacy_misc": [
             "spacy-nldm.minilm_path.v1 = spacy_nldm.models:minilm_path",

@@ -74,7 +74,7 @@ def test_the_four_systems_share_one_encoder_and_one_training_setup():
     cfgs = {s: _cfg(s) for s in SYSTEMS}
     encoders = {s: c["components"][_component(c)]["model"]["tok2vec"] for s, c in cfgs.items()}
     ref = encoders["softmax"]
-    assert ref["encode"]["@architectures"] == "spacy.TorchBiLSTMEncoder.v1" and ref["encode"]["depth"] == 1
+    assert ref["encode"]["@architectures"] == "spacy-nldm.TorchBiLSTMEncoder.v1" and ref["encode"]["depth"] == 1
     assert ref["encode"]["width"] // 2 in (100, 200, 400)  # D_h per direction, paper 6.1
     for s in SYSTEMS:
         assert encoders[s] == ref, s

