@@ -6,6 +6,7 @@ import warnings
 import numpy
 import pytest
 import spacy
+import srsly
 from spacy.tokens import Doc
 from spacy.training import Example
 
@@ -91,7 +92,8 @@ def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     nlp, pipe = trained("nldm_tagger", ark, steps=1)
     want = sorted({t for _, tags in ark for t in tags})
     assert list(pipe.labels) == want and "!" in pipe.labels
-    scores = pipe.model.predict([Doc(nlp.vocab, words=w) for w, _ in ark[:3]])
+    docs = [Doc(nlp.vocab, words=w) for w, _ in ark[:3]]
+    scores = pipe.segment_scores(docs, pipe.model.predict(docs))
     assert scores.scores.dtype == numpy.float32  # the float32 path, thinc to torch and back
     gold = pipe._gold_mask(examples(nlp, ark[:3]), scores)
     for s, n in enumerate(scores.lengths):  # fully labelled: one allowed label per token, "!" included
@@ -161,14 +163,14 @@ def test_sentences_are_scored_separately(ark):
     (w1, _), (w2, _) = ark[5], ark[6]
     n1, n2 = len(w1), len(w2)
     joined = Doc(nlp.vocab, words=w1 + w2, sent_starts=[True] + [False] * (n1 - 1) + [True] + [False] * (n2 - 1))
-    scores = pipe.model.predict([joined])
+    scores = pipe.segment_scores([joined], pipe.model.predict([joined]))
     assert scores.segments == [(0, 0, n1), (0, n1, n1 + n2)] and scores.lengths.tolist() == [n1, n2]
     doc = nlp(joined)
     for t in doc:  # one tree per sentence
         assert t._.nldm_head is None or (t._.nldm_head < n1) == (t.i < n1)
     assert sum(t._.nldm_head is None for t in doc) >= 2
     unsplit = nlp(Doc(nlp.vocab, words=w1 + w2))
-    assert pipe.model.predict([unsplit]).lengths.tolist() == [n1 + n2]
+    assert pipe.segment_scores([unsplit], pipe.model.predict([unsplit])).lengths.tolist() == [n1 + n2]
 
 
 @pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
@@ -210,6 +212,29 @@ def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, fac
     fresh.add_pipe(factory, config=config)
     fresh.from_bytes(nlp.to_bytes())
     assert predict(fresh) == want
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_settings_given_at_load_time_take_effect_and_are_saved_once(ark, tmp_path, factory):
+    """The config is the one source of the settings; the saved component holds only what it learned."""
+    nlp, pipe = trained(factory, ark[:6], steps=2)
+    nlp.to_disk(tmp_path / "saved")
+    settings = {"store_probs": True, "decode": "posterior", "max_length": 8}
+    loaded = spacy.load(tmp_path / "saved", config={"components": {factory: settings}})
+    tagger = loaded.get_pipe(factory)
+    text = " ".join(["lol"] * 19)
+    with pytest.warns(UserWarning, match="max_length=8"):
+        doc = loaded(text)
+    assert doc._.nldm_probs is not None and doc._.nldm_probs.shape == (19, len(tagger.labels))
+    assert [t.tag_ for t in doc] == [tagger.labels[i] for i in doc._.nldm_probs.argmax(1)]  # posterior decoding
+    assert {key: getattr(tagger, key) for key in settings} == settings
+    assert tagger.labels == pipe.labels and "max_length" not in tagger.model.attrs
+    loaded.to_disk(tmp_path / "again")
+    assert {key: loaded.config["components"][factory][key] for key in settings} == settings
+    assert srsly.read_json(tmp_path / "again" / factory / "cfg") == {"labels": list(pipe.labels)}
+    reloaded = spacy.load(tmp_path / "again")
+    assert {key: getattr(reloaded.get_pipe(factory), key) for key in settings} == settings
+    assert reloaded(text)._.nldm_probs.tolist() == doc._.nldm_probs.tolist()
 
 
 def test_pos_attribute_and_scorer_key():

@@ -11,7 +11,8 @@ from .architectures import (
     minilm_path,
 )
 from .structure import Chain, LatentTree, Structure
-from .tagger import SegmentScores, get_structure, resize_labels
+from .segments import SegmentScores, TokenScores
+from .tagger import get_structure, resize_labels
 
 __all__ = [
     "build_nldm_tagger",
@@ -23,6 +24,7 @@ __all__ = [
     "LatentTree",
     "Chain",
     "SegmentScores",
+    "TokenScores",
     "get_structure",
     "resize_labels",
 ]

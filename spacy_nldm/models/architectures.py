@@ -7,7 +7,8 @@ from thinc.api import Model, chain, noop
 from thinc.types import Floats2d
 
 from .lstm import packed_lstm
-from .tagger import SegmentScores, build_structured_tagger
+from .segments import TokenScores
+from .tagger import build_structured_tagger
 
 
 @registry.architectures("spacy-nldm.NLDMTagger.v1")
@@ -18,7 +19,7 @@ def build_nldm_tagger(
     rank: int = 400,
     max_dist: Optional[int] = 5,
     nO: Optional[int] = None,
-) -> Model[List[Doc], SegmentScores]:
+) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
     latent projective tree over the labels; arcs longer than ``max_dist`` (None: any) are dropped.
     ``label_dim`` is D_t, ``rank`` D_r (trilinear only); nO (labels) is set by the component."""
@@ -37,7 +38,7 @@ def build_crf_tagger(
     label_dim: int = 50,
     rank: int = 400,
     nO: Optional[int] = None,
-) -> Model[List[Doc], SegmentScores]:
+) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
     transition table to the first-order edge score)."""
     return build_structured_tagger(

@@ -18,7 +18,8 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Model, torch2xp, xp2torch
 
-from ..models.tagger import SegmentScores, get_structure, resize_labels
+from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
+from ..models.tagger import get_structure, resize_labels
 from ..models.trees import canonical_heads
 from .extensions import register_extensions
 
@@ -53,6 +54,10 @@ class StructuredTagger(TrainablePipe):
     loss: "exact" (log Z - log S) or "max" (log S replaced by the best tree's score; NLDM only).
     max_length: longer sentences are scored in windows of this many tokens (with a warning).
     store_probs: keep the label marginals in ``Doc._.nldm_probs``.
+
+    These settings come from the config only (attributes of the component); what is saved with the
+    component (``cfg``) is what it learned: its labels. So ``spacy.load(path, config=...)`` can change
+    any of them, and ``config.cfg`` is always the component's true configuration.
     """
 
     def __init__(
@@ -73,20 +78,19 @@ class StructuredTagger(TrainablePipe):
                 raise ValueError(f"[spacy-nldm] {name}: {key} must be one of {allowed}, not {value!r}")
         if max_length < 1:
             raise ValueError(f"[spacy-nldm] {name}: max_length must be positive, not {max_length}")
+        if loss == "max" and model.attrs["structure"] != "tree":
+            raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
         register_extensions()
         self.vocab = vocab
         self.model = model
         self.name = name
         self.scorer = scorer
-        self.cfg = {
-            "labels": [],
-            "attr": attr,
-            "decode": decode,
-            "loss": loss,
-            "max_length": max_length,
-            "store_probs": store_probs,
-        }
-        self._sync_model()
+        self.attr = attr
+        self.decode = decode
+        self.loss = loss
+        self.max_length = max_length
+        self.store_probs = store_probs
+        self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
     @property
@@ -96,10 +100,6 @@ class StructuredTagger(TrainablePipe):
     @property
     def label_data(self) -> List[str]:
         return list(self.labels)
-
-    @property
-    def attr(self) -> str:
-        return self.cfg["attr"]
 
     def add_label(self, label: str) -> int:
         """Add a label (also after initialization: the trained labels keep their weights)."""
@@ -115,10 +115,10 @@ class StructuredTagger(TrainablePipe):
             resize_labels(self.model, len(self.labels))
         return 1
 
-    def _sync_model(self) -> None:
-        self.model.attrs["max_length"] = self.cfg["max_length"]
-        if self.cfg["loss"] == "max" and self.model.attrs["structure"] != "tree":
-            raise ValueError(f"[spacy-nldm] {self.name}: loss = 'max' needs a latent tree model (nldm_tagger)")
+    def segment_scores(self, docs: List[Doc], scores: TokenScores) -> SegmentScores:
+        """The model's per-token scores of ``docs`` laid out per segment: each sentence, cut into
+        windows of ``max_length`` tokens."""
+        return pad_segments(scores, segment_docs(docs, self.max_length))
 
     # --------------------------------------------------------------- training
     def initialize(
@@ -137,17 +137,20 @@ class StructuredTagger(TrainablePipe):
         docs = [eg.predicted for eg in islice(get_examples(), 10)]
         self.model.initialize(X=[d for d in docs if len(d)] or None)
 
-    def get_loss(self, examples: Iterable[Example], scores: SegmentScores):
-        """Summed negative log-likelihood and its gradient with respect to the factored scores."""
+    def get_loss(self, examples: Iterable[Example], scores: TokenScores):
+        """Summed negative log-likelihood and its gradient with respect to the model's per-token
+        factored scores (``scores``, computed on the examples' predicted docs)."""
         validate_examples(examples, f"{type(self).__name__}.get_loss")
-        F = xp2torch(scores.scores, requires_grad=True)
-        gold = torch.from_numpy(self._gold_mask(list(examples), scores)).to(F.device)
-        lengths = torch.from_numpy(scores.lengths)
-        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.cfg["loss"])
+        examples = list(examples)
+        segmented = self.segment_scores([eg.predicted for eg in examples], scores)
+        F = xp2torch(segmented.scores, requires_grad=True)
+        gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
+        lengths = torch.from_numpy(segmented.lengths)
+        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.loss)
         if not loss.requires_grad:  # no tokens
             return 0.0, self.model.ops.alloc(scores.scores.shape, dtype="float32")
         loss.backward()
-        return float(loss.detach()), torch2xp(F.grad)
+        return float(loss.detach()), segmented.unpad(torch2xp(F.grad))
 
     def _gold_mask(self, examples: List[Example], scores: SegmentScores) -> numpy.ndarray:
         """Allowed labels (S, L, M): the gold label, or all labels where the gold one is unknown."""
@@ -174,14 +177,14 @@ class StructuredTagger(TrainablePipe):
     # ------------------------------------------------------------- prediction
     def predict(self, docs: Iterable[Doc]) -> Predictions:
         docs = list(docs)
-        scores = self.model.predict(docs)
+        scores = self.segment_scores(docs, self.model.predict(docs))
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
         structure = get_structure(self.model)
-        labels, heads, best = structure.decode(F, lengths, posterior=self.cfg["decode"] == "posterior")
+        labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior")
         if heads is not None:  # the same tree whatever the rounding of equally scored ones
             heads = canonical_heads(labels, heads, lengths, structure.max_dist).cpu().numpy()
-        probs = structure.label_marginals(F, lengths).cpu().numpy() if self.cfg["store_probs"] else None
+        probs = structure.label_marginals(F, lengths).cpu().numpy() if self.store_probs else None
         return Predictions(scores, labels.cpu().numpy(), heads, best.cpu().numpy(), probs)
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
@@ -194,7 +197,7 @@ class StructuredTagger(TrainablePipe):
         for doc in docs:
             if has_tree:
                 doc._.nldm_tree_score = 0.0
-            if self.cfg["store_probs"]:
+            if self.store_probs:
                 doc._.nldm_probs = numpy.zeros((len(doc), len(ids)), dtype="float32")
                 doc._.nldm_prob_labels = list(self.labels)
         for s, (d, start, end) in enumerate(preds.segments):
@@ -209,13 +212,22 @@ class StructuredTagger(TrainablePipe):
             if preds.probs is not None:
                 doc._.nldm_probs[start:end] = preds.probs[s, : end - start]
 
+    def score(self, examples: Iterable[Example], **kwargs):
+        """The scorer's figures for ``attr`` (spaCy passes ``cfg`` to it; our settings live apart)."""
+        return super().score(examples, **{"attr": self.attr, **kwargs})
+
     # ---------------------------------------------------------- serialization
+    # Only the labels are read back from ``cfg``: pipelines saved by spacy-nldm 0.1 also stored the
+    # settings there, and the config (``config.cfg``, or what spacy.load was given) wins over them.
+    def _keep_learned_state(self) -> None:
+        self.cfg = {"labels": list(self.cfg.get("labels", []))}
+
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         super().from_bytes(bytes_data, exclude=exclude)
-        self._sync_model()
+        self._keep_learned_state()
         return self
 
     def from_disk(self, path, *, exclude=tuple()):
         super().from_disk(path, exclude=exclude)
-        self._sync_model()
+        self._keep_learned_state()
         return self
