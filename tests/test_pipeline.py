@@ -5,6 +5,7 @@ import warnings
 
 import numpy
 import pytest
+import torch
 import spacy
 import srsly
 from spacy.tokens import Doc
@@ -156,6 +157,51 @@ def test_empty_one_token_and_long_docs(ark):
             assert t._.nldm_head // 8 == t.i // 8
     losses = nlp.update(examples(nlp, [(["hi"], ["!"]), (["a"] * 19, ["D"] * 19)]), sgd=nlp.resume_training())
     assert numpy.isfinite(losses["nldm_tagger"])
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_batches_without_tokens_never_reach_the_model(ark, factory, monkeypatch):
+    from thinc.api import Model
+
+    nlp, pipe = trained(factory, ark[:4], steps=1)
+
+    def fail(model, docs, is_train):
+        raise AssertionError("the model was called on a batch without tokens")
+
+    monkeypatch.setattr(pipe, "model", Model("unreachable", fail, attrs=dict(pipe.model.attrs)))
+    empty = [Doc(nlp.vocab, words=[]) for _ in range(3)]
+    preds = pipe.predict(empty)
+    pipe.set_annotations(empty, preds)
+    assert all(doc._.nldm_tree_score == (0.0 if factory == "nldm_tagger" else None) for doc in empty)
+    assert pipe.update([Example.from_dict(doc, {}) for doc in empty]) == {factory: 0.0}
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_nan_scores_are_a_clear_error(ark, factory):
+    """As spaCy's tagger (E940), in update and in predict."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp, pipe = trained(factory, ark[:4], steps=1)
+    with torch.no_grad():
+        next(torch_scorer(pipe.model).parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match=f"{factory}: found NaN or infinite values in the edge scores"):
+        nlp.update(examples(nlp, ark[:2]))
+    with pytest.raises(ValueError, match="E940"):
+        nlp(" ".join(ark[0][0]))
+
+
+def test_a_loss_that_is_not_finite_is_a_clear_error(ark, monkeypatch):
+    """The structured core clamps impossible arcs, so finite scores give a finite loss; the check
+    behind it (spaCy's E910) is tested with a structure that returns NaN."""
+    from spacy_nldm.pipeline import tagger as module
+
+    nlp, pipe = trained("nldm_tagger", ark[:4], steps=1)
+    eg = examples(nlp, ark[:1])[0]
+    structure = module.get_structure(pipe.model)
+    monkeypatch.setattr(structure, "nll", lambda F, *args, **kwargs: (F * float("nan")).sum())
+    monkeypatch.setattr(module, "get_structure", lambda model: structure)
+    with pytest.raises(ValueError, match="nldm_tagger: the loss is nan .*E910"):
+        pipe.get_loss([eg], pipe.model.predict([eg.predicted]))
 
 
 def test_sentences_are_scored_separately(ark):

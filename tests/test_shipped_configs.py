@@ -52,3 +52,23 @@ def test_predictions_do_not_depend_on_the_batch(shipped):
         assert [(tags, tree) for tags, tree, _ in got] == [(tags, tree) for tags, tree, _ in want], batch_size
         for (_, _, score), (_, _, wanted) in zip(got, want):
             assert score == pytest.approx(wanted, rel=1e-5, abs=1e-4)
+
+
+def test_empty_docs_and_examples_pass_through_every_method(shipped):
+    nlp, name = shipped
+    pipe = nlp.get_pipe(name)
+    empty = lambda: Doc(nlp.vocab, words=[])  # noqa: E731
+    assert len(nlp("")) == 0 and len(nlp(empty())) == 0
+    docs = list(nlp.pipe(["", "", "I love it", "", ""], batch_size=2))  # a batch of only empty docs, and a mixed one
+    assert [len(d) for d in docs] == [0, 0, 3, 0, 0] and all(t.tag_ for t in docs[2])
+    for batch in ([], [empty()], [empty(), empty()]):
+        pipe.set_annotations(batch, pipe.predict(batch))
+    empty_egs = [Example.from_dict(empty(), {}) for _ in range(2)]
+    real = Example.from_dict(Doc(nlp.vocab, words=TRAIN[0][0]), {"tags": TRAIN[0][1]})
+    loss, d_scores = pipe.get_loss(empty_egs, pipe.model.predict([eg.predicted for eg in empty_egs]))
+    assert loss == 0.0
+    optimizer = nlp.resume_training()
+    assert nlp.update(empty_egs, sgd=optimizer)[name] == 0.0
+    assert nlp.update(empty_egs + [real], sgd=optimizer)[name] > 0.0
+    assert nlp.evaluate(empty_egs + [real])["tag_acc"] is not None
+    nlp.evaluate(empty_egs)

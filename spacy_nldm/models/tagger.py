@@ -82,15 +82,21 @@ def forward(model: Model, docs: List[Doc], is_train: bool):
     """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M)."""
     tok2vec, head = model.layers
     ops = model.ops
+    if not any(len(doc) for doc in docs):  # nothing to encode (a listener could not answer)
+        F, _ = head(ops.alloc2f(0, torch_scorer(model).nI), False)
+        return TokenScores(F, numpy.zeros(len(docs), dtype="int64")), lambda dF: []
     vecs, backprop_vecs = tok2vec(docs, is_train)
     lengths = numpy.array([len(v) for v in vecs], dtype="int64")
-    width = vecs[0].shape[1] if vecs else torch_scorer(model).nI
-    X = ops.xp.concatenate(vecs) if int(lengths.sum()) else ops.alloc2f(0, width)
+    # an empty doc's vectors may have any width (spacy-transformers' listener gives (0, 0))
+    filled = [v for v in vecs if len(v)]
+    X = ops.xp.concatenate(filled) if filled else ops.alloc2f(0, torch_scorer(model).nI)
     F, backprop_head = head(ops.asarray2f(X), is_train)
 
     def backprop(dF):
         dX = backprop_head(dF)
         starts = numpy.cumsum(lengths) - lengths
-        return backprop_vecs([dX[start : start + n] for start, n in zip(starts, lengths)])
+        return backprop_vecs(
+            [dX[start : start + n] if n else ops.alloc2f(*v.shape) for start, n, v in zip(starts, lengths, vecs)]
+        )
 
     return TokenScores(F, lengths), backprop

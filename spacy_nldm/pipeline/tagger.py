@@ -16,7 +16,7 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Model, torch2xp, xp2torch
+from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.tagger import get_structure, resize_labels
@@ -40,11 +40,13 @@ LOSSES = ("exact", "max")
 
 
 class Predictions:
-    """Decoded segments: labels (S, L), heads (S, L) or None, scores (S,), probs (S, L, M) or None."""
+    """Decoded segments: labels (S, L), heads (S, L) or None, scores (S,), probs (S, L, M) or None;
+    ``has_tree``: the model decodes a latent tree (heads and a tree score per doc)."""
 
-    def __init__(self, scores: SegmentScores, labels, heads, best, probs):
-        self.segments = scores.segments
+    def __init__(self, segments, labels, heads, best, probs, has_tree: bool):
+        self.segments = segments
         self.labels, self.heads, self.best, self.probs = labels, heads, best, probs
+        self.has_tree = has_tree
 
 
 class StructuredTagger(TrainablePipe):
@@ -142,15 +144,52 @@ class StructuredTagger(TrainablePipe):
         factored scores (``scores``, computed on the examples' predicted docs)."""
         validate_examples(examples, f"{type(self).__name__}.get_loss")
         examples = list(examples)
-        segmented = self.segment_scores([eg.predicted for eg in examples], scores)
+        docs = [eg.predicted for eg in examples]
+        self._check_finite(scores, docs)
+        segmented = self.segment_scores(docs, scores)
         F = xp2torch(segmented.scores, requires_grad=True)
         gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
         loss = get_structure(self.model).nll(F, lengths, gold, approx=self.loss)
         if not loss.requires_grad:  # no tokens
             return 0.0, self.model.ops.alloc(scores.scores.shape, dtype="float32")
+        if not bool(torch.isfinite(loss)):
+            raise ValueError(
+                f"[spacy-nldm] {self.name}: the loss is {float(loss)} on a batch of {len(examples)} docs "
+                f"(first: {examples[0].reference.text[:60]!r}) with finite scores (spaCy's E910): the gold labels "
+                "have no probability under the model, or the scores are too large for float32; check the data, "
+                "or lower the learning rate"
+            )
         loss.backward()
         return float(loss.detach()), segmented.unpad(torch2xp(F.grad))
+
+    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses=None):
+        """Learn from a batch of examples (as spaCy's ``tagger``: nothing happens, and the model is
+        not called, on a batch without tokens; NaN or infinite scores are an error)."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        validate_examples(examples, f"{type(self).__name__}.update")
+        examples = list(examples)
+        if not any(len(eg.predicted) for eg in examples):
+            return losses
+        set_dropout_rate(self.model, drop)
+        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
+        loss, d_scores = self.get_loss(examples, scores)
+        backprop(d_scores)
+        if sgd not in (None, False):
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def _check_finite(self, scores: TokenScores, docs: List[Doc]) -> None:
+        """spaCy's E940 for our scores: say which batch, and what to look at."""
+        if not bool(self.model.ops.xp.isfinite(scores.scores).all()):
+            raise ValueError(
+                f"[spacy-nldm] {self.name}: found NaN or infinite values in the edge scores of a batch of "
+                f"{len(docs)} docs (first: {docs[0].text[:60]!r}) (spaCy's E940): the weights have diverged "
+                "(lower the learning rate, or clip gradients with grad_clip) or the input vectors are not finite"
+            )
 
     def _gold_mask(self, examples: List[Example], scores: SegmentScores) -> numpy.ndarray:
         """Allowed labels (S, L, M): the gold label, or all labels where the gold one is unknown."""
@@ -176,16 +215,26 @@ class StructuredTagger(TrainablePipe):
 
     # ------------------------------------------------------------- prediction
     def predict(self, docs: Iterable[Doc]) -> Predictions:
+        """Decoded labels (and latent trees) of the docs' segments; a batch without tokens is
+        answered without calling the model."""
         docs = list(docs)
-        scores = self.segment_scores(docs, self.model.predict(docs))
+        structure = get_structure(self.model)
+        if not any(len(doc) for doc in docs):
+            none = numpy.zeros((0, 1), dtype="int64")
+            probs = numpy.zeros((0, 1, len(self.labels)), dtype="float32") if self.store_probs else None
+            return Predictions([], none, none if structure.has_tree else None, numpy.zeros(0), probs,
+                               structure.has_tree)
+        token_scores = self.model.predict(docs)
+        self._check_finite(token_scores, docs)
+        scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
-        structure = get_structure(self.model)
         labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior")
         if heads is not None:  # the same tree whatever the rounding of equally scored ones
             heads = canonical_heads(labels, heads, lengths, structure.max_dist).cpu().numpy()
         probs = structure.label_marginals(F, lengths).cpu().numpy() if self.store_probs else None
-        return Predictions(scores, labels.cpu().numpy(), heads, best.cpu().numpy(), probs)
+        return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs,
+                           structure.has_tree)
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
         docs = list(docs)
@@ -193,7 +242,7 @@ class StructuredTagger(TrainablePipe):
             ids = [POS_IDS[label] for label in self.labels]
         else:
             ids = [self.vocab.strings.add(label) for label in self.labels]
-        has_tree = preds.heads is not None
+        has_tree = preds.has_tree
         for doc in docs:
             if has_tree:
                 doc._.nldm_tree_score = 0.0
