@@ -5,6 +5,7 @@ structure it names (latent tree or chain) turns them into the loss, the decoded 
 label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``) has a meaning.
 """
 import os
+import warnings
 from itertools import islice
 from typing import Callable, Iterable, List, Optional, Tuple
 
@@ -138,6 +139,34 @@ class StructuredTagger(TrainablePipe):
         resize_labels(self.model, len(self.labels))
         docs = [eg.predicted for eg in islice(get_examples(), 10)]
         self.model.initialize(X=[d for d in docs if len(d)] or None)
+        if nlp is not None:
+            self._weight_own_score(nlp)
+
+    def _weight_own_score(self, nlp: Language) -> None:
+        """Make ``[training.score_weights]`` weight what this component reports (``<attr>_acc``):
+        the factory's defaults are for attr "tag", so with attr "pos" the weight of tag_acc moves to
+        pos_acc, unless another component of the pipeline reports tag_acc (then a warning says
+        what to set)."""
+        weights = nlp.config["training"]["score_weights"]
+        mine = f"{self.attr}_acc"
+        other = "pos_acc" if self.attr == "tag" else "tag_acc"
+        if weights.get(mine) or not weights.get(other):
+            return
+        for name, pipe in nlp.pipeline:
+            if name == self.name:
+                continue
+            reports = (
+                f"{pipe.attr}_acc" == other if isinstance(pipe, StructuredTagger)
+                else other in (nlp.get_pipe_meta(name).default_score_weights or {})
+            )
+            if reports:
+                warnings.warn(
+                    f"[spacy-nldm] {self.name} reports {mine} (attr = {self.attr!r}), which [training.score_weights] "
+                    f"does not weight; {name} reports {other}, so the weights are left alone: set {mine} in "
+                    "[training.score_weights] to count this component in the training score"
+                )
+                return
+        weights[mine], weights[other] = weights[other], None
 
     def get_loss(self, examples: Iterable[Example], scores: TokenScores):
         """Summed negative log-likelihood and its gradient with respect to the model's per-token
