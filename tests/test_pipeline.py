@@ -338,3 +338,10 @@ def test_render_tree_draws_the_latent_tree(ark):
         assert {arc["start"], arc["end"]} == {head, t.i + 1}
     html = render_tree(doc, jupyter=False)
     assert "<svg" in html and doc[0].tag_ in html
+
+
+def test_render_tree_refuses_a_doc_without_a_latent_tree(ark):
+    nlp, _ = trained("crf_tagger", ark[:4], steps=1)
+    for doc in (nlp(" ".join(ark[6][0])), Doc(nlp.vocab, words=["no", "tags"])):
+        with pytest.raises(ValueError, match="has no latent tree to draw"):
+            render_tree(doc, jupyter=False)
