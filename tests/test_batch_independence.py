@@ -6,7 +6,7 @@ import pytest
 import torch
 from spacy.ml.models.tok2vec import BiLSTMEncoder
 from spacy.util import registry
-from thinc.api import Model, PyTorchLSTM, chain, with_array
+from thinc.api import PyTorchLSTM, chain, with_array
 from thinc.layers import HashEmbed
 
 from spacy_nldm import structs

@@ -128,6 +128,15 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     scores = srsly.read_json(proj / "metrics/twitter/softmax.json")
     assert 0.0 <= scores["tag_acc"] <= 1.0
 
+    # Table 2's queue (scripts/reproduce.py on scripts/runs.py): one tiny run, then the table
+    out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
+              "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
+    assert "skip it: no train file in the mirror" in out
+    record = srsly.read_json(proj / "results/runs/twitter/softmax-seed0.json")
+    assert record["system"] == "softmax" and 0.0 <= record["test_acc"] <= 100.0
+    assert "skip twitter/softmax/seed0" in run("reproduce-train", "--vars.reproduce_datasets=twitter",
+                                               "--vars.reproduce_systems=softmax", "--vars.reproduce_seeds=0")
+
 
 def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
     runs = tmp_path / "runs"

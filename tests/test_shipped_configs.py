@@ -1,7 +1,6 @@
 """Every shipped config (configs/*.cfg), built as `spacy train` builds it and trained a few steps on
 fixture tweets: what a user meets with it (the same predictions whatever the batch, empty input)."""
 import pytest
-import spacy
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
