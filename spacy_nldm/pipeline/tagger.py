@@ -1,8 +1,10 @@
 """``StructuredTagger``: the trainable component behind ``nldm_tagger`` and ``crf_tagger``.
 
-The model (see :mod:`spacy_nldm.models.tagger`) gives factored edge scores per segment; the
-structure it names (latent tree or chain) turns them into the loss, the decoded labels and the
-label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``) has a meaning.
+The model (see :mod:`spacy_nldm.models.tagger`) gives factored edge scores per token; the component
+cuts them into segments (sentences, or windows of ``max_length`` tokens: :mod:`spacy_nldm.models.segments`)
+and the structure the model names (latent tree or chain) turns those into the loss, the decoded labels
+(and latent trees) and the label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``)
+has a meaning.
 """
 import os
 import warnings
@@ -118,6 +120,7 @@ class StructuredTagger(TrainablePipe):
             resize_labels(self.model, len(self.labels))
         return 1
 
+    # --------------------------------------------------------------- segments
     def segment_scores(self, docs: List[Doc], scores: TokenScores) -> SegmentScores:
         """The model's per-token scores of ``docs`` laid out per segment: each sentence, cut into
         windows of ``max_length`` tokens."""
