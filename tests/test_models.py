@@ -145,3 +145,86 @@ def test_scorer_resize_keeps_trained_labels_and_state_dict_adapts(name, order):
 def test_unknown_scorer_is_an_error():
     with pytest.raises(ValueError, match="edge_scorer"):
         make_scorer("quadrilinear", n_dirs=2, label_dim=4, rank=4)
+
+
+INTERACTIONS = {"emission_transition": ["psi"], "bilinear": ["A"], "trilinear": ["U3"]}
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+@pytest.mark.parametrize(
+    "structure,n_dirs,order",
+    [(LatentTree(None), 2, 1), (LatentTree(3), 2, 1), (LatentTree(1), 2, 1), (Chain(1), 1, 1), (Chain(2), 1, 2)],
+)
+def test_zero_interactions_are_the_softmax_tagger(name, structure, n_dirs, order):
+    """With the interaction (transition) parameters at zero, label marginals are a softmax over the
+    emissions h W + b, the loss is the softmax cross-entropy and decoding is the per-token arg-max,
+    for the chains and the latent tree alike (the tree count cancels)."""
+    torch.manual_seed(5)
+    scorer = make_scorer(name, n_dirs=n_dirs, label_dim=4, rank=6, order=order).double()
+    scorer.resize(7, 5)
+    for p in scorer.parameters():
+        torch.nn.init.normal_(p)
+    first = scorer.first if order == 2 else scorer
+    with torch.no_grad():
+        for param in INTERACTIONS[name] + (["psi2"] if order == 2 else []):
+            getattr(scorer if param == "psi2" else first, param).zero_()
+    h = torch.randn(3, 6, 7, dtype=torch.float64)
+    lengths = torch.tensor([6, 4, 1])
+    F = scorer(h)
+    emissions = h @ first.W + first.b  # (3, 6, 5)
+    real = torch.arange(6)[None, :] < lengths[:, None]
+    marg = structure.label_marginals(F, lengths)
+    torch.testing.assert_close(marg[real], emissions.softmax(-1)[real])
+    gold_labels = torch.randint(0, 5, (3, 6))
+    gold = torch.nn.functional.one_hot(gold_labels, 5).bool()
+    cross_entropy = torch.nn.functional.cross_entropy(emissions[real], gold_labels[real], reduction="sum")
+    torch.testing.assert_close(structure.nll(F, lengths, gold), cross_entropy)
+    labels, _, _ = structure.decode(F, lengths)
+    assert labels[real].tolist() == emissions.argmax(-1)[real].tolist()
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_a_fresh_scorer_starts_at_zero_scores(name):
+    """Emission and interaction start at zero, as spaCy's tagger's output layer does."""
+    scorer = make_scorer(name, n_dirs=2, label_dim=4, rank=6)
+    scorer.resize(7, 5, keep=False)
+    assert torch.equal(scorer(torch.randn(2, 3, 7)), torch.zeros(2, 3, 2, 6, 5))
+
+
+def test_pure_trilinear_has_no_emission_and_starts_random():
+    pure = make_scorer("trilinear", n_dirs=2, label_dim=4, rank=6, emission=False)
+    pure.resize(7, 5, keep=False)
+    assert not hasattr(pure, "W") and float(pure(torch.randn(2, 3, 7)).abs().max()) > 0
+    with pytest.raises(ValueError, match="emission"):
+        make_scorer("emission_transition", n_dirs=2, label_dim=4, rank=6, emission=False)
+
+
+def test_optimizer_averages_reach_the_torch_head():
+    """nlp.use_params(optimizer.averages) (what spacy train evaluates and saves with use_averages)
+    puts the averaged weights into the torch edge scorer too, and restores the last ones after."""
+    import spacy
+    from spacy.tokens import Doc
+    from spacy.training import Example
+    from thinc.api import Adam
+
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp = spacy.blank("en")
+    tok2vec = {"@architectures": "spacy.HashEmbedCNN.v2", "pretrained_vectors": None, "width": 16, "depth": 1,
+               "embed_size": 100, "window_size": 1, "maxout_pieces": 2, "subword_features": False}
+    pipe = nlp.add_pipe("crf_tagger", config={"model": {"edge_scorer": "emission_transition", "tok2vec": tok2vec}})
+    words = [["a", "b", "c"], ["b", "a"], ["c", "c", "a", "b"]]
+    tags = [["X", "Y", "Z"], ["Y", "X"], ["Z", "Z", "X", "Y"]]
+    egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in zip(words, tags)]
+    optimizer = Adam(0.01, use_averages=True)
+    nlp.initialize(lambda: egs, sgd=optimizer)
+    for _ in range(5):
+        nlp.update(egs, sgd=optimizer)
+    head = pipe.model.get_ref("head").shims[0]
+    scorer = torch_scorer(pipe.model)
+    last = scorer.W.detach().clone()
+    averaged = torch.from_numpy(optimizer.averages[(head.id, "W")])
+    assert not torch.allclose(last, averaged)
+    with nlp.use_params(optimizer.averages):
+        torch.testing.assert_close(scorer.W.detach(), averaged)
+    torch.testing.assert_close(scorer.W.detach(), last)

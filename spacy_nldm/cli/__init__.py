@@ -15,9 +15,11 @@ app.add_typer(bench_app, name="bench")
 
 # Command modules: importing them registers their commands.
 from . import bench  # noqa: E402,F401
+from . import bench_accuracy  # noqa: E402,F401
 from . import bench_pipeline  # noqa: E402,F401
 from . import convert  # noqa: E402,F401
 from . import synth  # noqa: E402,F401
+from . import pretrained, tune  # noqa: E402,F401
 
 
 def main() -> None:

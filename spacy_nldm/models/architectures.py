@@ -14,19 +14,23 @@ from .tagger import build_structured_tagger
 @registry.architectures("spacy-nldm.NLDMTagger.v1")
 def build_nldm_tagger(
     tok2vec: Model[List[Doc], List[Floats2d]],
-    edge_scorer: str = "trilinear",
+    edge_scorer: str = "bilinear",
     label_dim: int = 50,
     rank: int = 400,
     max_dist: Optional[int] = 5,
+    emission: bool = True,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
     latent projective tree over the labels; arcs longer than ``max_dist`` (None: any) are dropped.
-    ``label_dim`` is D_t, ``rank`` D_r (trilinear only); nO (labels) is set by the component."""
+    ``label_dim`` is D_t, ``rank`` D_r (trilinear only); nO (labels) is set by the component.
+    Every scorer adds a direct emission (a linear layer with bias on the dependent's vector, as in
+    spaCy's tagger); ``emission = false`` drops it (the paper's pure trilinear form)."""
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
-        tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist, nO=nO
+        tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
+        emission=emission, nO=nO,
     )
 
 
@@ -34,15 +38,17 @@ def build_nldm_tagger(
 def build_crf_tagger(
     tok2vec: Model[List[Doc], List[Floats2d]],
     order: int = 1,
-    edge_scorer: str = "trilinear",
+    edge_scorer: str = "bilinear",
     label_dim: int = 50,
     rank: int = 400,
+    emission: bool = True,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
-    transition table to the first-order edge score)."""
+    transition table to the first-order edge score); ``emission`` as for the NLDM."""
     return build_structured_tagger(
-        tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order, nO=nO
+        tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
+        emission=emission, nO=nO,
     )
 
 

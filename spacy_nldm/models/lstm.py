@@ -12,6 +12,8 @@ import torch
 from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
 from thinc.types import Floats2d
 
+from .shim import AveragingPyTorchShim
+
 
 class PackedLSTM(torch.nn.LSTM):
     """``torch.nn.LSTM`` (same parameters, so the same state dict) on a padded (T, B, nI) batch with
@@ -28,11 +30,9 @@ def packed_lstm(nO: int, nI: int, *, bi: bool = True, depth: int = 1, dropout: f
     """Model[List[Floats2d], List[Floats2d]]: an LSTM of output width ``nO`` (``nO // 2`` per
     direction when ``bi``) over each sequence on its own (packed batch)."""
     hidden = nO // 2 if bi else nO
-    lstm = PyTorchWrapper_v2(
-        PackedLSTM(nI, hidden, depth, bidirectional=bi, dropout=dropout),
-        convert_inputs=_padded_to_torch,
-        convert_outputs=_torch_to_padded,
-    )
+    module = PackedLSTM(nI, hidden, depth, bidirectional=bi, dropout=dropout)
+    lstm = PyTorchWrapper_v2(module, convert_inputs=_padded_to_torch, convert_outputs=_torch_to_padded)
+    lstm.shims[0] = AveragingPyTorchShim(module)  # the optimizer's weight averages reach it (see .shim)
     lstm.set_dim("nO", nO)
     lstm.set_dim("nI", nI)
     return Model("packed_lstm", _forward, layers=[lstm], dims={"nO": nO, "nI": nI})

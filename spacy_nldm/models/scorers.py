@@ -28,16 +28,38 @@ Shape = Tuple
 
 
 class Scorer(nn.Module):
-    """Base class: label embeddings ``t`` (C, T), row 0 is the root / start symbol."""
+    """Base class: F = emission(h_d)[c] + interaction(h_d)[x, a, c].
 
-    shapes: Dict[str, Shape] = {"label_emb": ("C", "T")}
-    #: parameters initialised at zero (the others get N(0, 1/fan_in)-style noise)
-    zero_init: Tuple[str, ...] = ()
+    The emission is a per-label linear layer with bias on the dependent's vector, ``h W + b``,
+    zero-initialised like the output layer of spaCy's ``tagger``; the interactions of the
+    subclasses start at zero too. With zero interactions every label sequence gets the sum of its
+    emissions, so the CRF and the NLDM *are* the softmax tagger at the start of training (the
+    NLDM's tree count is the same for every label sequence and cancels).
 
-    def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1):
+    ``shapes`` names the subclass's interaction parameters; ``emission=False`` drops W and b
+    (the paper's pure trilinear form, :class:`Trilinear` only).
+    """
+
+    shapes: Dict[str, Shape] = {}
+    emission_shapes: Dict[str, Shape] = {"W": ("I", "M"), "b": ("M",)}
+    #: parameters initialised at zero; the others are N(0, 1). The interactions divide by the
+    #: square root of each contraction's size in the forward pass instead of scaling their
+    #: initial values: Adam moves every coordinate by about the learning rate per step, so a
+    #: factor initialised at a small scale (say 1/sqrt(R T) = 0.007) outgrows it within a few
+    #: steps and the scores it feeds swing by tens of nats per step (the trilinear scorer then
+    #: cannot fit its training data). With O(1) factors and constant normalisers every factor
+    #: changes by a similar fraction per step.
+    zero_init: Tuple[str, ...] = ("W", "b")
+
+    def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True):
         super().__init__()
+        if not emission and not self.can_drop_emission:
+            raise ValueError(f"{type(self).__name__} needs its emission term (emission = true)")
+        self.emission = emission
         self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0}
         self.resize(nI, nO)
+
+    can_drop_emission = False
 
     @property
     def nI(self) -> int:
@@ -47,31 +69,32 @@ class Scorer(nn.Module):
     def nO(self) -> int:
         return self.sizes["M"]
 
+    def param_shapes(self) -> Dict[str, Shape]:
+        return {**(self.emission_shapes if self.emission else {}), **self.shapes}
+
     def _shape(self, name: str) -> Tuple[int, ...]:
         sizes = dict(self.sizes, C=self.sizes["M"] + 1)
-        return tuple(sizes[s] if isinstance(s, str) else s for s in self.shapes[name])
+        return tuple(sizes[s] if isinstance(s, str) else s for s in self.param_shapes()[name])
 
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
-        if name in self.zero_init:
-            return torch.zeros(shape)
-        fan_in = 1 if name == "label_emb" else shape[-2]
-        std = self.init_scale.get(name, 1.0) / max(1, fan_in) ** 0.5
-        return torch.randn(shape) * std
+        return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
 
-    init_scale: Dict[str, float] = {}
+    def _norm(self, symbol: str) -> float:
+        """1 / sqrt(size) of a contracted dimension (I, T or R)."""
+        return 1.0 / max(1, self.sizes[symbol]) ** 0.5
 
     def resize(self, nI: int, nO: int, keep: bool = True) -> None:
         """(Re)create the parameters for input width nI and nO labels, keeping the old values on
         the overlapping slice (``keep=False``: all fresh)."""
         self.sizes.update(I=int(nI), M=int(nO))
-        for name in self.shapes:
+        for name in self.param_shapes():
             shape = self._shape(name)
             old = getattr(self, name, None)
             if keep and old is not None and tuple(old.shape) == shape:
                 continue
             new = self._init(name, shape)
             if old is not None:
-                new = new.to(old.device)
+                new = new.to(device=old.device, dtype=old.dtype)
             if old is not None and keep:
                 overlap = tuple(slice(0, min(a, b)) for a, b in zip(old.shape, shape))
                 new[overlap] = old.detach()[overlap].to(new.dtype)
@@ -79,68 +102,75 @@ class Scorer(nn.Module):
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
         """Adopt the saved shapes (labels and input width) before loading the values."""
-        label_emb = state_dict.get("label_emb")
-        if label_emb is not None:
-            self.sizes["M"] = label_emb.shape[0] - 1
-        self.sizes["I"] = self._input_width(state_dict)
-        for name in self.shapes:
+        for name, symbols in self.param_shapes().items():
+            if name in state_dict:
+                for symbol, size in zip(symbols, state_dict[name].shape):
+                    if symbol in ("I", "M"):
+                        self.sizes[symbol] = int(size)
+                    elif symbol == "C":
+                        self.sizes["M"] = int(size) - 1
+        for name in self.param_shapes():
             if name in state_dict and getattr(self, name).shape != state_dict[name].shape:
                 setattr(self, name, nn.Parameter(torch.empty_like(state_dict[name])))
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
-    def _input_width(self, state_dict) -> int:
-        for name, shape in self.shapes.items():
-            if "I" in shape and name in state_dict:
-                return state_dict[name].shape[shape.index("I")]
-        return self.sizes["I"]
-
     def labels(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(contexts (C, T), dependent labels (M, T)) label embeddings."""
+        """(contexts (C, T), dependent labels (M, T)) label embeddings; row 0 is the root/start."""
         return self.label_emb, self.label_emb[1:]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., nI) -> (..., X, C, M)
+        F = self.interaction(h)
+        if F.dim() == 3:  # (X, C, M): the same for every token
+            F = F.expand(*h.shape[:-1], *F.shape)
+        if self.emission:
+            F = F + (h @ self.W + self.b)[..., None, None, :]
+        return F
+
+    def interaction(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., X, C, M), or (X, C, M) when it does not depend on the token."""
         raise NotImplementedError
 
 
 class EmissionTransition(Scorer):
-    """h_d W_e t_c + psi^dir[a, c]: emission plus a transition matrix per direction."""
+    """emission(h_d)[c] + psi^dir[a, c]: a transition matrix per direction."""
 
-    shapes = {"label_emb": ("C", "T"), "W_e": ("I", "T"), "psi": ("X", "C", "M")}
-    zero_init = ("psi",)
+    shapes = {"psi": ("X", "C", "M")}
+    zero_init = Scorer.zero_init + ("psi",)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        _, lab = self.labels()
-        emission = (h @ self.W_e) @ lab.T  # (..., M)
-        return emission[..., None, None, :] + self.psi
+    def interaction(self, h: torch.Tensor) -> torch.Tensor:
+        return self.psi
 
 
 class Bilinear(Scorer):
-    """h_d W_e t_c + t_a^T A^dir t_c: emission plus a bilinear transition over label embeddings."""
+    """emission(h_d)[c] + t_a^T A^dir t_c: a bilinear transition over label embeddings."""
 
-    shapes = {"label_emb": ("C", "T"), "W_e": ("I", "T"), "A": ("X", "T", "T")}
-    init_scale = {"A": 0.1}
+    shapes = {"label_emb": ("C", "T"), "A": ("X", "T", "T")}
+    zero_init = Scorer.zero_init + ("A",)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def interaction(self, h: torch.Tensor) -> torch.Tensor:
         ctx, lab = self.labels()
-        emission = (h @ self.W_e) @ lab.T  # (..., M)
-        transition = torch.einsum("at,xtu,cu->xac", ctx, self.A, lab)  # (X, C, M)
-        return emission[..., None, None, :] + transition
+        return torch.einsum("at,xtu,cu->xac", ctx, self.A, lab) * self._norm("T") ** 2  # (X, C, M)
 
 
 class Trilinear(Scorer):
-    """sum_r (U1 h_d)_r (U2^dir t_a)_r (U3 t_c)_r, a rank-R trilinear form."""
+    """emission(h_d)[c] + sum_r (U1 h_d)_r (U2^dir t_a)_r (U3 t_c)_r, a rank-R trilinear form.
+
+    U3 starts at zero, so the interaction does too. ``emission=False`` is the paper's pure form
+    (no direct emission; all factors random at the start, giving O(1) scores).
+    """
 
     shapes = {"label_emb": ("C", "T"), "U1": ("I", "R"), "U2": ("X", "T", "R"), "U3": ("T", "R")}
+    can_drop_emission = True
 
     @property
-    def init_scale(self):  # keep the initial scores O(1) whatever the rank
-        return {"U3": 1.0 / max(1, self.sizes["R"]) ** 0.5}
+    def zero_init(self):
+        return Scorer.zero_init + (("U3",) if self.emission else ())
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
+    def interaction(self, h: torch.Tensor) -> torch.Tensor:
         ctx, lab = self.labels()
-        v1 = h @ self.U1  # (..., R)
-        v2 = torch.einsum("at,xtr->xar", ctx, self.U2)  # (X, C, R)
-        v3 = lab @ self.U3  # (M, R)
+        v1 = h @ self.U1 * (self._norm("I") * self._norm("R"))  # (..., R)
+        v2 = torch.einsum("at,xtr->xar", ctx, self.U2) * self._norm("T")  # (X, C, R)
+        v3 = lab @ self.U3 * self._norm("T")  # (M, R)
         pair = v2[:, :, None, :] * v3[None, None]  # (X, C, M, R)
         R = v1.shape[-1]
         return (v1.reshape(-1, R) @ pair.reshape(-1, R).T).reshape(*v1.shape[:-1], *pair.shape[:3])
@@ -190,11 +220,13 @@ class SecondOrder(nn.Module):
 SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "trilinear": Trilinear}
 
 
-def make_scorer(edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1) -> nn.Module:
+def make_scorer(
+    edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True
+) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
-    scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank)
+    scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission)
     return SecondOrder(scorer) if order == 2 else scorer

@@ -9,11 +9,12 @@ from typing import List, Optional
 
 import numpy
 from spacy.tokens import Doc
-from thinc.api import Model, PyTorchWrapper_v2
+from thinc.api import Model
 from thinc.types import Floats2d
 
 from .scorers import make_scorer
 from .segments import SegmentScores, TokenScores  # noqa: F401  (SegmentScores: re-exported)
+from .shim import torch_head
 from .structure import Chain, LatentTree, Structure
 
 
@@ -26,12 +27,13 @@ def build_structured_tagger(
     rank: int,
     order: int = 1,
     max_dist: Optional[int] = None,
+    emission: bool = True,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF)."""
     n_dirs = 2 if structure == "tree" else 1
-    scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order)
-    head = PyTorchWrapper_v2(scorer)
+    scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission)
+    head = torch_head(scorer)
     return Model(
         f"nldm-{structure}-tagger",
         forward,

