@@ -262,8 +262,9 @@ class StructuredTagger(TrainablePipe):
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
         labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior")
-        if heads is not None:  # the same tree whatever the rounding of equally scored ones
-            heads = canonical_heads(labels, heads, lengths, structure.max_dist).cpu().numpy()
+        if heads is not None:  # one tree among the (near-)equally scored ones, whatever the rounding
+            heads, best = canonical_heads(F, labels, lengths, structure.max_dist)
+            heads = heads.cpu().numpy()
         probs = structure.label_marginals(F, lengths).cpu().numpy() if self.store_probs else None
         return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs,
                            structure.has_tree)
