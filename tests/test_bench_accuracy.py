@@ -1,0 +1,64 @@
+"""``bench accuracy``: the side-by-side table and its resumable runs file, on a tiny corpus."""
+import json
+
+import spacy
+from spacy.tokens import Doc, DocBin
+from typer.testing import CliRunner
+
+from spacy_nldm.cli import app
+from spacy_nldm.cli.bench_accuracy import accuracy_table
+
+SENTENCES = [
+    ("the dog runs", "D N V"), ("a cat sleeps", "D N V"), ("dogs run fast", "N V R"),
+    ("the cat runs fast", "D N V R"), ("a dog sleeps", "D N V"), ("cats sleep", "N V"),
+]
+
+
+def write_corpus(root):
+    nlp = spacy.blank("en")
+    folder = root / "twitter"
+    folder.mkdir(parents=True)
+    for split in ("train", "test"):
+        docs = []
+        for text, tags in SENTENCES:
+            doc = Doc(nlp.vocab, words=text.split())
+            for token, tag in zip(doc, tags.split()):
+                token.tag_ = tag
+            docs.append(doc)
+        DocBin(docs=docs).to_disk(folder / f"{split}.spacy")
+
+
+def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
+    write_corpus(tmp_path / "corpus")
+    results, output = tmp_path / "runs.jsonl", tmp_path / "accuracy.md"
+    args = ["bench", "accuracy", "--datasets", "tw", "--systems", "softmax,crf", "--seeds", "0", "--epochs", "3",
+            "--corpus", str(tmp_path / "corpus"), "--results", str(results), "--output", str(output)]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert sorted(r["spec"]["factory"] for r in rows) == ["crf_tagger", "tagger"]
+    assert all(0 <= r["acc"] <= 100 for r in rows)
+    assert set(rows[0]["acc_by_decoder"] or rows[1]["acc_by_decoder"]) == {"viterbi", "posterior"}
+    table = output.read_text()
+    assert "| tw |" in table and "crf − softmax" in table
+    second = CliRunner().invoke(app, args)  # everything is in the runs file: nothing is trained again
+    assert second.exit_code == 0, second.output
+    assert "2 of 2 runs already" in second.output and "0 to run" in second.output
+    assert len(results.read_text().splitlines()) == 2
+
+
+def test_accuracy_table_differences_and_wins():
+    rows = {"a": {"softmax": [90.0, 92.0], "crf": [92.0, 92.0], "nldm": [93.0, 93.0]},
+            "b": {"softmax": [80.0], "crf": [79.0], "nldm": [81.0]}}
+    lines = accuracy_table(rows, ["softmax", "crf", "nldm"])
+    a = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert a == ["a", "91.00 ± 1.41", "92.00 ± 0.00", "93.00 ± 0.00", "+1.00", "+2.00", "+1.00"]
+    average = [c.strip() for c in lines[4].strip("|").split("|")]
+    assert average[1:4] == ["85.50", "85.50", "87.00"] and average[4:] == ["+0.00", "+1.50", "+1.50"]
+    wins = [c.strip() for c in lines[5].strip("|").split("|")]
+    assert wins[-3:] == ["1/2", "2/2", "2/2"]
+
+
+def test_unknown_dataset_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "accuracy", "--datasets", "xx", "--results", str(tmp_path / "r")])
+    assert result.exit_code != 0 and "unknown dataset 'xx'" in result.output
