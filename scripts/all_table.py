@@ -2,7 +2,9 @@
 
     python scripts/all_table.py --dataset twitter --systems softmax,crf1,crf2,nldm
 reads metrics/<dataset>/<system>.json (spacy evaluate --gold-preproc on the test split),
-training/<dataset>/<system>/model-best/meta.json (dev accuracy) and training/<dataset>/<system>/time.json.
+training/<dataset>/<system>/model-best/meta.json (dev accuracy) and training/<dataset>/<system>/time.json,
+writes the table (git-ignored: the committed reference run is metrics/reference/<dataset>.md, which no run
+writes) and says where the trained pipelines are and how to load one.
 """
 from __future__ import annotations
 
@@ -61,6 +63,26 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
+    print(where_things_are(key, systems, out))
+
+
+def where_things_are(key: str, systems, table: Path) -> str:
+    """The end of the `all` workflow: where the trained pipelines are and how to use one."""
+    models = {s: (Path("training") / key / s / "model-best").resolve() for s in systems}
+    width = max(len(s) for s in systems)
+    lines = ["", "Trained pipelines (spaCy pipeline folders; model-best = the best on dev):"]
+    lines += [f"  {s:<{width}}  {path}{'' if path.exists() else '  (missing: its training failed?)'}"
+              for s, path in models.items()]
+    example = models.get("nldm", next(iter(models.values())))
+    lines += [
+        "Load one in Python:",
+        f"  import spacy; nlp = spacy.load({str(example)!r})",
+        '  doc = nlp("OMG I love this song"); print([(t.text, t.tag_, t._.nldm_head) for t in doc])',
+        f"Tag a corpus: python -m spacy apply {example} input.jsonl tagged.spacy",
+        "Package one: python -m spacy project run package",
+        f"This run's table: {table.resolve()} (the committed reference run is metrics/reference/{key}.md).",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

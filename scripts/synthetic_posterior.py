@@ -50,9 +50,7 @@ def main() -> None:
         model_dir = args.runs / path.stem / "model-best"
         if not model_dir.exists():
             continue
-        nlp = spacy.load(model_dir)
-        pipe = nlp.get_pipe("tagger")
-        pipe.cfg["decode"] = "posterior"
+        nlp = spacy.load(model_dir, config={"components": {"tagger": {"decode": "posterior"}}})
         corpus = args.corpus_dir / str(run["size"])
         run["test_tag_acc_posterior"] = accuracy(nlp, corpus / "test.spacy")
         n = run.get("heldout_sequences")

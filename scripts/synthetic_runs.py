@@ -7,7 +7,7 @@ For each seed, then each size, then each model: generate the corpus if it is mis
 model-best`` on the test split (``--gold-preproc``). One JSON file per run goes to --metrics-dir; a run whose
 metrics file exists is skipped, so the script can be stopped and started again. ``--stop-at HH:MM`` (UTC)
 starts no run after that time. Several copies can run at once on the same folders: each claims a run with a
-lock file (``<run>.lock``, holding its pid) before starting it.
+lock file (``<run>.lock``, holding its pid) before starting it (``scripts/runs.py``, shared with reproduce.py).
 
     python scripts/synthetic_runs.py --sizes 1000 3000 10000 --seeds 0 1 2
 """
@@ -15,11 +15,12 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from runs import Run, last_logged_step, parse_overrides, run_queue, spacy_evaluate, spacy_train
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_DIRS = ("spacy_nldm/structs", "spacy_nldm/models", "spacy_nldm/pipeline")
@@ -79,80 +80,28 @@ def past(stop_at: str) -> bool:
     return (now.hour, now.minute) >= (hh, mm)
 
 
-def claim(lock: Path) -> bool:
-    """Create ``lock`` with our pid; False if another live process holds it (a dead holder's lock is taken)."""
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text().strip() or 0)
-                os.kill(pid, 0)
-                return False
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                lock.unlink(missing_ok=True)
-                continue
-            except PermissionError:
-                return False
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
-        return True
-    return False
-
-
 def run_one(model: str, size: int, seed: int, args) -> dict:
+    """Train one model at one size and seed, test it on the size's test split and the held-out set."""
     corpus = ensure_corpus(size, args.data_seed, args.corpus_dir)
     name = f"{model}-{size}-s{seed}"
     out_dir = args.train_dir / name
     log = args.train_dir / f"{name}.log"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    cmd = [
-        sys.executable, "-m", "spacy", "train", str(ROOT / "configs" / f"synthetic_{model}.cfg"),
-        "--output", str(out_dir),
-        "--paths.train", str(corpus / "train.spacy"),
-        "--paths.dev", str(corpus / "dev.spacy"),
-        "--system.seed", str(seed),
-        *args.overrides,
-    ]
+    overrides = {"paths.train": str(corpus / "train.spacy"), "paths.dev": str(corpus / "dev.spacy"),
+                 "system.seed": str(seed), **parse_overrides(args.overrides)}
     fingerprint = code_fingerprint()
-    t0 = time.time()
-    with log.open("w") as f:
-        f.write(" ".join(cmd) + "\n")
-        f.flush()
-        subprocess.run(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=True)
-    train_s = time.time() - t0
-    tmp = args.metrics_dir / f"{name}.evaluate.json"
+    train_s, _ = spacy_train(ROOT / "configs" / f"synthetic_{model}.cfg", out_dir, overrides, log,
+                             threads=args.threads, cwd=ROOT)
     t1 = time.time()
-    with log.open("a") as f:
-        subprocess.run(
-            [sys.executable, "-m", "spacy", "evaluate", str(out_dir / "model-best"), str(corpus / "test.spacy"),
-             "--output", str(tmp), "--gold-preproc"],
-            cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=True,
-        )
+    scores = spacy_evaluate(out_dir / "model-best", corpus / "test.spacy", log, threads=args.threads, cwd=ROOT)
     eval_s = time.time() - t1
-    scores = json.loads(tmp.read_text())
-    tmp.unlink()
     heldout_scores = {}
     if args.heldout:
         heldout = ensure_heldout(args.heldout, args.data_seed, args.heldout_sample_seed, args.corpus_dir)
-        with log.open("a") as f:
-            subprocess.run(
-                [sys.executable, "-m", "spacy", "evaluate", str(out_dir / "model-best"), str(heldout),
-                 "--output", str(tmp), "--gold-preproc"],
-                cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, check=True,
-            )
-        heldout_scores = json.loads(tmp.read_text())
-        tmp.unlink()
+        heldout_scores = spacy_evaluate(out_dir / "model-best", heldout, log, threads=args.threads, cwd=ROOT)
     meta_path = out_dir / "model-best" / "meta.json"
     best = json.loads(meta_path.read_text()).get("performance", {}) if meta_path.exists() else {}
-    steps = None
-    for line in reversed(log.read_text().splitlines()):
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            steps = int(parts[1])
-            break
-    return {
+    last = last_logged_step(log)
+    result = {
         "model": model,
         "size": size,
         "seed": seed,
@@ -164,12 +113,15 @@ def run_one(model: str, size: int, seed: int, args) -> dict:
         "heldout_sequences": args.heldout or None,
         "train_seconds": round(train_s, 1),
         "eval_seconds": round(eval_s, 1),
-        "last_logged_step": steps,
+        "last_logged_step": int(last[1]) if last else None,
         "overrides": args.overrides,
         "code_fingerprint": fingerprint,
         "git_head": git_head(),
         "finished": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    print(f"  {model} {size} s{seed}: test tag_acc {result['test_tag_acc']:.4f} "
+          f"(dev {result['dev_tag_acc']}), train {result['train_seconds']}s", flush=True)
+    return result
 
 
 def main() -> None:
@@ -202,37 +154,12 @@ def main() -> None:
         if args.heldout:
             print(f"held-out {ensure_heldout(args.heldout, args.data_seed, args.heldout_sample_seed, args.corpus_dir)}")
         return
-    for seed in args.seeds:
-        for size in args.sizes:
-            for model in args.models:
-                path = args.metrics_dir / f"{model}-{size}-s{seed}.json"
-                if path.exists():
-                    print(f"skip {path.name} (exists)", flush=True)
-                    continue
-                if past(args.stop_at):
-                    print(f"stop: past {args.stop_at} UTC, {path.name} not started", flush=True)
-                    return
-                lock = path.with_suffix(".lock")
-                if not claim(lock):
-                    print(f"skip {path.name} (claimed by another process)", flush=True)
-                    continue
-                try:
-                    if path.exists():
-                        continue
-                    print(f"run {model} size {size} seed {seed} ...", flush=True)
-                    try:
-                        result = run_one(model, size, seed, args)
-                    except subprocess.CalledProcessError as err:
-                        print(f"  FAILED ({err}); see {args.train_dir / (path.stem + '.log')}", flush=True)
-                        continue
-                    path.write_text(json.dumps(result, indent=2) + "\n")
-                finally:
-                    lock.unlink(missing_ok=True)
-                print(
-                    f"  {model} {size} s{seed}: test tag_acc {result['test_tag_acc']:.4f} "
-                    f"(dev {result['dev_tag_acc']}), train {result['train_seconds']}s",
-                    flush=True,
-                )
+    queue = [
+        Run(f"{model} size {size} seed {seed}", args.metrics_dir / f"{model}-{size}-s{seed}.json", (model, size, seed))
+        for seed in args.seeds for size in args.sizes for model in args.models
+    ]
+    run_queue(queue, lambda run: run_one(*run.params, args),
+              stop=lambda: f"past {args.stop_at} UTC" if past(args.stop_at) else None)
 
 
 if __name__ == "__main__":

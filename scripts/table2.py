@@ -1,6 +1,6 @@
 """results/table2.md: measured Table 2 (mean over seeds) beside the paper's, with NLDM's gain per baseline.
 
-    python scripts/table2.py [--runs results/runs] [--output results/table2.md] [--mirror ../shared/data]
+    python scripts/table2.py [--runs results/runs] [--output results/table2.md] --mirror ../shared/data
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=Path, default=Path("results/runs"))
     p.add_argument("--output", type=Path, default=Path("results/table2.md"))
-    p.add_argument("--mirror", type=Path, default=Path("../shared/data"))
+    p.add_argument("--mirror", type=Path, required=True, help="the data folder (project.yml: vars.mirror)")
     args = p.parse_args()
     acc = defaultdict(list)  # (dataset, system) -> [test acc]
     secs = defaultdict(list)

@@ -1,6 +1,8 @@
 """The benchmark commands run end to end on tiny shapes and print their tables."""
 from typer.testing import CliRunner
 
+from nldm_fixtures import TWITTER
+
 from spacy_nldm.cli import app
 
 runner = CliRunner()
@@ -29,7 +31,7 @@ def test_bench_pipeline_compares_with_the_crf(tmp_path):
     out = tmp_path / "pipeline.md"
     result = runner.invoke(
         app,
-        ["bench", "pipeline", "--limit", "12", "--systems", "crf order 1,nldm k=5", "--threads", "1",
+        ["bench", "pipeline", str(TWITTER / "oct27.train"), "--limit", "12", "--systems", "crf order 1,nldm k=5", "--threads", "1",
          "--width", "16", "--rank", "16", "--label-dim", "8", "--warmup", "1", "--output", str(out)],
     )
     assert result.exit_code == 0, result.output
@@ -37,3 +39,8 @@ def test_bench_pipeline_compares_with_the_crf(tmp_path):
     assert set(rows) == {"crf order 1", "nldm k=5"}
     ratio = float(rows["crf order 1"].split("|")[6])
     assert ratio == 1.0
+
+
+def test_bench_pipeline_needs_an_existing_data_file(tmp_path):
+    result = runner.invoke(app, ["bench", "pipeline", str(tmp_path / "none.txt"), "--limit", "2"])
+    assert result.exit_code == 1 and "none.txt: file not found" in result.output

@@ -206,3 +206,72 @@ def test_tweebank_v1_malformed(tmp_path, mutate, line, problem):
     with pytest.raises(ConversionError) as info:
         list(read_tweebank_v1(path))
     assert info.value.line == line and problem in info.value.problem
+
+
+# ------------------------------------------------------------------------------------------------- issue 13, item 6
+def test_conllu_with_a_byte_order_mark_is_reported_by_the_check_and_removed_by_convert_ud(tmp_path):
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    bom = _write(tmp_path, "bom.conllu", b"\xef\xbb\xbf" + CONLLU.read_bytes())
+    res = _cli("conllu-check", bom)
+    assert res.returncode == 1 and f"error: {bom}:1: the file starts with a UTF-8 byte order mark" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = _cli("ud", bom, "--output", tmp_path / "bom.spacy")
+    assert res.returncode == 0, res.stderr
+    assert f"warning: {bom}:1: UTF-8 byte order mark removed" in res.stderr and "Wrote 2 sentences, 9 tokens" in res.stdout
+    res = _cli("ud", CONLLU, "--output", tmp_path / "plain.spacy")
+    assert res.returncode == 0 and res.stderr == ""
+
+    def read(name):
+        return [[(t.text, t.tag_, t.pos_, t.head.i, t.dep_) for t in d] + [d.user_data["gold_heads"]]
+                for d in DocBin().from_disk(tmp_path / name).get_docs(Vocab())]
+
+    assert read("bom.spacy") == read("plain.spacy")
+
+
+def test_convert_ud_is_spacy_convert_then_targets(tmp_path):
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    raw = _spacy_convert(CONLLU, tmp_path)
+    assert _cli("ud-targets", raw, "--output", tmp_path / "two_steps.spacy", "--conllu", CONLLU).returncode == 0
+    assert _cli("ud", CONLLU, "--output", tmp_path / "one_step.spacy").returncode == 0
+
+    def read(name):
+        return [([(t.text, t.whitespace_, t.tag_, t.pos_, t.head.i, t.dep_, str(t.morph)) for t in d], d.user_data)
+                for d in DocBin().from_disk(tmp_path / name).get_docs(Vocab())]
+
+    assert read("one_step.spacy") == read("two_steps.spacy")
+
+
+@pytest.mark.parametrize("content", [b"", ARK.read_bytes(), b"\x00\x01 not a docbin"], ids=["empty", "text", "bytes"])
+def test_ud_targets_on_a_file_that_is_not_a_docbin_is_a_clean_error(tmp_path, content):
+    path = _write(tmp_path, "x.spacy", content)
+    res = _cli("ud-targets", path, "--output", tmp_path / "out.spacy")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.startswith(f"error: {path}: ") and "DocBin" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.spacy").exists()
+
+
+@pytest.mark.parametrize("command,source", [("ark", ARK), ("conllu-check", CONLLU), ("tweebank-v1", TB1)])
+def test_cr_only_line_endings_are_named(tmp_path, command, source):
+    path = _write(tmp_path, "mac.txt", source.read_bytes().replace(b"\n", b"\r"))
+    args = [path] if command == "conllu-check" else [path, "--output", tmp_path / "x.spacy"]
+    res = _cli(command, *args)
+    assert res.returncode == 1 and f"error: {path}:1: line endings" in res.stderr
+    crlf = _write(tmp_path, "dos.txt", source.read_bytes().replace(b"\n", b"\r\n"))  # CRLF stays fine
+    args = [crlf] if command == "conllu-check" else [crlf, "--output", tmp_path / "y.spacy"]
+    assert _cli(command, *args).returncode == 0
+
+
+def test_ark_token_with_an_ascii_space_is_kept_with_a_warning(tmp_path):
+    from spacy_nldm.corpora.errors import ConversionWarning
+
+    path = _write(tmp_path, "space.txt", "a\tN\nNew York\t^\n")
+    with pytest.warns(ConversionWarning, match=r"space.txt:2: token 'New York' contains an ASCII space"):
+        (sent,) = read_ark(path, tagset=ARK_TAGS)
+    assert sent.words == ["a", "New York"]
+    res = _cli("ark", path, "--output", tmp_path / "x.spacy")
+    assert res.returncode == 0 and f"warning: {path}:2: token 'New York' contains an ASCII space" in res.stderr
+    assert "Wrote 1 sentences, 2 tokens" in res.stdout

@@ -2,19 +2,20 @@
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy
 import pytest
+import torch
 import spacy
+import srsly
 from spacy.tokens import Doc
 from spacy.training import Example
 
+from nldm_fixtures import TWITTER
 from spacy_nldm.corpora.ark import read_ark
 from spacy_nldm.pipeline import render_tree, tree_to_displacy
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-ARK_TRAIN = DATA / "twitter_pos" / "oct27.train"
+ARK_TRAIN = TWITTER / "oct27.train"
 SMALL_TOK2VEC = {
     "@architectures": "spacy.HashEmbedCNN.v2",
     "pretrained_vectors": None,
@@ -35,8 +36,6 @@ def small_model(factory, **overrides):
 
 @pytest.fixture(scope="module")
 def ark():
-    if not ARK_TRAIN.exists():
-        pytest.skip(f"no ARK data at {ARK_TRAIN}")
     return [(s.words, s.tags) for s in read_ark(ARK_TRAIN)][:20]
 
 
@@ -94,7 +93,8 @@ def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     nlp, pipe = trained("nldm_tagger", ark, steps=1)
     want = sorted({t for _, tags in ark for t in tags})
     assert list(pipe.labels) == want and "!" in pipe.labels
-    scores = pipe.model.predict([Doc(nlp.vocab, words=w) for w, _ in ark[:3]])
+    docs = [Doc(nlp.vocab, words=w) for w, _ in ark[:3]]
+    scores = pipe.segment_scores(docs, pipe.model.predict(docs))
     assert scores.scores.dtype == numpy.float32  # the float32 path, thinc to torch and back
     gold = pipe._gold_mask(examples(nlp, ark[:3]), scores)
     for s, n in enumerate(scores.lengths):  # fully labelled: one allowed label per token, "!" included
@@ -159,19 +159,64 @@ def test_empty_one_token_and_long_docs(ark):
     assert numpy.isfinite(losses["nldm_tagger"])
 
 
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_batches_without_tokens_never_reach_the_model(ark, factory, monkeypatch):
+    from thinc.api import Model
+
+    nlp, pipe = trained(factory, ark[:4], steps=1)
+
+    def fail(model, docs, is_train):
+        raise AssertionError("the model was called on a batch without tokens")
+
+    monkeypatch.setattr(pipe, "model", Model("unreachable", fail, attrs=dict(pipe.model.attrs)))
+    empty = [Doc(nlp.vocab, words=[]) for _ in range(3)]
+    preds = pipe.predict(empty)
+    pipe.set_annotations(empty, preds)
+    assert all(doc._.nldm_tree_score == (0.0 if factory == "nldm_tagger" else None) for doc in empty)
+    assert pipe.update([Example.from_dict(doc, {}) for doc in empty]) == {factory: 0.0}
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_nan_scores_are_a_clear_error(ark, factory):
+    """As spaCy's tagger (E940), in update and in predict."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp, pipe = trained(factory, ark[:4], steps=1)
+    with torch.no_grad():
+        next(torch_scorer(pipe.model).parameters()).fill_(float("nan"))
+    with pytest.raises(ValueError, match=f"{factory}: found NaN or infinite values in the edge scores"):
+        nlp.update(examples(nlp, ark[:2]))
+    with pytest.raises(ValueError, match="E940"):
+        nlp(" ".join(ark[0][0]))
+
+
+def test_a_loss_that_is_not_finite_is_a_clear_error(ark, monkeypatch):
+    """The structured core clamps impossible arcs, so finite scores give a finite loss; the check
+    behind it (spaCy's E910) is tested with a structure that returns NaN."""
+    from spacy_nldm.pipeline import tagger as module
+
+    nlp, pipe = trained("nldm_tagger", ark[:4], steps=1)
+    eg = examples(nlp, ark[:1])[0]
+    structure = module.get_structure(pipe.model)
+    monkeypatch.setattr(structure, "nll", lambda F, *args, **kwargs: (F * float("nan")).sum())
+    monkeypatch.setattr(module, "get_structure", lambda model: structure)
+    with pytest.raises(ValueError, match="nldm_tagger: the loss is nan .*E910"):
+        pipe.get_loss([eg], pipe.model.predict([eg.predicted]))
+
+
 def test_sentences_are_scored_separately(ark):
     nlp, pipe = trained("nldm_tagger", ark[:5], steps=1)
     (w1, _), (w2, _) = ark[5], ark[6]
     n1, n2 = len(w1), len(w2)
     joined = Doc(nlp.vocab, words=w1 + w2, sent_starts=[True] + [False] * (n1 - 1) + [True] + [False] * (n2 - 1))
-    scores = pipe.model.predict([joined])
+    scores = pipe.segment_scores([joined], pipe.model.predict([joined]))
     assert scores.segments == [(0, 0, n1), (0, n1, n1 + n2)] and scores.lengths.tolist() == [n1, n2]
     doc = nlp(joined)
     for t in doc:  # one tree per sentence
         assert t._.nldm_head is None or (t._.nldm_head < n1) == (t.i < n1)
     assert sum(t._.nldm_head is None for t in doc) >= 2
     unsplit = nlp(Doc(nlp.vocab, words=w1 + w2))
-    assert pipe.model.predict([unsplit]).lengths.tolist() == [n1 + n2]
+    assert pipe.segment_scores([unsplit], pipe.model.predict([unsplit])).lengths.tolist() == [n1 + n2]
 
 
 @pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
@@ -213,6 +258,29 @@ def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, fac
     fresh.add_pipe(factory, config=config)
     fresh.from_bytes(nlp.to_bytes())
     assert predict(fresh) == want
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_settings_given_at_load_time_take_effect_and_are_saved_once(ark, tmp_path, factory):
+    """The config is the one source of the settings; the saved component holds only what it learned."""
+    nlp, pipe = trained(factory, ark[:6], steps=2)
+    nlp.to_disk(tmp_path / "saved")
+    settings = {"store_probs": True, "decode": "posterior", "max_length": 8}
+    loaded = spacy.load(tmp_path / "saved", config={"components": {factory: settings}})
+    tagger = loaded.get_pipe(factory)
+    text = " ".join(["lol"] * 19)
+    with pytest.warns(UserWarning, match="max_length=8"):
+        doc = loaded(text)
+    assert doc._.nldm_probs is not None and doc._.nldm_probs.shape == (19, len(tagger.labels))
+    assert [t.tag_ for t in doc] == [tagger.labels[i] for i in doc._.nldm_probs.argmax(1)]  # posterior decoding
+    assert {key: getattr(tagger, key) for key in settings} == settings
+    assert tagger.labels == pipe.labels and "max_length" not in tagger.model.attrs
+    loaded.to_disk(tmp_path / "again")
+    assert {key: loaded.config["components"][factory][key] for key in settings} == settings
+    assert srsly.read_json(tmp_path / "again" / factory / "cfg") == {"labels": list(pipe.labels)}
+    reloaded = spacy.load(tmp_path / "again")
+    assert {key: getattr(reloaded.get_pipe(factory), key) for key in settings} == settings
+    assert reloaded(text)._.nldm_probs.tolist() == doc._.nldm_probs.tolist()
 
 
 def test_pos_attribute_and_scorer_key():
@@ -270,3 +338,10 @@ def test_render_tree_draws_the_latent_tree(ark):
         assert {arc["start"], arc["end"]} == {head, t.i + 1}
     html = render_tree(doc, jupyter=False)
     assert "<svg" in html and doc[0].tag_ in html
+
+
+def test_render_tree_refuses_a_doc_without_a_latent_tree(ark):
+    nlp, _ = trained("crf_tagger", ark[:4], steps=1)
+    for doc in (nlp(" ".join(ark[6][0])), Doc(nlp.vocab, words=["no", "tags"])):
+        with pytest.raises(ValueError, match="has no latent tree to draw"):
+            render_tree(doc, jupyter=False)

@@ -3,18 +3,18 @@ import random
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 from spacy.cli.init_config import fill_config
+from spacy.util import load_config
 from spacy.training import Example
 from thinc.api import Adam
 
+from nldm_fixtures import TWITTER as DATA
 from spacy_nldm.corpora.ark import read_ark
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "twitter_pos"
 TOK2VEC = {
     "@architectures": "spacy.HashEmbedCNN.v2",
     "pretrained_vectors": None,
@@ -29,8 +29,6 @@ TOK2VEC = {
 
 @pytest.fixture(scope="module")
 def ark_split():
-    if not (DATA / "oct27.train").exists():
-        pytest.skip(f"no ARK data in {DATA}")
     train = [(s.words, s.tags) for s in read_ark(DATA / "oct27.train")][:100]
     held_out = [(s.words, s.tags) for s in read_ark(DATA / "oct27.test")][:80]
     return train, held_out
@@ -181,3 +179,54 @@ def test_spacy_train_cli_and_spacy_load(ark_split, tmp_path):
     doc = nlp(" ".join(held_out[0][0]))
     assert all(t.tag_ in nlp.get_pipe("crf").labels for t in doc)
     assert isinstance(doc._.nldm_tree_score, float)
+
+
+def training_table(stdout: str):
+    """The columns and rows of `spacy train`'s console table."""
+    lines = stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:2] == ["E", "#"])
+    columns = lines[head].replace("LOSS ", "LOSS_").split()  # "LOSS NLDM_TAGGER" is one column
+    rows = [line.split() for line in lines[head + 2 :] if line.split() and line.split()[0].isdigit()]
+    return columns, [dict(zip(columns, row)) for row in rows]
+
+
+def test_spacy_init_config_route_scores_the_tagged_attribute(ark_split, tmp_path):
+    """`spacy init config -p nldm_tagger`, then `spacy train`: the table's accuracy column is the one of
+    the component's attr (tag, or pos when set so) and SCORE is that accuracy."""
+    from spacy.training.converters import conllu_to_docs
+
+    from nldm_fixtures import MIRROR
+
+    train, held_out = ark_split
+    vocab = spacy.blank("en").vocab
+    for name, sents in (("train", train[:30]), ("dev", held_out[:10])):
+        DocBin(docs=[Doc(vocab, words=w, tags=t) for w, t in sents]).to_disk(tmp_path / f"tag-{name}.spacy")
+    conllu = (MIRROR / "ud/UD_Telugu-MTG/te_mtg-ud-train.conllu").read_text(encoding="utf8")
+    ud = list(conllu_to_docs(conllu, n_sents=1, no_print=True))
+    for name, docs in (("train", ud[:20]), ("dev", ud[20:])):
+        DocBin(docs=docs).to_disk(tmp_path / f"pos-{name}.spacy")
+    cli = [sys.executable, "-m", "spacy"]
+    done = subprocess.run(cli + ["init", "config", "-p", "nldm_tagger", "-l", "en", str(tmp_path / "config.cfg")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    weights = load_config(tmp_path / "config.cfg")["training"]["score_weights"]
+    assert weights == {"tag_acc": 1.0, "pos_acc": None}
+    small = ["--components.nldm_tagger.model.tok2vec.width", "16", "--components.nldm_tagger.model.tok2vec.depth", "1",
+             "--components.nldm_tagger.model.rank", "16", "--components.nldm_tagger.model.label_dim", "8",
+             "--training.max_steps", "3", "--training.eval_frequency", "1"]
+    for attr in ("tag", "pos"):
+        out = tmp_path / f"out-{attr}"
+        done = subprocess.run(
+            cli + ["train", str(tmp_path / "config.cfg"), "--output", str(out), "--paths.train",
+                   str(tmp_path / f"{attr}-train.spacy"), "--paths.dev", str(tmp_path / f"{attr}-dev.spacy"),
+                   "--components.nldm_tagger.attr", attr, *small],
+            capture_output=True, text=True, cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        columns, rows = training_table(done.stdout)
+        key, other = f"{attr.upper()}_ACC", "POS_ACC" if attr == "tag" else "TAG_ACC"
+        assert key in columns and other not in columns, columns
+        assert rows and all(abs(float(r["SCORE"]) - float(r[key]) / 100) < 0.006 for r in rows), rows
+        assert any(float(r[key]) > 0 for r in rows)
+        saved = load_config(out / "model-last" / "config.cfg")["training"]["score_weights"]
+        assert saved[f"{attr}_acc"] == 1.0 and not saved["pos_acc" if attr == "tag" else "tag_acc"]

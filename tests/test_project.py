@@ -1,4 +1,6 @@
-"""project.yml and configs: structure checks, and a smoke run of the project's own commands on mirror slices."""
+"""project.yml and configs: structure checks, and a smoke run of the project's own commands on the
+miniature mirror of tests/fixtures (project.yml is read and run from a copy in a temporary folder: weasel
+creates the project's directories next to the project.yml it reads, and the checkout must stay clean)."""
 from __future__ import annotations
 
 import hashlib
@@ -13,20 +15,29 @@ import pytest
 import srsly
 from thinc.api import Config
 
-ROOT = Path(__file__).resolve().parent.parent
-MIRROR = (ROOT / "../shared/data").resolve()
+from nldm_fixtures import MIRROR, ROOT, full_mirror
+
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
-needs_mirror = pytest.mark.skipif(not (MIRROR / "twitter_pos" / "oct27.train").exists(), reason="no data mirror")
 
 
-def _project():
+def copy_project(dest: Path) -> Path:
+    """project.yml, configs/ and scripts/ copied to ``dest`` (what `spacy project run` needs)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "project.yml", dest / "project.yml")
+    shutil.copytree(ROOT / "configs", dest / "configs")
+    shutil.copytree(ROOT / "scripts", dest / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
     from weasel.util import load_project_config
 
-    return load_project_config(ROOT, interpolate=True)
+    return load_project_config(copy_project(tmp_path_factory.mktemp("project")), interpolate=True)
 
 
-def test_project_yml_validates_and_workflows_name_commands():
-    cfg = _project()
+def test_project_yml_validates_and_workflows_name_commands(project):
+    cfg = project
     names = {c["name"] for c in cfg["commands"]}
     for wf in ("all", "reproduce", "package"):
         assert wf in cfg["workflows"]
@@ -35,17 +46,18 @@ def test_project_yml_validates_and_workflows_name_commands():
     assert cfg["vars"]["mirror"] == "../shared/data"
 
 
-def test_assets_are_pinned_upstream_and_match_the_mirror():
-    cfg = _project()
-    assets = cfg["assets"]
+def test_assets_are_pinned_upstream_and_match_the_mirror(project):
+    """Every asset is pinned; with SPACY_NLDM_MIRROR set to the full mirror, its files match the md5s."""
+    assets = project["assets"]
+    mirror = full_mirror()
     assert len(assets) >= 25
     for a in assets:
         # an upstream file at an exact commit (40 hex digits), with an md5 checksum
         assert re.match(r"https://raw\.githubusercontent\.com/[^/]+/[^/]+/[0-9a-f]{40}/", a["url"]), a["url"]
         assert re.fullmatch(r"[0-9a-f]{32}", a["checksum"])
         assert a["dest"].startswith("../shared/data/")
-        dest = ROOT / a["dest"]
-        if dest.exists():
+        if mirror is not None:
+            dest = mirror / a["dest"][len("../shared/data/"):]
             assert hashlib.md5(dest.read_bytes()).hexdigest() == a["checksum"], a["dest"]
 
 
@@ -62,7 +74,7 @@ def test_the_four_systems_share_one_encoder_and_one_training_setup():
     cfgs = {s: _cfg(s) for s in SYSTEMS}
     encoders = {s: c["components"][_component(c)]["model"]["tok2vec"] for s, c in cfgs.items()}
     ref = encoders["softmax"]
-    assert ref["encode"]["@architectures"] == "spacy.TorchBiLSTMEncoder.v1" and ref["encode"]["depth"] == 1
+    assert ref["encode"]["@architectures"] == "spacy-nldm.TorchBiLSTMEncoder.v1" and ref["encode"]["depth"] == 1
     assert ref["encode"]["width"] // 2 in (100, 200, 400)  # D_h per direction, paper 6.1
     for s in SYSTEMS:
         assert encoders[s] == ref, s
@@ -82,31 +94,10 @@ def test_the_four_systems_share_one_encoder_and_one_training_setup():
     assert 2 <= nldm["model"]["max_dist"] <= 10
 
 
-@needs_mirror
-def test_smoke_convert_and_train_on_mirror_slices(tmp_path):
-    """The project's own commands (spacy project run) on slices of the mirror; softmax trains a few steps."""
-    mirror = tmp_path / "mirror"
-    (mirror / "twitter_pos").mkdir(parents=True)
-
-    def head_blocks(src: Path, dst: Path, n: int) -> None:
-        blocks = src.read_text(encoding="utf8").split("\n\n")
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        dst.write_text("\n\n".join(blocks[:n]).rstrip("\n") + "\n\n", encoding="utf8")
-
-    for name in ("oct27.train", "oct27.dev", "oct27.test", "daily547.conll"):
-        head_blocks(MIRROR / "twitter_pos" / name, mirror / "twitter_pos" / name, 40)
-    for split in ("train", "dev", "test"):
-        head_blocks(MIRROR / "ud/UD_Telugu-MTG" / f"te_mtg-ud-{split}.conllu",
-                    mirror / "ud/UD_Telugu-MTG" / f"te_mtg-ud-{split}.conllu", 30)
-    for split in ("dev", "test"):  # multiword tokens; no train file, as in the mirror
-        head_blocks(MIRROR / "ud/UD_Italian-PoSTWITA" / f"it_postwita-ud-{split}.conllu",
-                    mirror / "ud/UD_Italian-PoSTWITA" / f"it_postwita-ud-{split}.conllu", 20)
-
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    shutil.copy(ROOT / "project.yml", proj / "project.yml")
-    shutil.copytree(ROOT / "configs", proj / "configs")
-    shutil.copytree(ROOT / "scripts", proj / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
+    """The project's own commands (spacy project run) on the miniature mirror; softmax trains a few steps."""
+    mirror = MIRROR
+    proj = copy_project(tmp_path / "proj")
     env = dict(os.environ, OMP_NUM_THREADS="1")
 
     def run(command: str, *overrides: str) -> str:
@@ -117,7 +108,7 @@ def test_smoke_convert_and_train_on_mirror_slices(tmp_path):
         return res.stdout
 
     out = run("convert-twitter")
-    assert "Wrote 80 sentences" in out and "Wrote 40 sentences" in out
+    assert "Wrote 140 sentences" in out and "Wrote 80 sentences" in out and "Wrote 40 sentences" in out
     out = run("convert-ud")
     assert "Wrote 30 sentences" in out and "it has dev/test only" in out.replace("note: ", "").replace(
         str(mirror / "ud/UD_Italian-PoSTWITA/it_postwita-ud-train.conllu") + " is not in the mirror (see "
@@ -137,6 +128,15 @@ def test_smoke_convert_and_train_on_mirror_slices(tmp_path):
     scores = srsly.read_json(proj / "metrics/twitter/softmax.json")
     assert 0.0 <= scores["tag_acc"] <= 1.0
 
+    # Table 2's queue (scripts/reproduce.py on scripts/runs.py): one tiny run, then the table
+    out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
+              "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
+    assert "skip it: no train file in the mirror" in out
+    record = srsly.read_json(proj / "results/runs/twitter/softmax-seed0.json")
+    assert record["system"] == "softmax" and 0.0 <= record["test_acc"] <= 100.0
+    assert "skip twitter/softmax/seed0" in run("reproduce-train", "--vars.reproduce_datasets=twitter",
+                                               "--vars.reproduce_systems=softmax", "--vars.reproduce_seeds=0")
+
 
 def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
     runs = tmp_path / "runs"
@@ -148,11 +148,10 @@ def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
                               "train_seconds": 60.0, "budget": {"training.max_epochs": "8"}})
     out = tmp_path / "table2.md"
     res = subprocess.run([sys.executable, str(ROOT / "scripts/table2.py"), "--runs", str(runs), "--output", str(out),
-                          "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=ROOT)
+                          "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     text = out.read_text()
     te_row = next(line for line in text.splitlines() if line.startswith("| Te (te)"))
     assert "**81.00 ± 1.41** / 82.79" in te_row and "**83.00 ± 0.00** / 86.45" in te_row
     assert "+2.00 (+3.66)" in te_row and "+2.00 (+3.09)" in te_row and "+1.50 (+1.10)" in te_row
-    if MIRROR.exists():
-        assert "It (it) — no train file in the mirror" in text and "Ru (ru) — no train file in the mirror" in text
+    assert "It (it) — no train file in the mirror" in text and "Ru (ru) — no train file in the mirror" in text

@@ -4,7 +4,6 @@ import json
 import sys
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +29,6 @@ def fake_runs(tmp_path):
 
 
 def test_report_synthetic(tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib")
     report = load_script("synthetic_report")
     metrics = fake_runs(tmp_path)
     out = tmp_path / "out"

@@ -123,11 +123,11 @@ def train_and_score(spec: RunSpec) -> Dict:
     by_decoder = {}
     pipe = nlp.get_pipe("tagger")
     if spec.factory != "tagger":  # the same weights scored with each decoder (a paired comparison)
-        configured = pipe.cfg["decode"]
+        configured = pipe.decode
         for decoder in ("viterbi", "posterior"):
-            pipe.cfg["decode"] = decoder
+            pipe.decode = decoder
             by_decoder[decoder] = round(100 * nlp.evaluate(held_out)["tag_acc"], 2)
-        pipe.cfg["decode"] = configured
+        pipe.decode = configured
     return {
         "acc": round(100 * acc, 2),
         "acc_avg": round(100 * acc_avg, 2),

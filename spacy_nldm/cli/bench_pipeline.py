@@ -1,8 +1,9 @@
 """``python -m spacy_nldm bench pipeline``: training and tagging speed of the spaCy components.
 
 Every system gets the same encoder (hash embeddings + a 1-layer BiLSTM, as in the project configs)
-and is trained for ``--epochs`` on the ARK Twitter train set (oct27.traindev, the paper's training
-set) in batches of about ``--batch-words`` words, then tags the same tweets. Words per second are
+and is trained for ``--epochs`` on an ARK file (the paper's training set is oct27.traindev, e.g.
+``python -m spacy_nldm bench pipeline ../shared/data/twitter_pos/oct27.traindev``) in batches of about
+``--batch-words`` words, then tags the same tweets. Words per second are
 reported for wall time and for process CPU time (close to the wall time of a run alone on a shared
 machine when ``--threads 1``).
 """
@@ -15,8 +16,6 @@ from typing import Dict, List, Optional
 import typer
 
 from . import bench_app
-
-DEFAULT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "twitter_pos" / "oct27.traindev"
 
 SYSTEMS: Dict[str, Dict] = {
     "nldm k=5": {"factory": "nldm_tagger", "model": {"max_dist": 5}},
@@ -37,7 +36,7 @@ def encoder(width: int, hidden: int) -> Dict:
             "rows": [5000, 1000, 2500, 500],
             "include_static_vectors": False,
         },
-        "encode": {"@architectures": "spacy.TorchBiLSTMEncoder.v1", "width": width, "depth": 1, "dropout": 0.0},
+        "encode": {"@architectures": "spacy-nldm.TorchBiLSTMEncoder.v1", "width": width, "depth": 1, "dropout": 0.0},
     }
 
 
@@ -104,7 +103,7 @@ def run_system(system: str, sents, *, epochs: int, batch_words: int, width: int,
 
 @bench_app.command("pipeline")
 def bench_pipeline(
-    data: Path = typer.Option(DEFAULT_DATA, help="ARK file to train and tag (token<TAB>tag lines)."),
+    data: Path = typer.Argument(..., help="ARK file to train and tag (token<TAB>tag lines), e.g. oct27.traindev."),
     systems: str = typer.Option(",".join(SYSTEMS), help=f"Comma-separated, from: {', '.join(SYSTEMS)}."),
     epochs: int = typer.Option(1, help="Training epochs timed."),
     limit: int = typer.Option(0, help="Use only the first N tweets (0 = all)."),
@@ -122,10 +121,15 @@ def bench_pipeline(
     import torch
 
     from ..corpora.ark import read_ark
+    from ..corpora.errors import ConversionError
 
     if threads:
         torch.set_num_threads(threads)
-    sents = [(s.words, s.tags) for s in read_ark(data)]
+    try:
+        sents = [(s.words, s.tags) for s in read_ark(data)]
+    except ConversionError as err:
+        typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=1)
     if limit:
         sents = sents[:limit]
     n_words = sum(len(w) for w, _ in sents)

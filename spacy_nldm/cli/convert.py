@@ -1,10 +1,13 @@
-"""``python -m spacy_nldm convert ...``: corpus converters (ARK Twitter POS, CoNLL-U targets, Tweebank v1).
+"""``python -m spacy_nldm convert ...``: corpus converters (ARK Twitter POS, CoNLL-U, Tweebank v1).
 
 Malformed input stops the command with ``error: FILE:LINE: problem`` on stderr and exit status 1 (no
-traceback). On success each command prints the number of sentences and tokens it wrote.
+traceback); input that is kept but looks wrong is reported as ``warning: FILE:LINE: problem``. On success
+each command prints the number of sentences and tokens it wrote.
 """
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -18,24 +21,43 @@ convert_app = typer.Typer(
 app.add_typer(convert_app, name="convert")
 
 
-def _fail(err: Exception) -> None:
-    typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+@contextmanager
+def _reported():
+    """Run a conversion: ConversionError -> ``error: ...`` and exit 1; ConversionWarning -> ``warning: ...``."""
+    from ..corpora.errors import ConversionError, ConversionWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConversionWarning)
+        try:
+            yield
+        except ConversionError as err:
+            _warn(caught, ConversionWarning)
+            typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=1)
+    _warn(caught, ConversionWarning)
+
+
+def _warn(caught, kind) -> None:
+    for item in caught:
+        if issubclass(item.category, kind):
+            typer.secho(f"warning: {item.message}", fg=typer.colors.YELLOW, err=True)
+        else:
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=1)
 
 
-def _write(docs, output: Path) -> None:
-    from spacy.tokens import DocBin
+def _finish(docs, per_file, output: Path) -> None:
+    from ..corpora.docbins import summary, write_docbin
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    DocBin(docs=docs, store_user_data=True).to_disk(output)
-
-
-def _report(per_file, output: Path) -> None:
-    for path, n_sents, n_toks in per_file:
-        typer.echo(f"  {path}: {n_sents} sentences, {n_toks} tokens")
-    total_s = sum(s for _, s, _ in per_file)
-    total_t = sum(t for _, _, t in per_file)
-    typer.secho(f"Wrote {total_s} sentences, {total_t} tokens to {output}", fg=typer.colors.GREEN)
+    write_docbin(docs, output)
+    lines = summary(per_file, output)
+    for line in lines[:-1]:
+        typer.echo(line)
+    typer.secho(lines[-1], fg=typer.colors.GREEN)
 
 
 @convert_app.command("ark")
@@ -46,35 +68,43 @@ def convert_ark(
 ) -> None:
     """ARK Twitter POS to DocBin: one Doc per tweet, the tags on Token.tag_."""
     from ..corpora.ark import ARK_TAGS, ark_to_docs
-    from ..corpora.errors import ConversionError
 
     if tagset not in ("ark", "any"):
-        _fail(ValueError(f"--tagset must be 'ark' or 'any', not {tagset!r}"))
-    try:
+        _fail(f"--tagset must be 'ark' or 'any', not {tagset!r}")
+    with _reported():
         docs, per_file = ark_to_docs(inputs, tagset=ARK_TAGS if tagset == "ark" else None)
-    except ConversionError as err:
-        _fail(err)
-    _write(docs, output)
-    _report(per_file, output)
+    _finish(docs, per_file, output)
 
 
 @convert_app.command("conllu-check")
 def conllu_check(
     inputs: List[Path] = typer.Argument(..., help="CoNLL-U files"),
 ) -> None:
-    """Validate CoNLL-U files (columns, ids, UPOS, HEAD, UTF-8) and print their counts."""
+    """Validate CoNLL-U files for `spacy convert` (columns, ids, UPOS, HEAD, UTF-8, no byte order mark,
+    line endings) and print their counts."""
     from ..corpora.conllu import check_conllu
-    from ..corpora.errors import ConversionError
 
     for path in inputs:
-        try:
+        with _reported():
             st = check_conllu(path)
-        except ConversionError as err:
-            _fail(err)
         typer.echo(
             f"{path}: {st.sentences} sentences, {st.words} words, {st.multiword_tokens} multiword tokens, "
             f"{st.empty_nodes} empty nodes, {len(st.upos)} UPOS"
         )
+
+
+@convert_app.command("ud")
+def convert_ud(
+    conllu: Path = typer.Argument(..., help="A CoNLL-U file (UD)"),
+    output: Path = typer.Option(..., "--output", "-o", help="Output .spacy file"),
+) -> None:
+    """CoNLL-U to DocBin in one step: conllu-check, spaCy's conllu converter (one sentence per Doc,
+    multiword tokens split; a byte order mark removed first), then ud-targets."""
+    from ..corpora.ud import convert_conllu
+
+    with _reported():
+        docs, n_sents, n_toks = convert_conllu(conllu)
+    _finish(docs, [(str(conllu), n_sents, n_toks)], output)
 
 
 @convert_app.command("ud-targets")
@@ -86,28 +116,11 @@ def ud_targets(
     expect_tokens: Optional[int] = typer.Option(None, help="Expected tokens (when there is no CoNLL-U)"),
 ) -> None:
     """Copy UPOS (Token.pos_) onto Token.tag_, store gold heads, check the counts against the source."""
-    from spacy.tokens import DocBin
-    from spacy.vocab import Vocab
+    from ..corpora.ud import targets_from_docbin
 
-    from ..corpora.conllu import check_conllu, set_targets
-    from ..corpora.errors import ConversionError
-
-    try:
-        if not docbin.exists():
-            raise ConversionError(docbin, None, "file not found")
-        expected = check_conllu(conllu) if conllu is not None else None
-        docs = list(DocBin().from_disk(docbin).get_docs(Vocab()))
-        if not docs:
-            raise ConversionError(docbin, None, "empty DocBin: no sentences")
-        docs, n_sents, n_toks = set_targets(docs, docbin, expected)
-        if expect_sentences is not None and n_sents != expect_sentences:
-            raise ConversionError(docbin, None, f"{n_sents} sentences, expected {expect_sentences}")
-        if expect_tokens is not None and n_toks != expect_tokens:
-            raise ConversionError(docbin, None, f"{n_toks} tokens, expected {expect_tokens}")
-    except ConversionError as err:
-        _fail(err)
-    _write(docs, output)
-    _report([(str(conllu or docbin), n_sents, n_toks)], output)
+    with _reported():
+        docs, n_sents, n_toks = targets_from_docbin(docbin, conllu, expect_sentences, expect_tokens)
+    _finish(docs, [(str(conllu or docbin), n_sents, n_toks)], output)
 
 
 @convert_app.command("tweebank-v1")
@@ -116,12 +129,8 @@ def convert_tweebank_v1(
     output: Path = typer.Option(..., "--output", "-o", help="Output .spacy file"),
 ) -> None:
     """Tweebank v1 to DocBin: ARK tags on Token.tag_, gold heads in user_data['gold_heads'] and on the tokens."""
-    from ..corpora.errors import ConversionError
     from ..corpora.tweebank import tweebank_v1_to_docs
 
-    try:
+    with _reported():
         docs, per_file = tweebank_v1_to_docs(inputs)
-    except ConversionError as err:
-        _fail(err)
-    _write(docs, output)
-    _report(per_file, output)
+    _finish(docs, per_file, output)

@@ -6,10 +6,11 @@ built from the given tokens, so ``gold_preproc = true`` trains and evaluates on 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, List, Optional, Sequence
 
-from .errors import ConversionError, PathLike, docs_per_file, is_blank, read_lines
+from .errors import ConversionError, ConversionWarning, PathLike, docs_per_file, is_blank, read_lines
 
 #: The 25 tags of the ARK Twitter tagset (Owoputi et al. 2013, Table 1).
 ARK_TAGS = frozenset("N O ^ S Z V A R ! D P & T X Y # @ ~ U E $ , G L M".split())
@@ -29,7 +30,9 @@ def read_ark(path: PathLike, tagset: Optional[Iterable[str]] = None) -> Iterator
     tagset: if given, a tag outside it is an error (ARK_TAGS for the ARK data).
     Raises ConversionError (file, line, problem) for: an empty file, invalid UTF-8, a line without a TAB
     (tag column missing), a line with more than two columns, an empty token or an empty tag, a tag with
-    spaces, a tag outside ``tagset``, and a file without any token.
+    spaces, a tag outside ``tagset``, and a file without any token. A token with an ASCII space is kept
+    as one token, with a :class:`ConversionWarning` (spaCy's tokenizer would split it: only
+    ``gold_preproc = true`` keeps it whole).
     """
     allowed = frozenset(tagset) if tagset is not None else None
     sent = ArkSentence(path=str(path))
@@ -59,6 +62,11 @@ def read_ark(path: PathLike, tagset: Optional[Iterable[str]] = None) -> Iterator
             raise ConversionError(path, number, f"tag {tag!r} contains spaces")
         if allowed is not None and tag not in allowed:
             raise ConversionError(path, number, f"unknown tag {tag!r} (not in the tagset of {len(allowed)} tags)")
+        if " " in word:
+            warnings.warn(ConversionWarning(
+                path, number, f"token {word!r} contains an ASCII space: kept as one token, which spaCy's "
+                "tokenizer would split (train and evaluate with gold_preproc = true)"
+            ))
         if not sent.words:
             sent.line = number
         sent.words.append(word)

@@ -16,6 +16,7 @@ Around it, two steps of ours:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, List, Optional
 
 from .errors import ConversionError, PathLike, is_blank, read_lines
@@ -36,15 +37,31 @@ class ConlluStats:
     sentence_lengths: List[int] = field(default_factory=list)
 
 
-def check_conllu(path: PathLike, upos_tagset: Optional[frozenset] = UPOS_TAGS) -> ConlluStats:
+BOM = b"\xef\xbb\xbf"
+
+
+def has_bom(path: PathLike) -> bool:
+    """The file starts with a UTF-8 byte order mark."""
+    with open(path, "rb") as f:
+        return f.read(3) == BOM
+
+
+def check_conllu(path: PathLike, upos_tagset: Optional[frozenset] = UPOS_TAGS, allow_bom: bool = False) -> ConlluStats:
     """Validate a CoNLL-U file and count its sentences and syntactic words.
 
-    Raises ConversionError naming the file, the line and the problem for: an empty file, invalid UTF-8,
+    Raises ConversionError naming the file, the line and the problem for: a UTF-8 byte order mark (unless
+    ``allow_bom``: ``spacy convert`` reads it as part of the first line; :func:`~.ud.convert_conllu`
+    removes it first), an empty file, invalid UTF-8, CR-only line endings,
     a token line without 10 TAB-separated columns, a bad or out-of-order ID, an empty FORM, a missing UPOS
     (``_`` or empty: the tag column the taggers learn), a UPOS outside the UD set, a HEAD that is not a
     number in 0..n, and a file with no sentence.
     """
     stats = ConlluStats(path=str(path))
+    if not allow_bom and Path(path).is_file() and has_bom(path):
+        raise ConversionError(
+            path, 1, "the file starts with a UTF-8 byte order mark, which `spacy convert` reads as part of the "
+            "first line: remove it (python -m spacy_nldm convert ud does so before converting)"
+        )
     expected_id = 1
     n_words = 0
     sent_line = None

@@ -1,7 +1,9 @@
-"""Errors raised by the corpus converters, and the line reader they share.
+"""Errors and warnings of the corpus converters, and the line reader they share.
 
 Every converter reports malformed input as a :class:`ConversionError` that names the file, the line (1-based)
-and the problem; the CLI prints that message and exits with status 1, without a traceback.
+and the problem; the CLI prints that message and exits with status 1, without a traceback. Input that is
+kept but looks wrong is a :class:`ConversionWarning` (file, line, problem), printed by the CLI as
+``warning: FILE:LINE: problem``.
 """
 from __future__ import annotations
 
@@ -22,12 +24,24 @@ class ConversionError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+class ConversionWarning(UserWarning):
+    """Input kept as it is, but worth a look: ``path:line: problem``."""
+
+    def __init__(self, path: PathLike, line: Optional[int], problem: str) -> None:
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {problem}")
+
+
 def read_lines(path: PathLike) -> Iterator[Tuple[int, str]]:
     """Yield ``(line_number, text)`` for each line of a UTF-8 file, the line ending removed.
 
     Raises ConversionError for a missing file, an empty file (no bytes, or only whitespace) and for
-    invalid UTF-8, naming the line and the byte offset in it. A UTF-8 byte order mark is skipped;
-    "\\r\\n" line endings are accepted. Nothing else is stripped: a no-break space (U+00A0) is text.
+    invalid UTF-8, naming the line and the byte offset in it, and for a carriage return that does not end a
+    line (CR-only line endings). A UTF-8 byte order mark is skipped; "\\r\\n" line endings are accepted.
+    Nothing else is stripped: a no-break space (U+00A0) is text.
     """
     path = Path(path)
     if not path.exists():
@@ -45,6 +59,11 @@ def read_lines(path: PathLike) -> Iterator[Tuple[int, str]]:
     for number, raw in enumerate(raw_lines, start=1):
         if raw.endswith(b"\r"):
             raw = raw[:-1]
+        if b"\r" in raw:
+            raise ConversionError(
+                path, number, "line endings: a carriage return (\\r) inside the line; the file seems to use CR-only "
+                "line endings (classic Mac OS): convert them to LF (e.g. tr '\\r' '\\n')"
+            )
         try:
             text = raw.decode("utf8")
         except UnicodeDecodeError as err:

@@ -1,21 +1,30 @@
 """Thinc architectures: edge scorers (PyTorch), the structured tagger model, the paper's encoder.
 
 Registered names: ``spacy-nldm.NLDMTagger.v1``, ``spacy-nldm.CRFTagger.v1``,
-``spacy-nldm.BiLSTMEncoder.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
+``spacy-nldm.BiLSTMEncoder.v1``, ``spacy-nldm.TorchBiLSTMEncoder.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
 """
-from .architectures import build_bilstm_encoder, build_crf_tagger, build_nldm_tagger, minilm_path
+from .architectures import (
+    build_bilstm_encoder,
+    build_crf_tagger,
+    build_nldm_tagger,
+    build_torch_bilstm_encoder,
+    minilm_path,
+)
 from .structure import Chain, LatentTree, Structure
-from .tagger import SegmentScores, get_structure, resize_labels
+from .segments import SegmentScores, TokenScores
+from .tagger import get_structure, resize_labels
 
 __all__ = [
     "build_nldm_tagger",
     "build_crf_tagger",
     "build_bilstm_encoder",
+    "build_torch_bilstm_encoder",
     "minilm_path",
     "Structure",
     "LatentTree",
     "Chain",
     "SegmentScores",
+    "TokenScores",
     "get_structure",
     "resize_labels",
 ]

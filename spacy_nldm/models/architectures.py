@@ -3,10 +3,12 @@ from typing import List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, PyTorchLSTM, chain
+from thinc.api import Model, chain, noop
 from thinc.types import Floats2d
 
-from .tagger import SegmentScores, build_structured_tagger
+from .lstm import packed_lstm
+from .segments import TokenScores
+from .tagger import build_structured_tagger
 
 
 @registry.architectures("spacy-nldm.NLDMTagger.v1")
@@ -18,7 +20,7 @@ def build_nldm_tagger(
     max_dist: Optional[int] = 5,
     emission: bool = True,
     nO: Optional[int] = None,
-) -> Model[List[Doc], SegmentScores]:
+) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
     latent projective tree over the labels; arcs longer than ``max_dist`` (None: any) are dropped.
     ``label_dim`` is D_t, ``rank`` D_r (trilinear only); nO (labels) is set by the component.
@@ -41,7 +43,7 @@ def build_crf_tagger(
     rank: int = 400,
     emission: bool = True,
     nO: Optional[int] = None,
-) -> Model[List[Doc], SegmentScores]:
+) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
     transition table to the first-order edge score); ``emission`` as for the NLDM."""
     return build_structured_tagger(
@@ -60,16 +62,29 @@ def build_bilstm_encoder(
 ) -> Model[List[Doc], List[Floats2d]]:
     """The paper's encoder: word embeddings of size D_x = ``embed_width`` (any embedding layer,
     e.g. ``spacy.MultiHashEmbed.v2`` over NORM; read from the layer when it declares it) then a
-    BiLSTM of hidden size D_h = ``hidden_size`` per direction; output width 2 * D_h."""
+    BiLSTM of hidden size D_h = ``hidden_size`` per direction; output width 2 * D_h. Each doc is
+    encoded on its own (a packed batch, see :mod:`.lstm`): its vectors do not depend on the batch."""
     width = 2 * hidden_size
     embed_width = embed_width or embed.maybe_get_dim("nO")
     if not embed_width:
         raise ValueError("spacy-nldm.BiLSTMEncoder.v1: set embed_width to the embed layer's output width")
-    lstm = PyTorchLSTM(nO=width, nI=embed_width, bi=True, depth=depth, dropout=dropout)
+    lstm = packed_lstm(nO=width, nI=embed_width, bi=True, depth=depth, dropout=dropout)
     model = chain(embed, lstm)
     model.set_dim("nO", width)
     model.set_ref("embed", embed)
     return model
+
+
+@registry.architectures("spacy-nldm.TorchBiLSTMEncoder.v1")
+def build_torch_bilstm_encoder(width: int, depth: int, dropout: float) -> Model[List[Floats2d], List[Floats2d]]:
+    """Drop-in for spaCy's ``spacy.TorchBiLSTMEncoder.v1`` (the ``encode`` layer of
+    ``spacy.Tok2Vec.v2``: input and output width ``width``, ``width // 2`` per direction, ``depth``
+    layers, ``dropout`` between them) that encodes each doc on its own, so that a doc's vectors do
+    not depend on the other docs of its batch (spaCy's pads the batch, and the padding reaches the
+    backward direction of the shorter docs)."""
+    if depth == 0:
+        return noop()
+    return packed_lstm(nO=width, nI=width, bi=True, depth=depth, dropout=dropout)
 
 
 @registry.misc("spacy-nldm.minilm_path.v1")

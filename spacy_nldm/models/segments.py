@@ -1,8 +1,17 @@
-"""Split docs into the units the structured layer scores: sentences, cut into windows if too long."""
+"""The units the structured layer scores: sentences, cut into windows if too long.
+
+The model gives factored scores per token (:class:`TokenScores`); the component cuts each doc into
+segments with its own ``max_length`` (:func:`segment_docs`) and pads them into one
+:class:`SegmentScores` batch (:func:`pad_segments`), whose :meth:`~SegmentScores.unpad` maps a
+gradient back onto the tokens.
+"""
 import warnings
+from dataclasses import dataclass
 from typing import List, NamedTuple
 
+import numpy
 from spacy.tokens import Doc
+from thinc.api import get_array_module
 
 
 class Segment(NamedTuple):
@@ -11,6 +20,31 @@ class Segment(NamedTuple):
     doc: int
     start: int
     end: int
+
+
+@dataclass
+class TokenScores:
+    """The model's output: factored scores (T, X, C, M) of the batch's T tokens, doc after doc,
+    and the number of tokens of each doc (D,)."""
+
+    scores: numpy.ndarray
+    lengths: numpy.ndarray
+
+
+@dataclass
+class SegmentScores:
+    """Factored scores F (S, L, X, C, M) of S segments padded to L (zero beyond each segment's
+    length), their lengths (S,), and where they come from."""
+
+    scores: numpy.ndarray
+    lengths: numpy.ndarray
+    segments: List[Segment]
+    rows: numpy.ndarray  # (T,) segment of each token of the TokenScores
+    cols: numpy.ndarray  # (T,) its position in the segment
+
+    def unpad(self, d_scores: numpy.ndarray) -> numpy.ndarray:
+        """A gradient (S, L, X, C, M) as the tokens' (T, X, C, M)."""
+        return d_scores[self.rows, self.cols]
 
 
 def doc_segments(doc: Doc, max_length: int) -> List[Segment]:
@@ -35,4 +69,22 @@ def doc_segments(doc: Doc, max_length: int) -> List[Segment]:
 
 
 def segment_docs(docs: List[Doc], max_length: int) -> List[Segment]:
+    """The segments of a batch, doc after doc: together they hold every token once, in order."""
     return [Segment(i, s, e) for i, doc in enumerate(docs) for s, e in doc_segments(doc, max_length)]
+
+
+def pad_segments(tokens: TokenScores, segments: List[Segment]) -> SegmentScores:
+    """The tokens' scores laid out per segment (``segments`` from :func:`segment_docs` on the
+    same docs)."""
+    lengths = numpy.array([end - start for _, start, end in segments], dtype="int64")
+    if int(lengths.sum()) != tokens.scores.shape[0]:
+        raise ValueError(
+            f"[spacy-nldm] the segments hold {int(lengths.sum())} tokens but the scores "
+            f"{tokens.scores.shape[0]}: segment the docs the scores were computed on"
+        )
+    rows = numpy.repeat(numpy.arange(len(segments)), lengths)  # segment of each token
+    cols = numpy.arange(len(rows)) - numpy.repeat(numpy.cumsum(lengths) - lengths, lengths)  # position
+    shape = (len(segments), max(1, int(lengths.max(initial=0))), *tokens.scores.shape[1:])
+    F = get_array_module(tokens.scores).zeros(shape, dtype=tokens.scores.dtype)
+    F[rows, cols] = tokens.scores
+    return SegmentScores(F, lengths, list(segments), rows, cols)

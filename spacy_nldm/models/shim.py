@@ -14,6 +14,16 @@ from torch import nn
 
 
 class AveragingPyTorchShim(PyTorchShim):
+    """Also keeps its optimizer keys apart from thinc's: ``finish_update`` keys a torch parameter as
+    ``(shim.id, name)`` and thinc keys a Model's as ``(model.id, name)``, with ids from two separate
+    counters, so a torch parameter named like a thinc one ("W", "b") could share the Adam state of a
+    thinc layer whose id happens to equal the shim's (a shape error, or silently mixed moments). The
+    shim's id is therefore a tuple, which no thinc Model id equals."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.id = ("pytorch", self.id)
+
     @contextlib.contextmanager
     def use_params(self, params):
         state = {

@@ -1,10 +1,10 @@
-"""The Thinc model of the structured taggers: tok2vec -> segments -> wrapped PyTorch edge scorer.
+"""The Thinc model of the structured taggers: tok2vec -> wrapped PyTorch edge scorer, per token.
 
-Input: a batch of Docs. Output: :class:`SegmentScores`, the factored scores F (S, L, X, C, M) of
-the batch's segments (sentences or windows, see :mod:`.segments`) with their lengths; the loss,
-decoding and marginals live in :mod:`.structure`, chosen by :func:`get_structure`.
+Input: a batch of Docs. Output: :class:`~.segments.TokenScores`, the factored scores (T, X, C, M) of
+the batch's T tokens. The component cuts them into segments (sentences, or windows of its
+``max_length``: :mod:`.segments`); the loss, decoding and marginals live in :mod:`.structure`,
+chosen by :func:`get_structure`.
 """
-from dataclasses import dataclass
 from typing import List, Optional
 
 import numpy
@@ -13,16 +13,9 @@ from thinc.api import Model
 from thinc.types import Floats2d
 
 from .scorers import make_scorer
+from .segments import SegmentScores, TokenScores  # noqa: F401  (SegmentScores: re-exported)
 from .shim import torch_head
-from .segments import Segment, segment_docs
 from .structure import Chain, LatentTree, Structure
-
-
-@dataclass
-class SegmentScores:
-    scores: numpy.ndarray  # (S, L, X, C, M) float32, zero beyond each segment's length
-    lengths: numpy.ndarray  # (S,) int
-    segments: List[Segment]
 
 
 def build_structured_tagger(
@@ -36,7 +29,7 @@ def build_structured_tagger(
     max_dist: Optional[int] = None,
     emission: bool = True,
     nO: Optional[int] = None,
-) -> Model[List[Doc], SegmentScores]:
+) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF)."""
     n_dirs = 2 if structure == "tree" else 1
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission)
@@ -48,7 +41,7 @@ def build_structured_tagger(
         layers=[tok2vec, head],
         refs={"tok2vec": tok2vec, "head": head},
         dims={"nO": nO},
-        attrs={"structure": structure, "order": order, "max_dist": max_dist, "max_length": 256},
+        attrs={"structure": structure, "order": order, "max_dist": max_dist},
     )
 
 
@@ -88,30 +81,24 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool):
-    """The scorer runs on the real tokens only (T, nI) -> (T, X, C, M), padded per segment after."""
+    """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M)."""
     tok2vec, head = model.layers
     ops = model.ops
+    if not any(len(doc) for doc in docs):  # nothing to encode (a listener could not answer)
+        F, _ = head(ops.alloc2f(0, torch_scorer(model).nI), False)
+        return TokenScores(F, numpy.zeros(len(docs), dtype="int64")), lambda dF: []
     vecs, backprop_vecs = tok2vec(docs, is_train)
-    segments = segment_docs(docs, model.attrs["max_length"])
-    lengths = numpy.array([s.end - s.start for s in segments], dtype="int64")
-    width = vecs[0].shape[1] if vecs else torch_scorer(model).nI
-    if segments:
-        X = ops.xp.concatenate([vecs[d][start:end] for d, start, end in segments])
-    else:
-        X = ops.alloc2f(0, width)
-    F_flat, backprop_head = head(ops.asarray2f(X), is_train)
-    rows = numpy.repeat(numpy.arange(len(segments)), lengths)  # segment of each token
-    cols = numpy.arange(len(rows)) - numpy.repeat(numpy.cumsum(lengths) - lengths, lengths)  # position
-    F = ops.alloc((len(segments), max(1, int(lengths.max(initial=0))), *F_flat.shape[1:]), dtype=F_flat.dtype)
-    F[rows, cols] = F_flat
+    lengths = numpy.array([len(v) for v in vecs], dtype="int64")
+    # an empty doc's vectors may have any width (spacy-transformers' listener gives (0, 0))
+    filled = [v for v in vecs if len(v)]
+    X = ops.xp.concatenate(filled) if filled else ops.alloc2f(0, torch_scorer(model).nI)
+    F, backprop_head = head(ops.asarray2f(X), is_train)
 
     def backprop(dF):
-        dX = backprop_head(dF[rows, cols])
-        d_vecs = [ops.alloc2f(*v.shape) for v in vecs]
-        offset = 0
-        for d, start, end in segments:
-            d_vecs[d][start:end] += dX[offset : offset + end - start]
-            offset += end - start
-        return backprop_vecs(d_vecs)
+        dX = backprop_head(dF)
+        starts = numpy.cumsum(lengths) - lengths
+        return backprop_vecs(
+            [dX[start : start + n] if n else ops.alloc2f(*v.shape) for start, n, v in zip(starts, lengths, vecs)]
+        )
 
-    return SegmentScores(F, lengths, segments), backprop
+    return TokenScores(F, lengths), backprop

@@ -10,7 +10,13 @@ ROOT = "ROOT"
 def tree_to_displacy(doc: Doc, attr: Optional[str] = None) -> Dict[str, Any]:
     """displaCy "manual" dependency data: a ROOT word first, then the tokens with their predicted
     labels (``attr`` "tag" or "pos"; default: tag if set, else pos) as tags, one arc per token
-    from its ``Token._.nldm_head`` (None: the ROOT word)."""
+    from its ``Token._.nldm_head`` (None: the ROOT word). ValueError for a doc without a decoded
+    latent tree (not tagged by ``nldm_tagger``)."""
+    if doc._.nldm_tree_score is None:
+        raise ValueError(
+            f"[spacy-nldm] the doc {doc.text[:40]!r} has no latent tree to draw (Doc._.nldm_tree_score is None): "
+            "tag it with a pipeline whose nldm_tagger decodes one (crf_tagger and spaCy's tagger do not)"
+        )
     if attr is None:
         attr = "tag" if doc.has_annotation("TAG") else "pos"
     words = [{"text": ROOT, "tag": ""}]

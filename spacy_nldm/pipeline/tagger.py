@@ -1,10 +1,13 @@
 """``StructuredTagger``: the trainable component behind ``nldm_tagger`` and ``crf_tagger``.
 
-The model (see :mod:`spacy_nldm.models.tagger`) gives factored edge scores per segment; the
-structure it names (latent tree or chain) turns them into the loss, the decoded labels and the
-label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``) has a meaning.
+The model (see :mod:`spacy_nldm.models.tagger`) gives factored edge scores per token; the component
+cuts them into segments (sentences, or windows of ``max_length`` tokens: :mod:`spacy_nldm.models.segments`)
+and the structure the model names (latent tree or chain) turns those into the loss, the decoded labels
+(and latent trees) and the label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``)
+has a meaning.
 """
 import os
+import warnings
 from itertools import islice
 from typing import Callable, Iterable, List, Optional, Tuple
 
@@ -16,9 +19,11 @@ from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
-from thinc.api import Model, torch2xp, xp2torch
+from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 
-from ..models.tagger import SegmentScores, get_structure, resize_labels
+from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
+from ..models.tagger import get_structure, resize_labels
+from ..models.trees import canonical_heads
 from .extensions import register_extensions
 
 
@@ -38,11 +43,13 @@ LOSSES = ("exact", "max")
 
 
 class Predictions:
-    """Decoded segments: labels (S, L), heads (S, L) or None, scores (S,), probs (S, L, M) or None."""
+    """Decoded segments: labels (S, L), heads (S, L) or None, scores (S,), probs (S, L, M) or None;
+    ``has_tree``: the model decodes a latent tree (heads and a tree score per doc)."""
 
-    def __init__(self, scores: SegmentScores, labels, heads, best, probs):
-        self.segments = scores.segments
+    def __init__(self, segments, labels, heads, best, probs, has_tree: bool):
+        self.segments = segments
         self.labels, self.heads, self.best, self.probs = labels, heads, best, probs
+        self.has_tree = has_tree
 
 
 class StructuredTagger(TrainablePipe):
@@ -52,6 +59,10 @@ class StructuredTagger(TrainablePipe):
     loss: "exact" (log Z - log S) or "max" (log S replaced by the best tree's score; NLDM only).
     max_length: longer sentences are scored in windows of this many tokens (with a warning).
     store_probs: keep the label marginals in ``Doc._.nldm_probs``.
+
+    These settings come from the config only (attributes of the component); what is saved with the
+    component (``cfg``) is what it learned: its labels. So ``spacy.load(path, config=...)`` can change
+    any of them, and ``config.cfg`` is always the component's true configuration.
     """
 
     def __init__(
@@ -72,20 +83,19 @@ class StructuredTagger(TrainablePipe):
                 raise ValueError(f"[spacy-nldm] {name}: {key} must be one of {allowed}, not {value!r}")
         if max_length < 1:
             raise ValueError(f"[spacy-nldm] {name}: max_length must be positive, not {max_length}")
+        if loss == "max" and model.attrs["structure"] != "tree":
+            raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
         register_extensions()
         self.vocab = vocab
         self.model = model
         self.name = name
         self.scorer = scorer
-        self.cfg = {
-            "labels": [],
-            "attr": attr,
-            "decode": decode,
-            "loss": loss,
-            "max_length": max_length,
-            "store_probs": store_probs,
-        }
-        self._sync_model()
+        self.attr = attr
+        self.decode = decode
+        self.loss = loss
+        self.max_length = max_length
+        self.store_probs = store_probs
+        self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
     @property
@@ -95,10 +105,6 @@ class StructuredTagger(TrainablePipe):
     @property
     def label_data(self) -> List[str]:
         return list(self.labels)
-
-    @property
-    def attr(self) -> str:
-        return self.cfg["attr"]
 
     def add_label(self, label: str) -> int:
         """Add a label (also after initialization: the trained labels keep their weights)."""
@@ -114,10 +120,11 @@ class StructuredTagger(TrainablePipe):
             resize_labels(self.model, len(self.labels))
         return 1
 
-    def _sync_model(self) -> None:
-        self.model.attrs["max_length"] = self.cfg["max_length"]
-        if self.cfg["loss"] == "max" and self.model.attrs["structure"] != "tree":
-            raise ValueError(f"[spacy-nldm] {self.name}: loss = 'max' needs a latent tree model (nldm_tagger)")
+    # --------------------------------------------------------------- segments
+    def segment_scores(self, docs: List[Doc], scores: TokenScores) -> SegmentScores:
+        """The model's per-token scores of ``docs`` laid out per segment: each sentence, cut into
+        windows of ``max_length`` tokens."""
+        return pad_segments(scores, segment_docs(docs, self.max_length))
 
     # --------------------------------------------------------------- training
     def initialize(
@@ -135,18 +142,86 @@ class StructuredTagger(TrainablePipe):
         resize_labels(self.model, len(self.labels))
         docs = [eg.predicted for eg in islice(get_examples(), 10)]
         self.model.initialize(X=[d for d in docs if len(d)] or None)
+        if nlp is not None:
+            self._weight_own_score(nlp)
 
-    def get_loss(self, examples: Iterable[Example], scores: SegmentScores):
-        """Summed negative log-likelihood and its gradient with respect to the factored scores."""
+    def _weight_own_score(self, nlp: Language) -> None:
+        """Make ``[training.score_weights]`` weight what this component reports (``<attr>_acc``):
+        the factory's defaults are for attr "tag", so with attr "pos" the weight of tag_acc moves to
+        pos_acc, unless another component of the pipeline reports tag_acc (then a warning says
+        what to set)."""
+        weights = nlp.config["training"]["score_weights"]
+        mine = f"{self.attr}_acc"
+        other = "pos_acc" if self.attr == "tag" else "tag_acc"
+        if weights.get(mine) or not weights.get(other):
+            return
+        for name, pipe in nlp.pipeline:
+            if name == self.name:
+                continue
+            reports = (
+                f"{pipe.attr}_acc" == other if isinstance(pipe, StructuredTagger)
+                else other in (nlp.get_pipe_meta(name).default_score_weights or {})
+            )
+            if reports:
+                warnings.warn(
+                    f"[spacy-nldm] {self.name} reports {mine} (attr = {self.attr!r}), which [training.score_weights] "
+                    f"does not weight; {name} reports {other}, so the weights are left alone: set {mine} in "
+                    "[training.score_weights] to count this component in the training score"
+                )
+                return
+        weights[mine], weights[other] = weights[other], None
+
+    def get_loss(self, examples: Iterable[Example], scores: TokenScores):
+        """Summed negative log-likelihood and its gradient with respect to the model's per-token
+        factored scores (``scores``, computed on the examples' predicted docs)."""
         validate_examples(examples, f"{type(self).__name__}.get_loss")
-        F = xp2torch(scores.scores, requires_grad=True)
-        gold = torch.from_numpy(self._gold_mask(list(examples), scores)).to(F.device)
-        lengths = torch.from_numpy(scores.lengths)
-        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.cfg["loss"])
+        examples = list(examples)
+        docs = [eg.predicted for eg in examples]
+        self._check_finite(scores, docs)
+        segmented = self.segment_scores(docs, scores)
+        F = xp2torch(segmented.scores, requires_grad=True)
+        gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
+        lengths = torch.from_numpy(segmented.lengths)
+        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.loss)
         if not loss.requires_grad:  # no tokens
             return 0.0, self.model.ops.alloc(scores.scores.shape, dtype="float32")
+        if not bool(torch.isfinite(loss)):
+            raise ValueError(
+                f"[spacy-nldm] {self.name}: the loss is {float(loss)} on a batch of {len(examples)} docs "
+                f"(first: {examples[0].reference.text[:60]!r}) with finite scores (spaCy's E910): the gold labels "
+                "have no probability under the model, or the scores are too large for float32; check the data, "
+                "or lower the learning rate"
+            )
         loss.backward()
-        return float(loss.detach()), torch2xp(F.grad)
+        return float(loss.detach()), segmented.unpad(torch2xp(F.grad))
+
+    def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses=None):
+        """Learn from a batch of examples (as spaCy's ``tagger``: nothing happens, and the model is
+        not called, on a batch without tokens; NaN or infinite scores are an error)."""
+        if losses is None:
+            losses = {}
+        losses.setdefault(self.name, 0.0)
+        validate_examples(examples, f"{type(self).__name__}.update")
+        examples = list(examples)
+        if not any(len(eg.predicted) for eg in examples):
+            return losses
+        set_dropout_rate(self.model, drop)
+        scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
+        loss, d_scores = self.get_loss(examples, scores)
+        backprop(d_scores)
+        if sgd not in (None, False):
+            self.finish_update(sgd)
+        losses[self.name] += loss
+        return losses
+
+    def _check_finite(self, scores: TokenScores, docs: List[Doc]) -> None:
+        """spaCy's E940 for our scores: say which batch, and what to look at."""
+        if not bool(self.model.ops.xp.isfinite(scores.scores).all()):
+            raise ValueError(
+                f"[spacy-nldm] {self.name}: found NaN or infinite values in the edge scores of a batch of "
+                f"{len(docs)} docs (first: {docs[0].text[:60]!r}) (spaCy's E940): the weights have diverged "
+                "(lower the learning rate, or clip gradients with grad_clip) or the input vectors are not finite"
+            )
 
     def _gold_mask(self, examples: List[Example], scores: SegmentScores) -> numpy.ndarray:
         """Allowed labels (S, L, M): the gold label, or all labels where the gold one is unknown."""
@@ -172,15 +247,27 @@ class StructuredTagger(TrainablePipe):
 
     # ------------------------------------------------------------- prediction
     def predict(self, docs: Iterable[Doc]) -> Predictions:
+        """Decoded labels (and latent trees) of the docs' segments; a batch without tokens is
+        answered without calling the model."""
         docs = list(docs)
-        scores = self.model.predict(docs)
+        structure = get_structure(self.model)
+        if not any(len(doc) for doc in docs):
+            none = numpy.zeros((0, 1), dtype="int64")
+            probs = numpy.zeros((0, 1, len(self.labels)), dtype="float32") if self.store_probs else None
+            return Predictions([], none, none if structure.has_tree else None, numpy.zeros(0), probs,
+                               structure.has_tree)
+        token_scores = self.model.predict(docs)
+        self._check_finite(token_scores, docs)
+        scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
-        structure = get_structure(self.model)
-        labels, heads, best = structure.decode(F, lengths, posterior=self.cfg["decode"] == "posterior")
-        probs = structure.label_marginals(F, lengths).cpu().numpy() if self.cfg["store_probs"] else None
-        heads = None if heads is None else heads.cpu().numpy()
-        return Predictions(scores, labels.cpu().numpy(), heads, best.cpu().numpy(), probs)
+        labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior")
+        if heads is not None:  # one tree among the (near-)equally scored ones, whatever the rounding
+            heads, best = canonical_heads(F, labels, lengths, structure.max_dist)
+            heads = heads.cpu().numpy()
+        probs = structure.label_marginals(F, lengths).cpu().numpy() if self.store_probs else None
+        return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs,
+                           structure.has_tree)
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
         docs = list(docs)
@@ -188,11 +275,11 @@ class StructuredTagger(TrainablePipe):
             ids = [POS_IDS[label] for label in self.labels]
         else:
             ids = [self.vocab.strings.add(label) for label in self.labels]
-        has_tree = preds.heads is not None
+        has_tree = preds.has_tree
         for doc in docs:
             if has_tree:
                 doc._.nldm_tree_score = 0.0
-            if self.cfg["store_probs"]:
+            if self.store_probs:
                 doc._.nldm_probs = numpy.zeros((len(doc), len(ids)), dtype="float32")
                 doc._.nldm_prob_labels = list(self.labels)
         for s, (d, start, end) in enumerate(preds.segments):
@@ -207,13 +294,22 @@ class StructuredTagger(TrainablePipe):
             if preds.probs is not None:
                 doc._.nldm_probs[start:end] = preds.probs[s, : end - start]
 
+    def score(self, examples: Iterable[Example], **kwargs):
+        """The scorer's figures for ``attr`` (spaCy passes ``cfg`` to it; our settings live apart)."""
+        return super().score(examples, **{"attr": self.attr, **kwargs})
+
     # ---------------------------------------------------------- serialization
+    # Only the labels are read back from ``cfg``: pipelines saved by spacy-nldm 0.1 also stored the
+    # settings there, and the config (``config.cfg``, or what spacy.load was given) wins over them.
+    def _keep_learned_state(self) -> None:
+        self.cfg = {"labels": list(self.cfg.get("labels", []))}
+
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         super().from_bytes(bytes_data, exclude=exclude)
-        self._sync_model()
+        self._keep_learned_state()
         return self
 
     def from_disk(self, path, *, exclude=tuple()):
         super().from_disk(path, exclude=exclude)
-        self._sync_model()
+        self._keep_learned_state()
         return self

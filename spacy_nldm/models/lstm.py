@@ -1,0 +1,88 @@
+"""A bidirectional LSTM over a batch of docs whose output for a doc does not depend on the batch.
+
+spaCy's ``spacy.TorchBiLSTMEncoder.v1`` (thinc's ``PyTorchLSTM``) runs ``torch.nn.LSTM`` on a padded
+batch: the backward direction of a short doc starts on the padding up to the batch's longest doc,
+so a doc's vectors change with its neighbours. :func:`packed_lstm` packs the batch instead
+(``torch.nn.utils.rnn.pack_padded_sequence``): each direction reads exactly the doc's own tokens.
+Empty docs are left out of the LSTM and get (0, nO) outputs; a batch of empty docs never reaches it.
+"""
+from typing import List, Optional
+
+import torch
+from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
+from thinc.types import Floats2d
+
+from .shim import AveragingPyTorchShim
+
+
+class PackedLSTM(torch.nn.LSTM):
+    """``torch.nn.LSTM`` (same parameters, so the same state dict) on a padded (T, B, nI) batch with
+    its lengths: packed before the LSTM, padded again (with zeros) after it."""
+
+    def forward(self, X: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        packed = torch.nn.utils.rnn.pack_padded_sequence(X, lengths, enforce_sorted=False)
+        Y, _ = super().forward(packed)
+        Y, _ = torch.nn.utils.rnn.pad_packed_sequence(Y, total_length=X.shape[0])
+        return Y
+
+
+def packed_lstm(nO: int, nI: int, *, bi: bool = True, depth: int = 1, dropout: float = 0.0) -> Model:
+    """Model[List[Floats2d], List[Floats2d]]: an LSTM of output width ``nO`` (``nO // 2`` per
+    direction when ``bi``) over each sequence on its own (packed batch)."""
+    hidden = nO // 2 if bi else nO
+    module = PackedLSTM(nI, hidden, depth, bidirectional=bi, dropout=dropout)
+    lstm = PyTorchWrapper_v2(module, convert_inputs=_padded_to_torch, convert_outputs=_torch_to_padded)
+    lstm.shims[0] = AveragingPyTorchShim(module)  # the optimizer's weight averages reach it (see .shim)
+    lstm.set_dim("nO", nO)
+    lstm.set_dim("nI", nI)
+    return Model("packed_lstm", _forward, layers=[lstm], dims={"nO": nO, "nI": nI})
+
+
+def _forward(model: Model, Xs: List[Floats2d], is_train: bool):
+    ops = model.ops
+    nO = model.get_dim("nO")
+    shapes = [x.shape for x in Xs]
+    keep = [i for i, x in enumerate(Xs) if x.shape[0] > 0]
+    if not keep:  # nothing to encode: (0, nO) per doc, and no gradient to pass on
+        return [ops.alloc2f(0, nO) for _ in Xs], lambda dYs: [ops.alloc2f(*shape) for shape in shapes]
+    lengths = [Xs[i].shape[0] for i in keep]
+    X = ops.alloc3f(max(lengths), len(keep), Xs[keep[0]].shape[1])
+    for b, i in enumerate(keep):
+        X[: lengths[b], b] = Xs[i]
+    Y, backprop_lstm = model.layers[0]((X, lengths), is_train)
+    Ys = [ops.alloc2f(0, nO) for _ in Xs]
+    for b, i in enumerate(keep):
+        Ys[i] = Y[: lengths[b], b]
+
+    def backprop(dYs: List[Floats2d]) -> List[Floats2d]:
+        dY = ops.alloc3f(*Y.shape)
+        for b, i in enumerate(keep):
+            dY[: lengths[b], b] = dYs[i]
+        dX = backprop_lstm(dY)
+        dXs = [ops.alloc2f(*shape) for shape in shapes]
+        for b, i in enumerate(keep):
+            dXs[i] = dX[: lengths[b], b]
+        return dXs
+
+    return Ys, backprop
+
+
+def _padded_to_torch(model: Model, inputs, is_train: bool):
+    X, lengths = inputs
+    device = model.shims[0].device
+
+    def backprop(d_inputs: ArgsKwargs):
+        return torch2xp(d_inputs.args[0])
+
+    args = (xp2torch(X, requires_grad=is_train, device=device), torch.tensor(lengths, dtype=torch.int64))
+    return ArgsKwargs(args=args, kwargs={}), backprop
+
+
+def _torch_to_padded(model: Model, inputs_outputs, is_train: bool):
+    _, Y_torch = inputs_outputs
+    device: Optional[torch.device] = model.shims[0].device
+
+    def backprop(dY):
+        return ArgsKwargs(args=(Y_torch,), kwargs={"grad_tensors": xp2torch(dY, device=device)})
+
+    return torch2xp(Y_torch), backprop

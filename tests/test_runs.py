@@ -1,0 +1,58 @@
+"""scripts/runs.py: the run queue that scripts/reproduce.py and scripts/synthetic_runs.py share."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nldm_fixtures import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import runs  # noqa: E402
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_lock_is_held_by_one_live_process(tmp_path):
+    lock = tmp_path / "a" / "run.lock"
+    assert runs.claim(lock) and lock.read_text() == str(os.getpid())
+    assert not runs.claim(lock)  # held by a live process (this one)
+    lock.write_text(str(dead_pid()))
+    assert runs.claim(lock)  # its holder died: taken over
+    lock.write_text("half written")
+    assert runs.claim(lock)
+
+
+def test_queue_skips_done_and_held_runs_goes_on_after_a_failure_and_stops_when_told(tmp_path, capsys):
+    queue = [runs.Run(f"r{i}", tmp_path / f"r{i}.json", (i,)) for i in range(5)]
+    queue[0].record.write_text('{"done": "before"}')
+    (tmp_path / "r1.lock").write_text(str(os.getpid()))  # another worker holds r1
+    done = []
+
+    def work(run):
+        done.append(run.name)
+        if run.params == (2,):
+            raise runs.RunFailed("spacy train exited with status 1; see log")
+        return {"value": run.params[0]}
+
+    failed = runs.run_queue(queue, work, stop=lambda: "time is up" if len(done) == 2 else None)
+    assert failed == 1 and done == ["r2", "r3"]
+    out = capsys.readouterr().out
+    assert "skip r0" in out and "skip r1: claimed" in out and "FAILED: spacy train exited" in out
+    assert json.loads(queue[0].record.read_text()) == {"done": "before"}
+    assert not queue[2].record.exists() and json.loads(queue[3].record.read_text()) == {"value": 3}
+    assert not queue[4].record.exists() and "stop: time is up; r4 not started" in out
+    assert sorted(p.name for p in tmp_path.glob("*.lock")) == ["r1.lock"]  # ours released, the other kept
+
+
+@pytest.mark.parametrize("args,want", [
+    (["--training.max_steps", "5", "--nlp.lang=xx"], {"training.max_steps": "5", "nlp.lang": "xx"}),
+    ([], {}),
+])
+def test_overrides_from_the_command_line(args, want):
+    assert runs.parse_overrides(args) == want
