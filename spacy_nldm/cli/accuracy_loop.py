@@ -7,6 +7,7 @@ optimizer's averaged weights ("acc_avg", what ``spacy train`` evaluates). Every 
 comparison gets the same data, seed, batches and optimizer. One run = one :class:`RunSpec`; runs are
 executed in a fresh process each (:func:`child`) at one torch thread.
 """
+import contextlib
 import importlib
 import json
 import random
@@ -121,6 +122,7 @@ def train_and_score(spec: RunSpec) -> Dict:
     with nlp.use_params(sgd.averages):
         acc_avg = nlp.evaluate(held_out)["tag_acc"]
     by_decoder = {}
+    emission_only = None
     pipe = nlp.get_pipe("tagger")
     if spec.factory != "tagger":  # the same weights scored with each decoder (a paired comparison)
         configured = pipe.decode
@@ -128,14 +130,39 @@ def train_and_score(spec: RunSpec) -> Dict:
             pipe.decode = decoder
             by_decoder[decoder] = round(100 * nlp.evaluate(held_out)["tag_acc"], 2)
         pipe.decode = configured
+        with _interactions_zeroed(pipe):
+            emission_only = round(100 * nlp.evaluate(held_out)["tag_acc"], 2)
     return {
         "acc": round(100 * acc, 2),
         "acc_avg": round(100 * acc_avg, 2),
         "acc_by_decoder": by_decoder,
+        "acc_emission_only": emission_only,
         "train_cpu_s": round(train_cpu, 1),
         "train_wall_s": round(train_wall, 1),
         "losses": losses_per_epoch,
     }
+
+
+@contextlib.contextmanager
+def _interactions_zeroed(pipe):
+    """The trained structured tagger with every parameter but the emission (W, b) at zero: a softmax
+    tagger over its own emissions (how much of the accuracy the label interactions carry)."""
+    import torch
+
+    from ..models.tagger import torch_scorer
+
+    scorer = torch_scorer(pipe.model)
+    saved = {name: p.detach().clone() for name, p in scorer.named_parameters()}
+    with torch.no_grad():
+        for name, p in scorer.named_parameters():
+            if name.rsplit(".", 1)[-1] not in ("W", "b"):
+                p.zero_()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, p in scorer.named_parameters():
+                p.copy_(saved[name])
 
 
 def load_results(path: Path) -> Dict[str, Dict]:
