@@ -14,6 +14,9 @@ Order of evaluation (docs/algorithm.md has the recurrences in the paper's notati
 For the log semiring with more than a few labels the contractions run in exp space (:mod:`.contract`)
 and the spans whose totals are too small to be trusted are recomputed in log space; those spans are
 recorded, as are the arg-maxes of a backtracking semiring, for the backward pass (:mod:`.outside`).
+In exp space the incomplete items are encoded straight from the inner totals and the arcs'
+exponentials (no exp or log per label pair); their log values are computed only if a span recomputed
+in log space reads them.
 """
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
