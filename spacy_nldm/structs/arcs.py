@@ -10,6 +10,8 @@ from typing import NamedTuple, Optional, Tuple
 
 import torch
 
+from .semiring import exp_
+
 Tensor = torch.Tensor
 
 
@@ -89,6 +91,24 @@ class ArcScores:
         arcs = self.width(w)
         return WidthArcs(inner + arcs.right, inner + arcs.left)
 
+    def attach_exp(self, inner: Tensor, w: int, out: WidthArcs) -> WidthArcs:
+        """:meth:`attach` in exp space: ``inner`` (B, S, M, M) [a, c] an exp-space factor of the inner items,
+        writes inner * exp(arc - shift) into ``out.right`` ([a, c]) and ``out.left`` ([c, a], as the left
+        incomplete chart stores them) and returns the shifts (B, S) each: the span's largest arc of that
+        direction, so every arc factor is at most 1 (those below the smallest normal float are 0).
+        Disallowed arcs give 0."""
+        arcs = self.width(w)
+        shifts = []
+        for arc, target, transpose in ((arcs.right, out.right, False), (arcs.left, out.left, True)):
+            top = arc.flatten(2).amax(-1).clamp_min_(torch.finfo(arc.dtype).min)
+            factor = exp_(arc - top[..., None, None])
+            if transpose:
+                torch.mul(inner.transpose(-1, -2), factor.transpose(-1, -2), out=target)
+            else:
+                torch.mul(inner, factor, out=target)
+            shifts.append(top)
+        return WidthArcs(*shifts)
+
     def add_grad(self, grad: Tensor, w: int, arcs: WidthArcs) -> None:
         """Add the gradients of the masked arcs of width w into ``grad`` (made by :meth:`new_grad`, called
         once per width); disallowed arcs get none."""
@@ -164,6 +184,34 @@ class DirectionalArcs(ArcScores):
         left[:, 0] = float("-inf")  # the root is never a dependent
         torch.add(inner[:, 1:], F[:, : N - w, 1, 1:].transpose(-1, -2), out=left[:, 1:])  # s+w -> s
         return WidthArcs(right, left)
+
+    def attach_exp(self, inner: Tensor, w: int, out: WidthArcs) -> WidthArcs:
+        """As :meth:`ArcScores.attach_exp`, from exponentials of F taken once per call (:meth:`exps`): a
+        dependent's arcs are the same at every width, only the spans they belong to move. No masks, as
+        in :meth:`attach`: an arc that leaves the sentence meets an inner factor of 0."""
+        if self.arc_mask is not None:
+            return super().attach_exp(inner, w, out)
+        tokens, token_top, root, root_top = self.exps()
+        N = tokens.shape[1]
+        torch.mul(inner[:, :1], root[:, w - 1 : w, None, :], out=out.right[:, :1])  # root -> w (root label 0)
+        torch.mul(inner[:, 1:], tokens[:, w:, 0], out=out.right[:, 1:])  # s -> s+w
+        out.left[:, 0] = 0.0  # the root is never a dependent
+        torch.mul(inner[:, 1:].transpose(-1, -2), tokens[:, : N - w, 1], out=out.left[:, 1:])  # s+w -> s, [c, a]
+        right = torch.cat([root_top[:, w - 1 : w], token_top[:, w:, 0]], dim=1)
+        left = torch.cat([token_top.new_full((token_top.shape[0], 1), torch.finfo(tokens.dtype).min),
+                          token_top[:, : N - w, 1]], dim=1)
+        return WidthArcs(right, left)
+
+    def exps(self) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """exp(F - shift) of the cleaned scores: the token rows (B, N, 2, M, M) with one shift (B, N, 2)
+        per dependent and direction, and the root's row (B, N, M) with one shift (B, N) per dependent."""
+        if getattr(self, "_exps", None) is None:
+            F = self.clean()
+            tokens, root = F[:, :, :, 1:], F[:, :, 0, 0]
+            token_top = tokens.flatten(3).amax(-1).clamp_min_(torch.finfo(F.dtype).min)
+            root_top = root.amax(-1).clamp_min_(torch.finfo(F.dtype).min)
+            self._exps = (exp_(tokens - token_top[..., None, None]), token_top, exp_(root - root_top[..., None]), root_top)
+        return self._exps
 
     def clean(self) -> Tensor:
         """F with the rows of dependents past each sentence's end at 0 (padding may hold NaN)."""

@@ -127,11 +127,14 @@ def chain_potentials(
 #     marginal:  P(s at t-1, c at t) = exp(alpha_{t-1}[s] + X_t[s, c] + beta_t[(p, c)] - log Z)
 #
 # Fast path (:func:`_exp_recursions`): each step is a matrix product with E_t = exp(X_t - m_t), m_t
-# the largest potential of token t, and the state vector scaled by its own maximum, so the only
-# exponentials of the size of the potentials are taken once. A step is exact unless a sum falls
-# below THETA (then some terms may have underflowed); such sentences are redone in log space
-# (:func:`_log_recursions`, one logsumexp per token), so every result is exact at any score scale.
-# Tokens past a sentence's length get identity transitions, which leave alpha and beta unchanged.
+# the largest potential of each column (new state) of token t, their differences brought back by a
+# vector d_t per token, and the state vector scaled by its own maximum, so the only exponentials of
+# the size of the potentials are taken once. A label's own score (its emission) is the same all down
+# its column and cancels, so the forward sums stay large at any emission scale: only the spread of
+# the transitions into one state matters. A step is exact unless a sum falls below THETA (then some
+# terms may have underflowed); such sentences are redone in log space (:func:`_log_recursions`, one
+# logsumexp per token), so every result is exact at any score scale. Tokens past a sentence's length
+# get identity transitions, which leave alpha and beta unchanged (and are not checked).
 
 
 def _prepare(potentials: Tensor, lengths: Tensor, label_mask: Optional[Tensor]):
@@ -197,36 +200,47 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     """alphas (B, N+1, S) (before token 0, then after each token), betas (B, N, S) (after each token)
     or None, and ``suspect`` (B,) bool: sentences where a step's sum fell below THETA with a finite term.
 
-    The state vector is kept in exp space scaled to a maximum of 1: one step is y' = y E_t / max(y E_t),
-    and log alpha_t = log y_t + sum_{tau<=t} (log max_tau + m_tau), summed after the loop.
+    The state vector is kept in exp space scaled to a maximum of 1. Each token's potentials are
+    exponentiated once, per column: E_t[a, (p, c)] = exp(X_t[a, p, c] - m_t[p, c]) with m_t[p, c] the
+    column's largest potential, so that a label's own score (its emission) cancels within its column
+    and every forward sum has a term of at least exp(-(spread of the column)); the columns' shifts
+    come back as the vector d_t = exp(m_t - max m_t). A forward step is y' = (y E_t) d_t / max, a
+    backward one y' = E_t (d_t y) / max; log alpha_t = log y_t + sum_{tau<=t} (log max_tau + max m_tau),
+    summed after the loop. Each step's sum is checked before d_t scales it.
     """
     steps = _as_steps(potentials)
     batch, n, m, p, _ = steps.shape
     real = _real(lengths, n)
     # The exp-space attempt is skipped when it is bound to fail for every sentence: a sentence whose
-    # tokens' potentials span at most -log(THETA) nats passes every check (each sum has a term of at
-    # least exp(-span)); one with wider spans usually fails (scores of standard deviation 10 and more).
-    # Two tokens per sentence are looked at: enough to see the scale, and it costs next to nothing.
+    # columns (the potentials of one new state, over the oldest label) span at most -log(THETA) nats
+    # passes every forward check (each sum has a term of at least exp(-span)); one with wider columns
+    # usually fails (transition scores of standard deviation 10 and more). Two tokens per sentence are
+    # looked at: enough to see the scale, and it costs next to nothing.
     narrow = True  # then no exponent is likely to fall below log(tiny): exp needs no guard (exp_)
     sample = torch.tensor(sorted({min(1, n - 1), n // 2}), device=potentials.device) if n else None
     if sample is not None:
-        seen = steps[:, sample].flatten(2)
-        wide = ((seen.amax(-1) - seen.amin(-1) > -_theta(potentials.dtype)) & real[:, sample]).any(1)
+        seen = steps[:, sample]  # (B, 2, A, P, C)
+        spread = (seen.amax(2) - seen.amin(2)).flatten(2).amax(-1)
+        wide = ((spread > -_theta(potentials.dtype)) & real[:, sample]).any(1)
         if bool(wide.all()):
             return None, None, wide
         narrow = not bool(wide.any())
-    high = steps.flatten(2).amax(-1)
-    shift = torch.where(real, high, 0.0).clamp_min_(torch.finfo(potentials.dtype).min)
+    floor = torch.finfo(potentials.dtype).min
+    column = steps.amax(2).clamp_min_(floor)  # m_t[p, c] (B, N, P, C)
+    column = torch.where(real[:, :, None, None], column, 0.0)  # padding: identity transitions below
+    shift = column.flatten(2).amax(-1)  # (B, N)
     exps = torch.empty(batch, n, p, m, m, dtype=potentials.dtype, device=potentials.device)  # E_t [p, a, c]
-    torch.sub(steps.transpose(2, 3), shift[:, :, None, None, None], out=exps)
+    torch.sub(steps.transpose(2, 3), column[:, :, :, None, :], out=exps)
     exps.exp_() if narrow else exp_(exps)
+    scales = exp_(column.sub_(shift[:, :, None, None])).reshape(batch, n, p * m)  # d_t over the new states (p, c)
     padding = (~real).nonzero(as_tuple=True)
     if len(padding[0]):  # identity transitions (padding may hold anything)
         exps[padding] = _identity(m, p, potentials).transpose(0, 1).exp()
     tiny = torch.finfo(potentials.dtype).tiny
     step_exps = exps.reshape(batch, n, p * m, m).unbind(1)  # per token: p blocks [a, c] stacked
+    step_scales = scales.unbind(1)
     y = _start(batch, m * p, potentials).exp_()
-    ys, tops = [y], []
+    ys, tops, sums = [y], [], []
     if p == 1:
         y = y.unsqueeze(1)  # (B, 1, M) through the loop: row vector times E_t
     for t in range(n):
@@ -236,13 +250,16 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
         else:  # one product per p: (B*P, 1, A) @ (B*P, A, C)
             v = y.reshape(batch, m, p).transpose(1, 2).reshape(batch * p, 1, m)
             total = torch.bmm(v, step_exps[t].reshape(batch * p, m, m)).reshape(batch, p * m)
-        top = total.amax(-1, keepdim=True).clamp_min_(tiny)  # 0 only if the sentence is impossible
-        y = total.div_(top)
+        sums.append(total)
+        y = total * step_scales[t].view(total.shape)
+        top = y.amax(-1, keepdim=True).clamp_min_(tiny)  # 0 only if the sentence is impossible
+        y = y.div_(top)
         ys.append(y)
         tops.append(top)
     if p == 1:
-        ys, tops = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops]
-    alphas, suspect = _unscale(ys, tops, shift, lambda values, rows: _forward_has_terms(values, steps, real, rows))
+        ys, tops, sums = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops], [s.view(batch, m) for s in sums]
+    alphas, suspect = _unscale(ys, tops, shift, lambda values, rows: _forward_has_terms(values, steps, real, rows),
+                               real, sums=sums)
     if not backward or bool(suspect.all()):  # every sentence is redone in log space: no backward here
         return alphas, None, suspect
     if n == 0:
@@ -254,9 +271,10 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     for t in range(n - 1, 0, -1):
         # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
         if p == 1:
-            total = torch.bmm(step_exps[t], y)
+            total = torch.bmm(step_exps[t], y * step_scales[t].unsqueeze(-1))
         else:  # [p, a] -> [a, p]
-            total = torch.bmm(step_exps[t].reshape(batch * p, m, m), y.reshape(batch * p, m, 1))
+            z = (y * step_scales[t]).reshape(batch * p, m, 1)
+            total = torch.bmm(step_exps[t].reshape(batch * p, m, m), z)
             total = total.reshape(batch, p, m).transpose(1, 2).reshape(batch, m * p)
         top = total.amax(-2 if p == 1 else -1, keepdim=True).clamp_min_(tiny)
         y = total.div_(top)
@@ -265,14 +283,17 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     if p == 1:
         ys, tops = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops]
     has_terms = lambda values, rows: _backward_has_terms(values, steps, real, rows)  # noqa: E731
-    betas, low = _unscale(ys[::-1], tops[::-1], shift[:, 1:], has_terms, backward=True)
+    betas, low = _unscale(ys[::-1], tops[::-1], shift[:, 1:], has_terms, real[:, 1:], backward=True)
     return alphas, betas, suspect | low
 
 
-def _unscale(ys: list, tops: list, shift: Tensor, has_terms, backward: bool = False):
+def _unscale(ys: list, tops: list, shift: Tensor, has_terms, real: Tensor, backward: bool = False,
+             sums: Optional[list] = None):
     """Log values (B, T+1, S) from the scaled vectors ``ys`` (in token order) and the maxima ``tops``
-    (T of them) the steps divided by, and the sentences (B,) where a step's sum fell below THETA
-    with a finite term (``has_terms(values)``, evaluated only if some sum is that small).
+    (T of them) the steps divided by, and the sentences (B,) where a step of a real token (``real``
+    (B, T)) had a sum below THETA with a finite term (``has_terms(values)``, evaluated only if some
+    sum is that small); the sums are ``sums`` (exp space, T of them) if given, else read from ``ys``
+    and ``tops``. Padding steps copy the state (identity transitions): nothing to check there.
     Forward: value_t = log y_t + sum of (log top + m) of the steps up to t; backward: of those after t."""
     ys = torch.stack(ys, 1)
     if not tops:
@@ -285,8 +306,9 @@ def _unscale(ys: list, tops: list, shift: Tensor, has_terms, backward: bool = Fa
         sums = ys[:, :-1].log() + log_tops  # each step's sum, relative to its input's scale
     else:
         scale = torch.cat([zero, steps.cumsum(1)], 1)
-        sums = ys[:, 1:].log() + log_tops
+        sums = torch.stack(sums, 1).log_() if sums is not None else ys[:, 1:].log() + log_tops
     values = ys.log().add_(scale)
+    sums = torch.where(real[..., None], sums, 0.0)
     return values, _suspect(sums, lambda rows: has_terms(values, rows))
 
 

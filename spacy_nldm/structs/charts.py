@@ -28,9 +28,12 @@ Tensor = torch.Tensor
 
 
 class ItemChart(NamedTuple):
-    """Items in log space and, for exp-space semirings, ``value = exp(log - shift)`` with ``shift``
-    the maximum of each item (stored like the items without their label axes; the incomplete charts
-    keep a label axis of size 1, so that the same views serve values and shifts)."""
+    """Items in log space and, for exp-space semirings, ``value = exp(log - shift)`` with one ``shift``
+    per item (stored like the items without their label axes; the incomplete charts keep a label axis
+    of size 1, so that the same views serve values and shifts): the maximum of each complete item; for
+    an incomplete item see :mod:`.contract` (values at most the span's width). In exp space the log
+    values of the incomplete items are written only when a span recomputed in log space reads them
+    (:meth:`~.inside.Inside.incomplete_log`)."""
 
     log: Tensor
     value: Optional[Tensor] = None

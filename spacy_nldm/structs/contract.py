@@ -5,17 +5,22 @@
   of the span's head (f its label), Y the complete items that continue them.
 
 Exp space. The log semiring's sums are sums of exponentials, so each contraction runs as a matrix
-product of stored encodings, value = exp(item - shift) with one shift per item (its maximum, so every
-value is at most 1). For split k the pair of shifts is p[k] = shift_x[k] + shift_y[k]; with
-top = max_k p[k] and g[k] = exp(p[k] - top) <= 1:
+product of stored encodings, value = exp(item - shift) with one shift per item. For split k the pair
+of shifts is p[k] = shift_x[k] + shift_y[k]; with top = max_k p[k] and g[k] = exp(p[k] - top) <= 1:
 
     total[f, g'] = sum_k g[k] X~[k, f] Y~[k, g']      out = log(total) + top
 
-A term that underflows loses at most the smallest normal number ``tiny`` (every factor is at most 1),
-so a ``total`` of at least THETA = tiny / eps^2 is exact to a relative error of (number of terms) *
-eps^2. Smaller totals (a label far below its item's best, at large score scales) are not trusted:
-the caller recomputes those spans in log space (:func:`inner_log`, :func:`head_log`), so every result
-is exact at any score scale.
+The complete items are encoded with their maximum as the shift (every value at most 1). The incomplete
+items are the inner total times the arc's exponential, value = total * exp(arc - largest arc of the
+span) with shift = top + that largest arc, written without an exp or a log per label pair (see
+:meth:`~.arcs.ArcScores.attach_exp`): their values are at most the number of splits w, and one that
+underflows is below w * tiny; an item whose largest value is below 2^-10 is re-encoded from its log
+value to a largest value of 1 (:mod:`.inside`), so no total is much smaller than with max-normalised
+encodings. A term of a total that underflows therefore loses at most w^2 * tiny (``tiny`` the smallest
+normal number), so a ``total`` of at least THETA = tiny / eps^2 is exact to a relative error of
+(number of terms) * w^2 * eps^2, 1e-10 for a thousand terms of width 100 in float32. Smaller totals (a
+label far below its item's best, at large score scales) are not trusted: the caller recomputes those
+spans in log space (:func:`inner_log`, :func:`head_log`), so every result is exact at any score scale.
 """
 from typing import NamedTuple, Tuple
 

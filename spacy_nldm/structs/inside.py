@@ -14,13 +14,16 @@ Order of evaluation (docs/algorithm.md has the recurrences in the paper's notati
 For the log semiring with more than a few labels the contractions run in exp space (:mod:`.contract`)
 and the spans whose totals are too small to be trusted are recomputed in log space; those spans are
 recorded, as are the arg-maxes of a backtracking semiring, for the backward pass (:mod:`.outside`).
+In exp space the incomplete items are encoded straight from the inner totals and the arcs'
+exponentials (no exp or log per label pair); their log values are computed only if a span recomputed
+in log space reads them.
 """
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
 import torch
 
-from .arcs import ArcScores
+from .arcs import ArcScores, WidthArcs
 from .charts import (
     Charts,
     ItemChart,
@@ -32,7 +35,7 @@ from .charts import (
     right_operands,
     tail_operands,
 )
-from .contract import LOG, head_exp, head_log, head_terms, inner_exp, inner_log, inner_terms, theta
+from .contract import LOG, InnerTerms, head_exp, head_log, head_terms, inner_exp, inner_log, inner_terms, theta
 from .semiring import Semiring, exp_
 
 Tensor = torch.Tensor
@@ -41,6 +44,10 @@ Rows = Optional[tuple]  # (batch indices, span indices) of the spans recomputed 
 #: operations than exp space, which wins once its matrix products have a few labels to multiply
 #: (fwd+bwd at B=32, n=30, one thread: M=4 121 ms in log space vs 147 in exp space, M=6 210 vs 199)
 LOG_SPACE_UP_TO = 4
+#: the incomplete items are encoded as inner total * arc factor (no exp or log per label pair); an item
+#: whose largest encoded value is below PEAK is re-encoded from its log values to a largest value of 1,
+#: so that no total that reads it is more than 1 / PEAK smaller than with max-normalised encodings
+PEAK = 2.0**-10
 
 
 @dataclass
@@ -81,6 +88,8 @@ class Inside:
         self.inner_rows: List[Rows] = [None] * slots
         self.inner_values: List[Optional[Tensor]] = [None] * slots  # inner items of the recomputed spans
         self.inner_traces: List[Optional[Tensor]] = [None] * slots
+        self.inner_exp: List[Optional[InnerTerms]] = [None] * slots  # exp space: the inner totals
+        self.incomplete_logged = [False] * slots  # whether the log-space incomplete items of a width are stored
         self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots)
         self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots)
         self.tail = HeadStages(tail_operands, lambda t, i: t[:, i : i + 1], C.inc_right, C.tail, [None] * rows,
@@ -120,28 +129,71 @@ class Inside:
             # inner(s, s+w, a, c) = log sum_k exp(CR[s, s+k, a] + CL[s+k+1, s+w, c])
             terms = inner_exp(enc.right, shifts.right, enc.left, shifts.left)
             relevant = lambda: self._start_ok(w)[..., :, None] & self._end_ok(w)[..., None, :]  # noqa: E731
-            inner, self.inner_rows[w] = self._checked(
-                terms.log(), terms.total, relevant, lambda rows: inner_log(LOG, ops.right[rows], ops.left[rows])
-            )
-            if self.inner_rows[w] is not None:
-                self.inner_values[w] = inner[self.inner_rows[w]]
-        elif self.tracing:
+            rows = self.inner_rows[w] = self._low(terms.total, relevant)
+            self.inner_exp[w] = terms
+            # IR = inner * arc, IL likewise, encoded straight from the exp-space total and the arcs' factors
+            values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
+            arc_shifts = self.arcs.attach_exp(terms.total, w, WidthArcs(*values))
+            for cells, arc_shift in zip(incomplete_cells(C.inc_right.shift, C.inc_left.shift, w), arc_shifts):
+                torch.add(terms.top, arc_shift, out=cells.squeeze(2)).clamp_min_(torch.finfo(arc_shift.dtype).min)
+            if rows is not None:  # spans whose inner total is not trusted: log space
+                self.inner_values[w] = inner_log(LOG, ops.right[rows], ops.left[rows])
+            # an item whose largest value is small (the inner items and the arcs prefer different labels)
+            # would make the totals that read it small too: re-encoded from its log values, largest value 1
+            right_peak, left_peak = (v.flatten(2).amax(-1) for v in values)
+            left_peak[:, 0] = 1.0  # the root is never a dependent: no left item at span start 0
+            weak = torch.minimum(right_peak, left_peak).lt_(PEAK).logical_and_(self.ends_inside[:, w:])
+            if rows is not None:
+                weak[rows] = True
+            if bool(weak.any()):
+                self._encode_rows(w, weak.nonzero(as_tuple=True))
+            return
+        if self.tracing:
             inner, self.inner_traces[w] = self.semiring.argsum(inner_terms(ops.right, ops.left), -3)
         else:
             inner = inner_log(self.semiring, ops.right, ops.left)
-        # IR[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s -> s+w, a, c); IL[..] = inner(..) + arc(s+w -> s, c, a)
+        self._store_incomplete(w, inner)
+
+    def _store_incomplete(self, w: int, inner: Tensor) -> Tensor:
+        """IR[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s -> s+w, a, c); IL[..] = inner(..) + arc(s+w -> s, c, a),
+        stored in the log-space charts; returns the (right, left) cells."""
         right, left = self.arcs.attach(inner, w)
-        cells = incomplete_cells(C.inc_right.log, C.inc_left.log, w)
+        cells = incomplete_cells(self.charts.inc_right.log, self.charts.inc_left.log, w)
         cells[0].copy_(right)
         cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
-        if self.exp_space:  # one shift per item, taken on the contiguous items before they are stored
-            values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
-            shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
-            for log, value, shift, transpose in zip((right, left), values, shifts, (False, True)):
-                top = log.flatten(2).amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
-                shift.copy_(top)
-                encoded = exp_(log.sub_(top.unsqueeze(-1)))  # the log values are stored already
-                value.copy_(encoded.transpose(-1, -2) if transpose else encoded)
+        self.incomplete_logged[w] = True
+        return cells
+
+    def _encode_rows(self, w: int, rows) -> None:
+        """Encode the incomplete items of width w of the spans ``rows`` from their log values, one shift per
+        item (its maximum): inner items from the exp-space totals or, for the spans recomputed in log
+        space, their log values."""
+        arcs = self.arcs.width(w)
+        inner = self.inner_exp[w].log()
+        if self.inner_rows[w] is not None:
+            inner[self.inner_rows[w]] = self.inner_values[w]
+        inner = inner[rows]
+        C = self.charts
+        values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
+        shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
+        for arc, value, shift, transpose in zip(arcs, values, shifts, (False, True)):
+            log = inner + arc[rows]
+            top = log.flatten(1).amax(-1).clamp_min_(torch.finfo(log.dtype).min)
+            encoded = exp_(log.sub_(top[:, None, None]))
+            value[rows] = encoded.transpose(-1, -2) if transpose else encoded
+            shift.squeeze(2)[rows] = top
+
+    def incomplete_log(self, upto: int) -> None:
+        """Make sure the log-space incomplete items of widths 1..upto are in their charts: in exp space they
+        are written only when a span recomputed in log space reads them, log(total) + top + arc."""
+        for w in range(1, upto + 1):
+            if self.incomplete_logged[w]:
+                continue
+            terms = self.inner_exp[w]
+            inner = terms.log()
+            if self.inner_rows[w] is not None:
+                inner[self.inner_rows[w]] = self.inner_values[w]
+            self._store_incomplete(w, inner)
 
     def complete(self, w: int) -> None:
         """The complete items of width w:
@@ -189,9 +241,11 @@ class Inside:
             enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
             shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
             terms = head_exp(enc.incomplete, shifts.incomplete, enc.complete, shifts.complete)
-            out, stage.rows[key] = self._checked(
-                terms.log(), terms.total, lambda: relevant, lambda r: head_log(LOG, ops.incomplete[r], ops.complete[r])
-            )
+            out = terms.log()
+            rows = stage.rows[key] = self._low(terms.total, lambda: relevant)
+            if rows is not None:
+                self.incomplete_log(self.limit if stage is self.tail else key)
+                out[rows] = head_log(LOG, ops.incomplete[rows], ops.complete[rows])
             stage.cells(stage.total, key).copy_(terms.total)
             stage.cells(stage.top, key).copy_(terms.top)
         elif self.tracing:
@@ -202,19 +256,17 @@ class Inside:
             out = torch.where(keep[:, None, None], stage.cells(stage.complete.log, key), out)
         self._write(stage.complete, lambda t: stage.cells(t, key), out)
 
-    def _checked(self, out: Tensor, total: Tensor, relevant: Callable, exact: Callable):
-        """``out`` with the spans whose exp-space ``total`` fell below THETA somewhere it matters
-        (``relevant()``, a mask like ``total``, only made if some total is that small) recomputed by
-        ``exact(rows)``; returns (out, rows or None)."""
+    def _low(self, total: Tensor, relevant: Callable) -> Rows:
+        """The spans (batch and span indices, or None) whose exp-space ``total`` fell below THETA somewhere
+        it matters (``relevant()``, a mask like ``total``, only made if some total is that small): their
+        items are recomputed in log space."""
         low = total < self.theta
         if not bool(low.any()):
-            return out, None
+            return None
         spans = low.logical_and_(relevant()).flatten(2).any(-1)  # (B, S)
         if not bool(spans.any()):
-            return out, None
-        rows = spans.nonzero(as_tuple=True)
-        out[rows] = exact(rows)
-        return out, rows
+            return None
+        return spans.nonzero(as_tuple=True)
 
     def _start_ok(self, w: int) -> Tensor:
         """(B, S, M): the labels allowed at the start of each span of width w within its sentence."""

@@ -105,14 +105,14 @@ def outside_log(ins: Inside, grad_root: Tensor) -> Tensor:
     grad = ins.arcs.new_grad(limit)
 
     for i in reversed(ins.tail_order()):  # T[i, a] = log sum_{d, c} exp(IR[i, i+d, a, c] + T[i+d, c])
-        _head_outside(ins.tail, i, _stage_outer(ins, ins.tail, outer, i), outer.into(ins.tail, i), pull=False)
+        _head_outside(ins, ins.tail, i, _stage_outer(ins, ins.tail, outer, i), outer.into(ins.tail, i), pull=False)
     outer.tail_into_complete()
 
     for w in range(limit, 0, -1):
         for stage, share in ((ins.right, share_right), (ins.left, share_left)):
             # outer[CR[s+d, s+w, c]] += sum_a outer[CR[s, s+w, a]] exp(IR[s, s+d, a, c] + CR[s+d, s+w, c] - CR[s, s+w, a])
             # (and for CL alike); the shares of the incomplete items are pulled below
-            span_share = _head_outside(stage, w, _stage_outer(ins, stage, outer, w), outer.into(stage, w), pull=True)
+            span_share = _head_outside(ins, stage, w, _stage_outer(ins, stage, outer, w), outer.into(stage, w), pull=True)
             complete_cells(share, w).copy_(span_share)
         # outer[IR[s, s+w, a, c]] = sum_t outer[CR[s, s+w+t, a]] exp(IR[s, s+w, a, c] + CR[s+w, s+w+t, c] - CR[s, s+w+t, a])
         from_right = _pull_right(ins, share_right, w)  # (B, S, M, M) [a, c]
@@ -127,7 +127,7 @@ def outside_log(ins: Inside, grad_root: Tensor) -> Tensor:
     return grad
 
 
-def _head_outside(stage: HeadStages, key: int, out: Tensor, into: HeadOperands, pull: bool) -> Tensor:
+def _head_outside(ins: Inside, stage: HeadStages, key: int, out: Tensor, into: HeadOperands, pull: bool) -> Tensor:
     """Outside step of a head contraction (see :func:`~.contract.head_exp`) with outer values ``out``
     (B, S, F) for its outputs: adds the shares of the complete operands into ``into.complete`` and,
     unless they are left to the pull (``pull``), of the incomplete ones into ``into.incomplete``.
@@ -146,6 +146,7 @@ def _head_outside(stage: HeadStages, key: int, out: Tensor, into: HeadOperands, 
     if not pull:
         into.incomplete.add_(head_exp_outside_x(terms, share))
     if rows is not None:  # their shares from the log-space terms and the stored outputs
+        ins.incomplete_log(ins.limit if stage is ins.tail else key)
         logs = stage.operands(stage.incomplete.log, stage.complete.log, key)
         terms = logs.incomplete[rows] + logs.complete[rows].unsqueeze(-3)  # (R, F, D, L)
         item = stage.cells(stage.complete.log, key)[rows]
