@@ -9,6 +9,7 @@ from spacy.util import registry
 from thinc.api import PyTorchLSTM, chain, with_array
 from thinc.layers import HashEmbed
 
+from dense_trees import dense_canonical_heads
 from spacy_nldm.models.lstm import packed_lstm
 from spacy_nldm.models.structure import LatentTree
 from spacy_nldm.models.trees import canonical_heads
@@ -119,3 +120,41 @@ def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max
         canonical.add(str(canonical_heads(noisy, labels, lengths, max_dist)[0].tolist()))
     assert len(viterbi) > 1  # Viterbi's choice among (nearly) tied trees follows the rounding
     assert canonical == {str(heads.tolist())}
+
+
+@pytest.mark.parametrize("max_dist", [None, 1, 2, 3, 5])
+def test_banded_canonical_tree_is_the_dense_one_bit_for_bit(max_dist):
+    """The banded charts (O(n k) with max_dist) make the choices of the dense (N+1, N+1) algorithm."""
+    generator = torch.Generator().manual_seed(max_dist or 0)
+    for kind in ("token", "transition"):
+        S, N, M = 40, 19, 3
+        F = factored_scores(kind, S, N, M, generator)
+        lengths = torch.randint(0, N + 1, (S,), generator=generator)
+        lengths[0] = N
+        labels = torch.randint(0, M, (S, N), generator=generator)
+        heads, scores = canonical_heads(F, labels, lengths, max_dist)
+        want_heads, want_scores = dense_canonical_heads(F, labels, lengths, max_dist)
+        assert torch.equal(heads, want_heads) and torch.equal(scores, want_scores)
+
+
+def test_canonical_tree_of_a_long_sentence_keeps_to_the_band():
+    """5,000 tokens at k=5: charts of (n+1) x (k+1) cells, a few MB (one dense (n+1)^2 chart is 200 MB)."""
+    import tracemalloc
+
+    n, k, M = 5000, 5, 4
+    generator = torch.Generator().manual_seed(3)
+    F = factored_scores("transition", 1, n, M, generator)
+    labels = torch.randint(0, M, (1, n), generator=generator)
+    tracemalloc.start()
+    try:
+        heads, scores = canonical_heads(F, labels, torch.tensor([n]), k)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6, peak
+    d = torch.arange(1, n + 1)
+    h = heads[0]
+    assert torch.all(((h - d).abs() <= k) & (h != d))
+    head_codes = torch.cat([torch.zeros(1, dtype=torch.long), labels[0] + 1])[h]
+    total = F[0, d - 1, (h > d).long(), head_codes, labels[0]].double().sum()
+    torch.testing.assert_close(scores[0], total)  # the score of the returned tree
