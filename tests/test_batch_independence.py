@@ -97,7 +97,7 @@ def factored_scores(kind, S, N, M, generator):
 @pytest.mark.parametrize("max_dist", [None, 2])
 def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max_dist):
     generator = torch.Generator().manual_seed(0)
-    tree = LatentTree(max_dist=max_dist)
+    tree = LatentTree(max_dist=max_dist, canonical=False)  # Viterbi's own choice among tied trees
     S, N, M = 64, 12, 3
     F = factored_scores(kind, S, N, M, generator)
     lengths = torch.randint(0, N + 1, (S,), generator=generator)
@@ -111,6 +111,10 @@ def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max
         assert max_dist is None or all(abs(x - d) <= max_dist for d, x in enumerate(h, start=1) if x)
         if kind == "transition":  # among its many exactly tied trees, the one with the shortest arcs
             assert arc_length(h) <= arc_length(viterbi_heads[s, :n].tolist())
+    # LatentTree.decode returns the canonical tree (the default) and its score
+    canonical_decode = LatentTree(max_dist=max_dist).decode(F, lengths)
+    assert torch.equal(canonical_decode.labels, labels) and torch.equal(canonical_decode.heads, heads)
+    torch.testing.assert_close(canonical_decode.score, scores.float())
     viterbi, canonical = set(), set()
     for seed in range(6):  # rounding-level changes of the scores, as from other batch neighbours
         noisy = F * (1 + 1e-7 * torch.randn(F.shape, generator=torch.Generator().manual_seed(seed)))
@@ -118,6 +122,8 @@ def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max
         assert torch.equal(noisy_labels, labels)
         viterbi.add(str(noisy_heads.tolist()))
         canonical.add(str(canonical_heads(noisy, labels, lengths, max_dist)[0].tolist()))
+        small_buckets = LatentTree(max_dist=max_dist, budget=2000 * (seed + 1))  # other neighbours
+        assert torch.equal(small_buckets.decode(noisy, lengths).heads, heads)
     assert len(viterbi) > 1  # Viterbi's choice among (nearly) tied trees follows the rounding
     assert canonical == {str(heads.tolist())}
 
