@@ -9,6 +9,7 @@ from spacy.util import registry
 from thinc.api import PyTorchLSTM, chain, with_array
 from thinc.layers import HashEmbed
 
+from dense_trees import dense_canonical_heads
 from spacy_nldm.models.lstm import packed_lstm
 from spacy_nldm.models.structure import LatentTree
 from spacy_nldm.models.trees import canonical_heads
@@ -96,7 +97,7 @@ def factored_scores(kind, S, N, M, generator):
 @pytest.mark.parametrize("max_dist", [None, 2])
 def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max_dist):
     generator = torch.Generator().manual_seed(0)
-    tree = LatentTree(max_dist=max_dist)
+    tree = LatentTree(max_dist=max_dist, canonical=False)  # Viterbi's own choice among tied trees
     S, N, M = 64, 12, 3
     F = factored_scores(kind, S, N, M, generator)
     lengths = torch.randint(0, N + 1, (S,), generator=generator)
@@ -110,6 +111,10 @@ def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max
         assert max_dist is None or all(abs(x - d) <= max_dist for d, x in enumerate(h, start=1) if x)
         if kind == "transition":  # among its many exactly tied trees, the one with the shortest arcs
             assert arc_length(h) <= arc_length(viterbi_heads[s, :n].tolist())
+    # LatentTree.decode returns the canonical tree (the default) and its score
+    canonical_decode = LatentTree(max_dist=max_dist).decode(F, lengths)
+    assert torch.equal(canonical_decode.labels, labels) and torch.equal(canonical_decode.heads, heads)
+    torch.testing.assert_close(canonical_decode.score, scores.float())
     viterbi, canonical = set(), set()
     for seed in range(6):  # rounding-level changes of the scores, as from other batch neighbours
         noisy = F * (1 + 1e-7 * torch.randn(F.shape, generator=torch.Generator().manual_seed(seed)))
@@ -117,5 +122,45 @@ def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max
         assert torch.equal(noisy_labels, labels)
         viterbi.add(str(noisy_heads.tolist()))
         canonical.add(str(canonical_heads(noisy, labels, lengths, max_dist)[0].tolist()))
+        small_buckets = LatentTree(max_dist=max_dist, budget=2000 * (seed + 1))  # other neighbours
+        assert torch.equal(small_buckets.decode(noisy, lengths).heads, heads)
     assert len(viterbi) > 1  # Viterbi's choice among (nearly) tied trees follows the rounding
     assert canonical == {str(heads.tolist())}
+
+
+@pytest.mark.parametrize("max_dist", [None, 1, 2, 3, 5])
+def test_banded_canonical_tree_is_the_dense_one_bit_for_bit(max_dist):
+    """The banded charts (O(n k) with max_dist) make the choices of the dense (N+1, N+1) algorithm."""
+    generator = torch.Generator().manual_seed(max_dist or 0)
+    for kind in ("token", "transition"):
+        S, N, M = 40, 19, 3
+        F = factored_scores(kind, S, N, M, generator)
+        lengths = torch.randint(0, N + 1, (S,), generator=generator)
+        lengths[0] = N
+        labels = torch.randint(0, M, (S, N), generator=generator)
+        heads, scores = canonical_heads(F, labels, lengths, max_dist)
+        want_heads, want_scores = dense_canonical_heads(F, labels, lengths, max_dist)
+        assert torch.equal(heads, want_heads) and torch.equal(scores, want_scores)
+
+
+def test_canonical_tree_of_a_long_sentence_keeps_to_the_band():
+    """5,000 tokens at k=5: charts of (n+1) x (k+1) cells, a few MB (one dense (n+1)^2 chart is 200 MB)."""
+    import tracemalloc
+
+    n, k, M = 5000, 5, 4
+    generator = torch.Generator().manual_seed(3)
+    F = factored_scores("transition", 1, n, M, generator)
+    labels = torch.randint(0, M, (1, n), generator=generator)
+    tracemalloc.start()
+    try:
+        heads, scores = canonical_heads(F, labels, torch.tensor([n]), k)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20e6, peak
+    d = torch.arange(1, n + 1)
+    h = heads[0]
+    assert torch.all(((h - d).abs() <= k) & (h != d))
+    head_codes = torch.cat([torch.zeros(1, dtype=torch.long), labels[0] + 1])[h]
+    total = F[0, d - 1, (h > d).long(), head_codes, labels[0]].double().sum()
+    torch.testing.assert_close(scores[0], total)  # the score of the returned tree

@@ -5,6 +5,7 @@ import torch
 
 from spacy_nldm import structs
 from spacy_nldm.models.structure import LatentTree
+from spacy_nldm.models.trees import canonical_heads
 
 
 @pytest.mark.parametrize("max_dist", [2, None])
@@ -12,7 +13,7 @@ def test_decoding_and_marginals_never_build_the_dense_arc_tensor(monkeypatch, ma
     gen = torch.Generator().manual_seed(0)
     lengths = torch.tensor([40, 17, 33]) if max_dist else torch.tensor([12, 7, 9])
     F = torch.randn(3, int(lengths.max()), 2, 5, 4, generator=gen, dtype=torch.float64)
-    tree = LatentTree(max_dist=max_dist)
+    tree = LatentTree(max_dist=max_dist, canonical=False)  # Viterbi's own tree, as structs returns it
     dense = tree.expand(F)  # the old path, for reference
     want_marg = structs.marginals(dense, lengths, max_dist=max_dist).labels
     want = structs.viterbi(dense, lengths, max_dist=max_dist)
@@ -33,6 +34,13 @@ def test_decoding_and_marginals_never_build_the_dense_arc_tensor(monkeypatch, ma
     posterior = tree.decode(F, lengths, posterior=True)
     assert torch.equal(posterior.labels, want_marg.argmax(-1) * (torch.arange(F.shape[1]) < lengths[:, None]))
     assert torch.equal(posterior.heads, want_probs.heads)
+    # by default decode returns the canonical tree of the decoded labels, and its score
+    for found, want_found in ((LatentTree(max_dist=max_dist).decode(F, lengths), want),
+                              (LatentTree(max_dist=max_dist).decode(F, lengths, posterior=True), want_probs)):
+        heads, scores = canonical_heads(F, want_found.labels, lengths, max_dist)
+        assert torch.equal(found.labels, want_found.labels) and torch.equal(found.heads, heads)
+        torch.testing.assert_close(found.score, scores)
+        torch.testing.assert_close(found.score, want_found.score, rtol=1e-5, atol=1e-5)
 
 
 def test_a_long_sentence_decodes_with_arcs_up_to_max_dist():

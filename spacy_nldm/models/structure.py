@@ -7,13 +7,15 @@ itself, as :class:`~spacy_nldm.structs.DirectionalScores` (with ``max_dist`` the
 O(n k M^2): a 5,000-token sentence decodes in seconds); log S of partial labels and the chains expand
 F to the dense tensors. Segments are grouped by length into buckets whose expanded tensors stay under
 ``budget`` floats, so padding to the longest sentence of a batch costs neither memory nor time.
-Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as structs does.
+Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as structs does; the
+NLDM's tree is the canonical one of the decoded labels (:mod:`.trees`), so it does not depend on the batch.
 """
 from typing import List, Optional, Tuple
 
 import torch
 
 from .. import structs
+from .trees import canonical_heads
 
 Tensor = torch.Tensor
 #: most floats one bucket's expanded score tensor may hold (16 MB in float32). With log Z read from
@@ -128,13 +130,20 @@ class Structure:
 
 
 class LatentTree(Structure):
-    """The NLDM: labels linked by a latent projective tree, arcs up to ``max_dist`` long."""
+    """The NLDM: labels linked by a latent projective tree, arcs up to ``max_dist`` long.
+
+    ``canonical``: :meth:`decode` returns, for the decoded labels, the canonical tree among the
+    (near-)best ones (:func:`~spacy_nldm.models.trees.canonical_heads`: the shortest arcs among the
+    trees within a relative 1e-5 of the best) and its score, so that a doc's tree does not depend on
+    the rounding of its batch; ``False``: Viterbi's own choice among them.
+    """
 
     has_tree = True
 
-    def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET):
+    def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True):
         super().__init__(budget)
         self.max_dist = max_dist
+        self.canonical = canonical
 
     def cost(self, n: int, m: int) -> int:
         return (n + 1) ** 2 * m * m
@@ -220,7 +229,16 @@ class LatentTree(Structure):
         if posterior:
             probs = structs.marginals(scores, lengths, max_dist=self.max_dist).labels
             mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool())
-        return structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
+        found = structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
+        if not self.canonical:
+            return found
+        # one tree among the (near-)equally scored ones for these labels, whatever the rounding;
+        # memory O(n k) with max_dist
+        heads, score = canonical_heads(F, found.labels, lengths, self.max_dist)
+        possible = torch.isfinite(found.score)  # an impossible sentence keeps head 0 and score -inf
+        heads = torch.where(possible[:, None], heads.to(found.heads.device), torch.zeros_like(found.heads))
+        score = torch.where(possible, score.to(found.score), found.score)
+        return structs.Decoded(found.labels, heads, score)
 
     def _marginals(self, F, lengths):
         return structs.marginals(structs.DirectionalScores(F), lengths, max_dist=self.max_dist).labels

@@ -23,7 +23,6 @@ from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.tagger import get_structure, resize_labels
-from ..models.trees import canonical_heads
 from .extensions import register_extensions
 
 
@@ -261,9 +260,9 @@ class StructuredTagger(TrainablePipe):
         scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
+        # the NLDM's decode returns the canonical tree of the decoded labels (independent of the batch)
         labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior")
-        if heads is not None:  # one tree among the (near-)equally scored ones, whatever the rounding
-            heads, best = canonical_heads(F, labels, lengths, structure.max_dist)
+        if heads is not None:
             heads = heads.cpu().numpy()
         probs = structure.label_marginals(F, lengths).cpu().numpy() if self.store_probs else None
         return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs,
