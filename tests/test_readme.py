@@ -24,3 +24,17 @@ def test_using_the_components_example_runs_as_written(capsys):
     assert isinstance(doc._.nldm_tree_score, float) and "<svg" in html
     printed = capsys.readouterr().out
     assert str([(t.text, t.tag_, t._.nldm_head) for t in doc]) in printed
+
+
+def test_readme_tables_are_in_step_with_their_files():
+    """Every table the README copies (between ``<!-- table: FILE -->`` markers) equals FILE's table."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "scripts" / "readme_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = module.blocks((ROOT / "README.md").read_text(encoding="utf8"))
+    assert {source for source, _, _ in found} >= {"results/accuracy.md", "metrics/reference/twitter.md"}
+    for source, copy, table in found:
+        assert copy == table, f"README.md's copy of {source} is out of step: python scripts/readme_tables.py"
+        assert table.count("\n") >= 3, f"{source} has no table"
