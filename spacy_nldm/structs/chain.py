@@ -216,7 +216,11 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     # passes every forward check (each sum has a term of at least exp(-span)); one with wider columns
     # usually fails (transition scores of standard deviation 10 and more). Two tokens per sentence are
     # looked at: enough to see the scale, and it costs next to nothing.
+    # When whole tokens' potentials span at most -log(THETA) / 4 nats (scores of standard deviation up
+    # to a few nats), one shift per token does (d_t = 1): the columns' shifts and their vector products
+    # are skipped, which is most of a step's cost at small M.
     narrow = True  # then no exponent is likely to fall below log(tiny): exp needs no guard (exp_)
+    per_column = True
     sample = torch.tensor(sorted({min(1, n - 1), n // 2}), device=potentials.device) if n else None
     if sample is not None:
         seen = steps[:, sample]  # (B, 2, A, P, C)
@@ -225,20 +229,26 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
         if bool(wide.all()):
             return None, None, wide
         narrow = not bool(wide.any())
+        whole = seen.flatten(2)
+        # a quarter of the budget: the two sampled tokens must leave room for the others' spreads
+        per_column = bool(((whole.amax(-1) - whole.amin(-1) > -0.25 * _theta(potentials.dtype)) & real[:, sample]).any())
     floor = torch.finfo(potentials.dtype).min
-    column = steps.amax(2).clamp_min_(floor)  # m_t[p, c] (B, N, P, C)
+    if per_column:
+        column = steps.amax(2).clamp_min_(floor)  # m_t[p, c] (B, N, P, C)
+    else:
+        column = steps.flatten(2).amax(-1).clamp_min_(floor)[:, :, None, None].expand(batch, n, p, m)
     column = torch.where(real[:, :, None, None], column, 0.0)  # padding: identity transitions below
     shift = column.flatten(2).amax(-1)  # (B, N)
     exps = torch.empty(batch, n, p, m, m, dtype=potentials.dtype, device=potentials.device)  # E_t [p, a, c]
     torch.sub(steps.transpose(2, 3), column[:, :, :, None, :], out=exps)
     exps.exp_() if narrow else exp_(exps)
-    scales = exp_(column.sub_(shift[:, :, None, None])).reshape(batch, n, p * m)  # d_t over the new states (p, c)
+    scales = exp_(column.sub(shift[:, :, None, None])).reshape(batch, n, p * m)  # d_t over the new states (p, c)
     padding = (~real).nonzero(as_tuple=True)
     if len(padding[0]):  # identity transitions (padding may hold anything)
         exps[padding] = _identity(m, p, potentials).transpose(0, 1).exp()
     tiny = torch.finfo(potentials.dtype).tiny
     step_exps = exps.reshape(batch, n, p * m, m).unbind(1)  # per token: p blocks [a, c] stacked
-    step_scales = scales.unbind(1)
+    step_scales = scales.unbind(1) if per_column else None
     y = _start(batch, m * p, potentials).exp_()
     ys, tops, sums = [y], [], []
     if p == 1:
@@ -250,8 +260,11 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
         else:  # one product per p: (B*P, 1, A) @ (B*P, A, C)
             v = y.reshape(batch, m, p).transpose(1, 2).reshape(batch * p, 1, m)
             total = torch.bmm(v, step_exps[t].reshape(batch * p, m, m)).reshape(batch, p * m)
-        sums.append(total)
-        y = total * step_scales[t].view(total.shape)
+        if step_scales is None:
+            y = total  # its sum is read back from ys and tops
+        else:
+            sums.append(total)
+            y = total * step_scales[t].view(total.shape)
         top = y.amax(-1, keepdim=True).clamp_min_(tiny)  # 0 only if the sentence is impossible
         y = y.div_(top)
         ys.append(y)
@@ -259,7 +272,7 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     if p == 1:
         ys, tops, sums = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops], [s.view(batch, m) for s in sums]
     alphas, suspect = _unscale(ys, tops, shift, lambda values, rows: _forward_has_terms(values, steps, real, rows),
-                               real, sums=sums)
+                               real, sums=sums or None)
     if not backward or bool(suspect.all()):  # every sentence is redone in log space: no backward here
         return alphas, None, suspect
     if n == 0:
@@ -271,9 +284,9 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     for t in range(n - 1, 0, -1):
         # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
         if p == 1:
-            total = torch.bmm(step_exps[t], y * step_scales[t].unsqueeze(-1))
+            total = torch.bmm(step_exps[t], y if step_scales is None else y * step_scales[t].unsqueeze(-1))
         else:  # [p, a] -> [a, p]
-            z = (y * step_scales[t]).reshape(batch * p, m, 1)
+            z = (y if step_scales is None else y * step_scales[t]).reshape(batch * p, m, 1)
             total = torch.bmm(step_exps[t].reshape(batch * p, m, m), z)
             total = total.reshape(batch, p, m).transpose(1, 2).reshape(batch, m * p)
         top = total.amax(-2 if p == 1 else -1, keepdim=True).clamp_min_(tiny)
