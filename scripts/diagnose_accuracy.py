@@ -148,6 +148,15 @@ def m(**kw) -> Dict:
     return {"model": kw}
 
 
+#: The row of today's factory defaults (normalize_loss = true): the runs of ``bench accuracy`` itself.
+NOW = "factory defaults now (normalize_loss = true: mean per token)"
+#: The study's starting point: the factory defaults before ``normalize_loss`` (which this study led to)
+#: existed, i.e. a summed loss, identified by their default signatures (``bench accuracy``). Every
+#: structured run of the study sets ``normalize_loss = false`` explicitly, so that it stays the same
+#: run whatever the factories' defaults become.
+BASE_SIGNATURES = {"tagger": "fd60faa667", "crf_tagger": "5e1d1390ac", "nldm_tagger": "4a5a5d703f"}
+STUDY_BASE = {"normalize_loss": False}
+
 #: group -> rows of (label, systems, spec fields). Systems: s = softmax, c = crf, n = nldm.
 #: Head-only changes run on the NLDM alone (the CRF shares its scorer and training path); changes
 #: to the optimiser and the loop also run on softmax, the reference. Ordered by what they tell.
@@ -175,6 +184,7 @@ ABLATIONS: Dict[str, List[Tuple[str, str, Dict]]] = {
         ("Adam, no gradient clipping", "sn", dict(optimizer=adam(grad_clip=0.0))),
     ],
     "loss": [
+        (NOW, "scn", {}),
         ("loss mean per token", "n", dict(setup=f"{HERE}:patch_loss_per_token")),
         ("loss mean per sentence", "n", dict(setup=f"{HERE}:patch_loss_per_sentence")),
     ],
@@ -219,8 +229,12 @@ def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) ->
                     config = fields.pop("config", {})
                     if factory == "tagger":  # spaCy's tagger has no head settings of ours
                         config = {}
-                    if label == "factory defaults":
+                    elif label != NOW:
+                        config = {**STUDY_BASE, **config}
+                    if label == NOW:
                         system = f"{name} defaults {default_signature(factory)}"
+                    elif label == "factory defaults":
+                        system = f"{name} defaults {BASE_SIGNATURES[factory]}"
                     else:
                         system = f"{name}: {label}"
                     spec = RunSpec(dataset=dataset, system=system, factory=factory, seed=seed,
@@ -238,8 +252,8 @@ def table(group: str, entries, done: Dict, datasets: List[str]) -> List[str]:
         if label not in labels:
             labels.append(label)
         row = done.get(spec.key())
-        if row is not None:
-            acc.setdefault((label, name, spec.dataset), []).append(row["acc"])
+        if row is not None:  # the weights spaCy would use: the averages where averaging is on
+            acc.setdefault((label, name, spec.dataset), []).append(row.get("acc_avg") or row["acc"])
     head = ["change"] + [f"{d} {s}" for d in datasets for s in systems]
     lines = [f"### {group}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base = {(d, s): acc.get(("factory defaults", s, d)) for d in datasets for s in systems}

@@ -64,6 +64,7 @@ _ASSIGNS = ["token.tag", "token.pos", "token._.nldm_head", "doc._.nldm_tree_scor
         "loss": "exact",
         "max_length": 256,
         "store_probs": False,
+        "normalize_loss": True,
         "scorer": _SCORER,
     },
     default_score_weights=_SCORE_WEIGHTS,
@@ -77,12 +78,13 @@ def make_nldm_tagger(
     loss: str,
     max_length: int,
     store_probs: bool,
+    normalize_loss: bool,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
-        store_probs=store_probs, scorer=scorer,
+        store_probs=store_probs, normalize_loss=normalize_loss, scorer=scorer,
     )
 
 
@@ -95,6 +97,7 @@ def make_nldm_tagger(
         "decode": "viterbi",
         "max_length": 256,
         "store_probs": False,
+        "normalize_loss": True,
         "scorer": _SCORER,
     },
     default_score_weights=_SCORE_WEIGHTS,
@@ -107,10 +110,11 @@ def make_crf_tagger(
     decode: str,
     max_length: int,
     store_probs: bool,
+    normalize_loss: bool,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Linear-chain CRF tagger of order 1 or 2 (the paper's baselines)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, max_length=max_length,
-        store_probs=store_probs, scorer=scorer,
+        store_probs=store_probs, normalize_loss=normalize_loss, scorer=scorer,
     )

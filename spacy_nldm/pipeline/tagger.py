@@ -58,6 +58,11 @@ class StructuredTagger(TrainablePipe):
     loss: "exact" (log Z - log S) or "max" (log S replaced by the best tree's score; NLDM only).
     max_length: longer sentences are scored in windows of this many tokens (with a warning).
     store_probs: keep the label marginals in ``Doc._.nldm_probs``.
+    normalize_loss: the batch's loss and gradient are its mean per token (else its sum). spaCy's
+        optimizers clip each parameter's gradient norm (``grad_clip = 1.0`` in spaCy's default
+        optimizer): a sum over a batch of hundreds of tokens is clipped at almost every step, which
+        slows learning (results/diagnosis.md); a mean per token is not. The loss shown in spaCy's
+        training table is then also the mean per token.
 
     These settings come from the config only (attributes of the component); what is saved with the
     component (``cfg``) is what it learned: its labels. So ``spacy.load(path, config=...)`` can change
@@ -75,6 +80,7 @@ class StructuredTagger(TrainablePipe):
         loss: str = "exact",
         max_length: int = 256,
         store_probs: bool = False,
+        normalize_loss: bool = True,
         scorer: Optional[Callable] = None,
     ):
         for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES)):
@@ -94,6 +100,7 @@ class StructuredTagger(TrainablePipe):
         self.loss = loss
         self.max_length = max_length
         self.store_probs = store_probs
+        self.normalize_loss = normalize_loss
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
@@ -171,8 +178,9 @@ class StructuredTagger(TrainablePipe):
         weights[mine], weights[other] = weights[other], None
 
     def get_loss(self, examples: Iterable[Example], scores: TokenScores):
-        """Summed negative log-likelihood and its gradient with respect to the model's per-token
-        factored scores (``scores``, computed on the examples' predicted docs)."""
+        """Negative log-likelihood of the batch (its mean per token with ``normalize_loss``, else its
+        sum) and its gradient with respect to the model's per-token factored scores (``scores``,
+        computed on the examples' predicted docs)."""
         validate_examples(examples, f"{type(self).__name__}.get_loss")
         examples = list(examples)
         docs = [eg.predicted for eg in examples]
@@ -191,6 +199,8 @@ class StructuredTagger(TrainablePipe):
                 "have no probability under the model, or the scores are too large for float32; check the data, "
                 "or lower the learning rate"
             )
+        if self.normalize_loss:
+            loss = loss / float(segmented.lengths.sum())
         loss.backward()
         return float(loss.detach()), segmented.unpad(torch2xp(F.grad))
 
