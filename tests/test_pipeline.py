@@ -345,3 +345,19 @@ def test_render_tree_refuses_a_doc_without_a_latent_tree(ark):
     for doc in (nlp(" ".join(ark[6][0])), Doc(nlp.vocab, words=["no", "tags"])):
         with pytest.raises(ValueError, match="has no latent tree to draw"):
             render_tree(doc, jupyter=False)
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_normalized_loss_is_the_summed_loss_per_token(ark, factory):
+    """normalize_loss: the loss and every gradient entry are the summed ones divided by the batch's tokens
+    (windows included: max_length 5 splits the sentences, the count is still the batch's tokens)."""
+    nlp, pipe = trained(factory, ark[:6], steps=1, component={"max_length": 5})
+    egs = examples(nlp, ark[:6])
+    scores = pipe.model.predict([eg.predicted for eg in egs])
+    assert pipe.normalize_loss  # the factory default
+    mean, d_mean = pipe.get_loss(egs, scores)
+    pipe.normalize_loss = False
+    total, d_total = pipe.get_loss(egs, scores)
+    tokens = sum(len(eg.predicted) for eg in egs)
+    assert total > 0 and mean == pytest.approx(total / tokens, rel=1e-5)
+    numpy.testing.assert_allclose(d_mean, d_total / tokens, rtol=1e-4, atol=1e-8)
