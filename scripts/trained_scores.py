@@ -17,7 +17,6 @@ alternating in one process, median process CPU time.
 """
 import argparse
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -155,7 +154,7 @@ def chain_fallback(F, lengths) -> dict:
 
 def replay(args) -> None:
     from spacy_nldm import structs
-    from spacy_nldm.cli.bench_peers import load_baseline
+    from spacy_nldm.cli.bench_peers import alternate, load_baseline
     from spacy_nldm.models import structure
 
     torch.set_num_threads(1)
@@ -198,26 +197,13 @@ def replay(args) -> None:
         ours = lambda: loss(structs)  # noqa: E731
         if baseline is not None:
             theirs = lambda: loss(baseline)  # noqa: E731
-            a, b = _alternate(ours, theirs, args.repeats)
+            a, b = alternate(ours, theirs, args.repeats)
         else:
-            a, b = _alternate(ours, lambda: None, args.repeats)
+            a, b = alternate(ours, lambda: None, args.repeats)
         per = len(batches)
         print(f"| {path.stem} | {s['std']:.2f} | {s['min']:.0f}..{s['max']:.0f} | {s['token_range']:.1f} | "
               f"{s['label_range']:.1f} | {s['context_range']:.1f} | {redone} | {a / per:.4f} | "
               f"{b / per:.4f} | {a / b if b else float('nan'):.2f} |", flush=True)
-
-
-def _alternate(ours, theirs, repeats):
-    ours(), theirs()
-    a, b = [], []
-    for _ in range(repeats):
-        start = time.process_time()
-        ours()
-        a.append(time.process_time() - start)
-        start = time.process_time()
-        theirs()
-        b.append(time.process_time() - start)
-    return statistics.median(a), statistics.median(b)
 
 
 def main(argv=None) -> None:
