@@ -221,17 +221,18 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     # are skipped, which is most of a step's cost at small M.
     narrow = True  # then no exponent is likely to fall below log(tiny): exp needs no guard (exp_)
     per_column = True
+    budget = -_theta(potentials.dtype)  # -log(THETA), nats: potentials spanning less pass every check
     sample = torch.tensor(sorted({min(1, n - 1), n // 2}), device=potentials.device) if n else None
     if sample is not None:
         seen = steps[:, sample]  # (B, 2, A, P, C)
         spread = (seen.amax(2) - seen.amin(2)).flatten(2).amax(-1)
-        wide = ((spread > -_theta(potentials.dtype)) & real[:, sample]).any(1)
+        wide = ((spread > budget) & real[:, sample]).any(1)
         if bool(wide.all()):
             return None, None, wide
         narrow = not bool(wide.any())
         whole = seen.flatten(2)
         # a quarter of the budget: the two sampled tokens must leave room for the others' spreads
-        per_column = bool(((whole.amax(-1) - whole.amin(-1) > -0.25 * _theta(potentials.dtype)) & real[:, sample]).any())
+        per_column = bool(((whole.amax(-1) - whole.amin(-1) > 0.25 * budget) & real[:, sample]).any())
     floor = torch.finfo(potentials.dtype).min
     if per_column:
         column = steps.amax(2).clamp_min_(floor)  # m_t[p, c] (B, N, P, C)
@@ -242,13 +243,14 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     exps = torch.empty(batch, n, p, m, m, dtype=potentials.dtype, device=potentials.device)  # E_t [p, a, c]
     torch.sub(steps.transpose(2, 3), column[:, :, :, None, :], out=exps)
     exps.exp_() if narrow else exp_(exps)
-    scales = exp_(column.sub(shift[:, :, None, None])).reshape(batch, n, p * m)  # d_t over the new states (p, c)
     padding = (~real).nonzero(as_tuple=True)
     if len(padding[0]):  # identity transitions (padding may hold anything)
         exps[padding] = _identity(m, p, potentials).transpose(0, 1).exp()
     tiny = torch.finfo(potentials.dtype).tiny
     step_exps = exps.reshape(batch, n, p * m, m).unbind(1)  # per token: p blocks [a, c] stacked
-    step_scales = scales.unbind(1) if per_column else None
+    step_scales = None  # d_t over the new states (p, c), all 1 with one shift per token
+    if per_column:
+        step_scales = exp_(column.sub(shift[:, :, None, None])).reshape(batch, n, p * m).unbind(1)
     y = _start(batch, m * p, potentials).exp_()
     ys, tops, sums = [y], [], []
     if p == 1:
