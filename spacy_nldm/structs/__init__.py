@@ -5,6 +5,7 @@ Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterb
 Decoders return :class:`Decoded` (labels, heads, score). Score layouts are documented in :mod:`.tree`
 and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
+from .arcs import distance_bias_matrix
 from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
 from .semiring import BroadcastLogSemiring, LogSemiring, MaxSemiring, Semiring
@@ -16,6 +17,7 @@ __all__ = [
     "marginals",
     "count_trees",
     "DirectionalScores",
+    "distance_bias_matrix",
     "Marginals",
     "Decoded",
     "crf_log_partition",

@@ -21,22 +21,63 @@ class DirectionalScores:
     ``F[b, d-1, 1, a, c]`` every arc with h > d, head label ``a - 1`` (``a = 0``: the root, only
     for direction 0) and dependent label c; shape (B, N, 2, M+1, M).
 
+    ``distance_bias`` (2, K), optional: ``distance_bias[x, w-1]`` is added to every arc between two
+    tokens of length w (``|h - d| = w``) and direction x, the last column to arcs of length K and more;
+    arcs from the root get none. It is differentiable like F (:func:`~.tree.log_partition` gives its
+    gradient, the expected number of arcs of each direction and length).
+
     :func:`~.tree.log_partition`, :func:`~.tree.viterbi` and :func:`~.tree.marginals` accept it in
-    place of the dense (B, N+1, N+1, M, M) tensor, which it equals after expansion; the arcs are then
-    read, and their gradients written, in this compact form, so no O(n^2 M^2) tensor is allocated.
+    place of the dense (B, N+1, N+1, M, M) tensor, which it equals after expansion (:meth:`dense`); the
+    arcs are then read, and their gradients written, in this compact form, so no O(n^2 M^2) tensor is
+    allocated.
     """
 
-    def __init__(self, F: Tensor):
+    def __init__(self, F: Tensor, distance_bias: Optional[Tensor] = None):
         if not isinstance(F, Tensor) or F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
             shape = tuple(F.shape) if isinstance(F, Tensor) else type(F).__name__
             raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {shape}")
+        if distance_bias is not None and (
+            not isinstance(distance_bias, Tensor) or distance_bias.dim() != 2 or distance_bias.shape[0] != 2
+            or distance_bias.shape[1] < 1
+        ):
+            shape = tuple(distance_bias.shape) if isinstance(distance_bias, Tensor) else type(distance_bias).__name__
+            raise ValueError(f"distance_bias must have shape (2, K), K >= 1, got {shape}")
         self.F = F
+        self.distance_bias = distance_bias
 
     @property
     def shape(self) -> Tuple[int, int, int, int, int]:
         """The shape of the dense arc tensor these scores stand for."""
         B, N, _, _, M = self.F.shape
         return (B, N + 1, N + 1, M, M)
+
+    def dense(self, max_dist: Optional[int] = None) -> Tensor:
+        """The (B, N+1, N+1, M, M) arc scores (arcs longer than ``max_dist`` and never-read entries 0);
+        differentiable. For tests and small inputs: memory O(n^2 M^2)."""
+        B, N, _, _, M = self.F.shape
+        scores = self.F.new_zeros(B, N + 1, N + 1, M, M)
+        scores[:, 0, 1:, 0] = self.F[:, :, 0, 0]  # the root's label is 0
+        limit = N if max_dist is None else min(max_dist, N)
+        for w in range(1, min(limit, N - 1) + 1):
+            scores.diagonal(w, 1, 2)[..., 1:] = self.F[:, w:, 0, 1:].permute(0, 2, 3, 1)
+            scores.diagonal(-w, 1, 2)[..., 1:] = self.F[:, : N - w, 1, 1:].permute(0, 2, 3, 1)
+        if self.distance_bias is not None:
+            scores = scores + distance_bias_matrix(self.distance_bias, N + 1, limit)[None, :, :, None, None]
+        return scores
+
+
+def distance_bias_matrix(distance_bias: Tensor, n1: int, max_dist: Optional[int] = None) -> Tensor:
+    """(n1, n1) [h, d]: the bias of the arc h -> d between tokens (h, d >= 1) of length at most
+    ``max_dist``, 0 elsewhere (root arcs, self-arcs, longer arcs); differentiable."""
+    k = distance_bias.shape[1]
+    positions = torch.arange(n1, device=distance_bias.device)
+    offset = positions[None, :] - positions[:, None]  # d - h
+    column = (offset.abs() - 1).clamp(0, k - 1)
+    tokens = (positions[:, None] >= 1) & (positions[None, :] >= 1) & (offset != 0)
+    if max_dist is not None:
+        tokens = tokens & (offset.abs() <= max_dist)
+    bias = torch.where(offset > 0, distance_bias[0][column], distance_bias[1][column])
+    return torch.where(tokens, bias, 0.0)
 
 
 class WidthArcs(NamedTuple):
@@ -49,15 +90,20 @@ class WidthArcs(NamedTuple):
 class ArcScores:
     """Masked arcs of one width at a time; ``tensor`` is what gradients are taken with respect to.
 
-    ``lengths`` (B,) long; ``arc_mask`` (B or 1, N+1, N+1) bool or None. Subclasses say how the arcs of
-    width w are stored (:meth:`raw`) and how their gradients go back (:meth:`scatter`).
+    ``lengths`` (B,) long; ``arc_mask`` (B or 1, N+1, N+1) bool or None; ``bias`` a second differentiable
+    input or None (:class:`DirectionalArcs`: the distance bias), whose gradient :meth:`scatter` sums into
+    ``bias_grad``. Subclasses say how the arcs of width w are stored (:meth:`raw`) and how their
+    gradients go back (:meth:`scatter`).
     """
 
-    def __init__(self, tensor: Tensor, lengths: Tensor, arc_mask: Optional[Tensor], shape: Tuple[int, ...]):
-        self.tensor, self.lengths, self.arc_mask, self.shape = tensor, lengths, arc_mask, shape
+    def __init__(self, tensor: Tensor, lengths: Tensor, arc_mask: Optional[Tensor], shape: Tuple[int, ...],
+                 bias: Optional[Tensor] = None):
+        self.tensor, self.lengths, self.arc_mask, self.shape, self.bias = tensor, lengths, arc_mask, shape, bias
+        self.bias_grad: Optional[Tensor] = None
 
     def detach(self) -> "ArcScores":
-        return type(self)(self.tensor.detach(), self.lengths, self.arc_mask, self.shape)
+        bias = None if self.bias is None else self.bias.detach()
+        return type(self)(self.tensor.detach(), self.lengths, self.arc_mask, self.shape, bias)
 
     def raw(self, w: int, tensor: Tensor) -> WidthArcs:
         raise NotImplementedError
@@ -66,8 +112,13 @@ class ArcScores:
         raise NotImplementedError
 
     def new_grad(self, limit: int) -> Tensor:
-        """A gradient like ``tensor`` for :meth:`add_grad` to fill, widths 1..limit: zeros."""
+        """A gradient like ``tensor`` for :meth:`add_grad` to fill, widths 1..limit: zeros (and
+        ``bias_grad`` zeroed)."""
+        self._zero_bias_grad()
         return torch.zeros_like(self.tensor)
+
+    def _zero_bias_grad(self) -> None:
+        self.bias_grad = None if self.bias is None else torch.zeros_like(self.bias)
 
     def allowed(self, w: int) -> WidthArcs:
         """(B, S) bool each: which arcs of width w exist."""
@@ -125,6 +176,7 @@ class DenseArcs(ArcScores):
     def new_grad(self, limit: int) -> Tensor:
         """Each diagonal w = 1..limit is written once (:meth:`scatter` copies), so with every width
         only the main diagonal (self-arcs) needs zeros: no pass over the whole tensor."""
+        self._zero_bias_grad()
         if limit < self.shape[1] - 1:
             return torch.zeros_like(self.tensor)
         grad = torch.empty_like(self.tensor)
@@ -147,13 +199,22 @@ class DirectionalArcs(ArcScores):
     """Arcs of :class:`DirectionalScores` F (B, N, 2, M+1, M): the right arcs of width w are
     F[:, w-1, 0, 0] from the root (row 0, the root's label; the other rows are never used) and
     F[:, w:, 0, 1:] from tokens; the left arcs are F[:, :N-w, 1, 1:] transposed (span start 0, the
-    root, is never a dependent: its row is a placeholder)."""
+    root, is never a dependent: its row is a placeholder). The distance bias (``bias``, (2, K)) of
+    width w is added to the arcs between tokens (span starts 1 and up)."""
+
+    def width_bias(self, w: int) -> Optional[WidthArcs]:
+        """The distance bias of the right and the left arcs of width w, 0-dim tensors, or None."""
+        if self.bias is None:
+            return None
+        column = min(w, self.bias.shape[1]) - 1
+        return WidthArcs(self.bias[0, column], self.bias[1, column])
 
     def raw(self, w: int, tensor: Tensor) -> WidthArcs:
         B, N, _, _, M = tensor.shape
+        bias = self.width_bias(w) or WidthArcs(0.0, 0.0)
         root = tensor[:, w - 1 : w, 0, 0, None, :].expand(B, 1, M, M)
-        right = torch.cat([root, tensor[:, w:, 0, 1:]], dim=1)
-        left = torch.cat([root, tensor[:, : N - w, 1, 1:].transpose(-1, -2)], dim=1)
+        right = torch.cat([root, tensor[:, w:, 0, 1:] + bias.right], dim=1)
+        left = torch.cat([root, tensor[:, : N - w, 1, 1:].transpose(-1, -2) + bias.left], dim=1)
         return WidthArcs(right, left)
 
     def width(self, w: int, tensor: Optional[Tensor] = None) -> WidthArcs:
@@ -168,7 +229,15 @@ class DirectionalArcs(ArcScores):
         torch.where(ok_right[:, 1:, None, None], tensor[:, w:, 0, 1:], minus_inf, out=right[:, 1:])
         left[:, 0] = float("-inf")  # the root is never a dependent
         torch.where(ok_left[:, 1:, None, None], tensor[:, : N - w, 1, 1:].transpose(-1, -2), minus_inf, out=left[:, 1:])
-        return WidthArcs(right, left)
+        return self._add_bias(WidthArcs(right, left), w)
+
+    def _add_bias(self, arcs: WidthArcs, w: int) -> WidthArcs:
+        """Adds the distance bias of width w to the token spans (starts 1 and up) of ``arcs``, in place."""
+        bias = self.width_bias(w)
+        if bias is not None:
+            arcs.right[:, 1:] += bias.right
+            arcs.left[:, 1:] += bias.left
+        return arcs
 
     def attach(self, inner: Tensor, w: int) -> WidthArcs:
         """inner + arcs in one pass per direction, without masks: the scores of dependents past each
@@ -183,7 +252,7 @@ class DirectionalArcs(ArcScores):
         torch.add(inner[:, 1:], F[:, w:, 0, 1:], out=right[:, 1:])  # s -> s+w
         left[:, 0] = float("-inf")  # the root is never a dependent
         torch.add(inner[:, 1:], F[:, : N - w, 1, 1:].transpose(-1, -2), out=left[:, 1:])  # s+w -> s
-        return WidthArcs(right, left)
+        return self._add_bias(WidthArcs(right, left), w)
 
     def attach_exp(self, inner: Tensor, w: int, out: WidthArcs) -> WidthArcs:
         """As :meth:`ArcScores.attach_exp`, from exponentials of F taken once per call (:meth:`exps`): a
@@ -200,7 +269,7 @@ class DirectionalArcs(ArcScores):
         right = torch.cat([root_top[:, w - 1 : w], token_top[:, w:, 0]], dim=1)
         left = torch.cat([token_top.new_full((token_top.shape[0], 1), torch.finfo(tokens.dtype).min),
                           token_top[:, : N - w, 1]], dim=1)
-        return WidthArcs(right, left)
+        return self._add_bias(WidthArcs(right, left), w)  # a constant per width: part of the shift
 
     def exps(self) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """exp(F - shift) of the cleaned scores: the token rows (B, N, 2, M, M) with one shift (B, N, 2)
@@ -233,3 +302,7 @@ class DirectionalArcs(ArcScores):
         grad[:, w - 1, 0, 0].add_(arcs.right[:, 0, 0])  # root -> w: the root's label is 0
         grad[:, w:, 0, 1:].add_(arcs.right[:, 1:])
         grad[:, : N - w, 1, 1:].add_(arcs.left[:, 1:].transpose(-1, -2))
+        if self.bias_grad is not None:  # every arc of width w between tokens carries the bias once
+            column = min(w, self.bias_grad.shape[1]) - 1
+            self.bias_grad[0, column] += arcs.right[:, 1:].sum()
+            self.bias_grad[1, column] += arcs.left[:, 1:].sum()

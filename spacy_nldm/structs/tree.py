@@ -64,7 +64,7 @@ def log_partition(
     slow reference, or :class:`~.semiring.MaxSemiring` (the best score; its gradient marks the best tree).
     """
     problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
-    root = _Inside.apply(as_semiring(semiring), problem.arcs.tensor, problem)
+    root = _Inside.apply(as_semiring(semiring), problem.arcs.tensor, problem.arcs.bias, problem)
     result = torch.where(problem.impossible, float("-inf"), root)
     raise_if_not_finite(result, lambda b: _bad_arc(problem, b))
     return result
@@ -111,7 +111,8 @@ def marginals(
     check_scores(tensor)
     with torch.enable_grad():
         leaf = tensor.detach().requires_grad_(True)
-        log_z = log_partition(DirectionalScores(leaf) if directional else leaf, lengths, label_mask=label_mask,
+        bias = scores.distance_bias.detach() if directional and scores.distance_bias is not None else None
+        log_z = log_partition(DirectionalScores(leaf, bias) if directional else leaf, lengths, label_mask=label_mask,
                               max_dist=max_dist, arc_mask=arc_mask)
         (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
     labels = arcs.sum(dim=(2, 3)) if directional else arcs.sum(dim=(1, 3))[:, 1:]
@@ -148,9 +149,15 @@ class _Problem(NamedTuple):
 
 def _prepare(scores, lengths, label_mask, arc_mask, max_dist) -> _Problem:
     """Check the inputs; the arcs, allowed labels and lengths the inside pass reads."""
+    bias = None
     if isinstance(scores, DirectionalScores):
         tensor, shape, source = scores.F, scores.shape, DirectionalArcs
         check_scores(tensor, "directional scores")
+        if scores.distance_bias is not None:
+            check_scores(scores.distance_bias, "distance_bias")
+            if not bool(torch.isfinite(scores.distance_bias).all()):
+                raise ValueError(f"distance_bias must be finite, got {scores.distance_bias.tolist()}")
+            bias = scores.distance_bias.to(device=tensor.device, dtype=tensor.dtype)
     else:
         check_scores(scores)
         if scores.dim() != 5 or scores.shape[1] != scores.shape[2] or scores.shape[3] != scores.shape[4]:
@@ -176,7 +183,7 @@ def _prepare(scores, lengths, label_mask, arc_mask, max_dist) -> _Problem:
     root = torch.zeros(m, dtype=torch.bool, device=device)
     root[0] = True
     allowed = torch.cat([root.expand(batch, 1, m), allowed[:, 1:]], dim=1)  # the root carries label 0
-    return _Problem(source(tensor, lengths, arc_mask, shape), allowed, lengths, impossible, limit)
+    return _Problem(source(tensor, lengths, arc_mask, shape, bias), allowed, lengths, impossible, limit)
 
 
 class _Inside(torch.autograd.Function):
@@ -187,8 +194,8 @@ class _Inside(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, semiring: Semiring, tensor: Tensor, problem: _Problem) -> Tensor:
-        """``tensor`` is ``problem.arcs.tensor``, passed so that autograd sees it."""
+    def forward(ctx, semiring: Semiring, tensor: Tensor, bias: Optional[Tensor], problem: _Problem) -> Tensor:
+        """``tensor`` and ``bias`` are ``problem.arcs.tensor`` and ``.bias``, passed so that autograd sees them."""
         inside = Inside(semiring, problem.arcs.detach(), problem.allowed, problem.lengths, problem.limit)
         root = inside.run()
         ctx.inside = inside
@@ -210,7 +217,7 @@ class _Inside(torch.autograd.Function):
                 inside.arcs.add_grad(grad, w, marks)
         if not bool(possible.all()):  # a sentence without a finite tree: gradient 0, never NaN
             grad = torch.where(possible.reshape(-1, *((1,) * (grad.dim() - 1))), grad, 0.0)
-        return None, grad, None
+        return None, grad, inside.arcs.bias_grad, None
 
 
 def _bad_arc(problem: _Problem, b: int) -> str:
