@@ -45,9 +45,14 @@ def all_labelings(n, m):
     return [torch.tensor(y) for y in itertools.product(range(m), repeat=n)]
 
 
+#: a distance bias (2, K): arcs of length 1, 2 and longer, head on the left / on the right
+BIAS = torch.tensor([[0.7, -1.2, 0.3], [0.4, 2.0, -0.5]], dtype=torch.float64)
+
+
 @pytest.mark.parametrize(
     "structure,shape",
-    [(LatentTree(None), (2, 4)), (LatentTree(1), (2, 4)), (LatentTree(2), (2, 4)), (Chain(1), (1, 4)), (Chain(2), (4, 4))],
+    [(LatentTree(None), (2, 4)), (LatentTree(1), (2, 4)), (LatentTree(2), (2, 4)), (Chain(1), (1, 4)), (Chain(2), (4, 4)),
+     (LatentTree(None, distance_bias=BIAS), (2, 4)), (LatentTree(2, distance_bias=BIAS[:, :2]), (2, 4))],
 )
 def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structure, shape):
     torch.manual_seed(1)
@@ -77,20 +82,35 @@ def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structu
 
 
 @pytest.mark.parametrize("k", [None, 2])
-def test_gold_label_loss_equals_the_per_bucket_restricted_loss(k):
-    """The fully labelled fast path (log S on gathered gold arcs, whole batch) against the general one."""
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_gold_label_loss_equals_the_per_bucket_restricted_loss(k, with_bias):
+    """The fully labelled fast path (log S on gathered gold arcs, whole batch) against the general one,
+    for F and the distance bias."""
     from spacy_nldm.models.structure import Structure
 
     torch.manual_seed(4)
     F = torch.randn(4, 6, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    bias = BIAS.clone().requires_grad_(True)
     lengths = torch.tensor([6, 2, 0, 4])
     gold = torch.nn.functional.one_hot(torch.randint(0, 4, (4, 6)), 4).bool()
     gold[1, 2:] = True  # padding may allow anything
-    tree = LatentTree(max_dist=k, budget=600)  # several buckets
+    tree = LatentTree(max_dist=k, budget=600, distance_bias=bias if with_bias else None)  # several buckets
     fast = tree.nll(F, lengths, gold)
     general = Structure.nll(tree, F, lengths, gold)
     torch.testing.assert_close(fast, general)
     torch.testing.assert_close(torch.autograd.grad(fast, F)[0], torch.autograd.grad(general, F)[0])
+    if with_bias:
+        grad = torch.autograd.grad(tree.nll(F, lengths, gold), bias)[0]
+        torch.testing.assert_close(grad, torch.autograd.grad(Structure.nll(tree, F, lengths, gold), bias)[0])
+        # against finite differences
+        eps = 1e-6
+        for index in itertools.product(range(2), range(3)):
+            step = torch.zeros_like(BIAS)
+            step[index] = eps
+            up = LatentTree(max_dist=k, distance_bias=BIAS + step).nll(F.detach(), lengths, gold)
+            down = LatentTree(max_dist=k, distance_bias=BIAS - step).nll(F.detach(), lengths, gold)
+            assert float(grad[index]) == pytest.approx(float(up - down) / (2 * eps), abs=1e-6)
+        assert bool((grad != 0).any())
 
 
 def test_max_approximation_bounds_the_exact_loss():
@@ -153,12 +173,13 @@ INTERACTIONS = {"emission_transition": ["psi"], "bilinear": ["A"], "trilinear": 
 @pytest.mark.parametrize("name", sorted(SCORERS))
 @pytest.mark.parametrize(
     "structure,n_dirs,order",
-    [(LatentTree(None), 2, 1), (LatentTree(3), 2, 1), (LatentTree(1), 2, 1), (Chain(1), 1, 1), (Chain(2), 1, 2)],
+    [(LatentTree(None), 2, 1), (LatentTree(3), 2, 1), (LatentTree(1), 2, 1), (Chain(1), 1, 1), (Chain(2), 1, 2),
+     (LatentTree(3, distance_bias=BIAS), 2, 1)],
 )
 def test_zero_interactions_are_the_softmax_tagger(name, structure, n_dirs, order):
     """With the interaction (transition) parameters at zero, label marginals are a softmax over the
     emissions h W + b, the loss is the softmax cross-entropy and decoding is the per-token arg-max,
-    for the chains and the latent tree alike (the tree count cancels)."""
+    for the chains and the latent tree alike (the tree count, and any distance bias, cancels)."""
     torch.manual_seed(5)
     scorer = make_scorer(name, n_dirs=n_dirs, label_dim=4, rank=6, order=order).double()
     scorer.resize(7, 5)

@@ -361,3 +361,28 @@ def test_normalized_loss_is_the_summed_loss_per_token(ark, factory):
     tokens = sum(len(eg.predicted) for eg in egs)
     assert total > 0 and mean == pytest.approx(total / tokens, rel=1e-5)
     numpy.testing.assert_allclose(d_mean, d_total / tokens, rtol=1e-4, atol=1e-8)
+
+
+def test_distance_bias_learns_and_round_trips(ark):
+    """The NLDM's default distance bias gets its gradient from the loss (it leaves zero), is saved with
+    the model, and a reloaded pipeline predicts the same tags, trees and scores."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp, pipe = trained("nldm_tagger", ark[:6], steps=4)
+    bias = torch_scorer(pipe.model).distance_bias
+    assert tuple(bias.shape) == (2, 5) and bool((bias != 0).any())
+    nlp2 = spacy.blank("en")
+    nlp2.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger")})
+    nlp2.from_bytes(nlp.to_bytes())
+    torch.testing.assert_close(torch_scorer(nlp2.get_pipe("nldm_tagger").model).distance_bias, bias)
+    text = " ".join(ark[7][0])
+    a, b = nlp(text), nlp2(text)
+    assert [t.tag_ for t in a] == [t.tag_ for t in b]
+    assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
+    assert a._.nldm_tree_score == pytest.approx(b._.nldm_tree_score)
+
+
+def test_distance_bias_is_the_nldms_only():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="distance_bias"):
+        nlp.add_pipe("crf_tagger", config={"model": {"distance_bias": True}})

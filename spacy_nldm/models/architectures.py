@@ -19,18 +19,22 @@ def build_nldm_tagger(
     rank: int = 400,
     max_dist: Optional[int] = 5,
     emission: bool = True,
+    distance_bias: bool = False,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
     latent projective tree over the labels; arcs longer than ``max_dist`` (None: any) are dropped.
     ``label_dim`` is D_t, ``rank`` D_r (trilinear only); nO (labels) is set by the component.
     Every scorer adds a direct emission (a linear layer with bias on the dependent's vector, as in
-    spaCy's tagger); ``emission = false`` drops it (the paper's pure trilinear form)."""
+    spaCy's tagger); ``emission = false`` drops it (the paper's pure trilinear form).
+    ``distance_bias = true`` adds a learned score per arc direction and length (1..max_dist, or 1..10 and
+    "longer" without max_dist), starting at 0: a prior over the latent trees that can make them
+    chain-like (the NLDM with max_dist 1 is the first-order CRF) or spread them (not in the paper)."""
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
-        emission=emission, nO=nO,
+        emission=emission, distance_bias=distance_bias, nO=nO,
     )
 
 

@@ -8,6 +8,10 @@ A scorer maps token vectors ``h`` (..., nI) to factored scores ``F`` of shape (.
 * ``a`` is the head (or previous) label: ``a = 0`` is the root / start state, ``a = 1..M`` are the
   labels ``0..M-1``.
 
+A tree scorer may also hold ``distance_bias`` (2, K), a score per arc direction and length that does not
+depend on the tokens or labels; the structure reads it from the module (it is not part of F), so its
+gradient comes from the loss directly (see :class:`~spacy_nldm.models.structure.LatentTree`).
+
 All scores depend on the dependent's vector only (``h_d``), so F is linear in the tokens and the
 (S, N+1, N+1, M, M) arc tensor is built from it only where the structured algorithms need it
 (:mod:`spacy_nldm.models.structure`).
@@ -51,12 +55,15 @@ class Scorer(nn.Module):
     #: changes by a similar fraction per step.
     zero_init: Tuple[str, ...] = ("W", "b")
 
-    def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True):
+    def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
+                 distance_lengths: int = 0):
         super().__init__()
         if not emission and not self.can_drop_emission:
             raise ValueError(f"{type(self).__name__} needs its emission term (emission = true)")
+        if distance_lengths and n_dirs != 2:
+            raise ValueError("a distance bias needs the tree's two arc directions")
         self.emission = emission
-        self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0}
+        self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0, "K": int(distance_lengths)}
         self.resize(nI, nO)
 
     can_drop_emission = False
@@ -70,14 +77,15 @@ class Scorer(nn.Module):
         return self.sizes["M"]
 
     def param_shapes(self) -> Dict[str, Shape]:
-        return {**(self.emission_shapes if self.emission else {}), **self.shapes}
+        distance = {"distance_bias": ("X", "K")} if self.sizes["K"] else {}
+        return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance}
 
     def _shape(self, name: str) -> Tuple[int, ...]:
         sizes = dict(self.sizes, C=self.sizes["M"] + 1)
         return tuple(sizes[s] if isinstance(s, str) else s for s in self.param_shapes()[name])
 
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
-        return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
+        return torch.zeros(shape) if name in self.zero_init or name == "distance_bias" else torch.randn(shape)
 
     def _norm(self, symbol: str) -> float:
         """1 / sqrt(size) of a contracted dimension (I, T or R)."""
@@ -221,12 +229,14 @@ SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "tri
 
 
 def make_scorer(
-    edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True
+    edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
+    distance_lengths: int = 0,
 ) -> nn.Module:
-    """The torch scorer named in the config; order 2 adds the second-order table."""
+    """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
+    gives a tree scorer a distance bias (2, K)."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
-    scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission)
+    scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths)
     return SecondOrder(scorer) if order == 2 else scorer

@@ -140,10 +140,29 @@ class LatentTree(Structure):
 
     has_tree = True
 
-    def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True):
+    def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
+                 distance_bias: Optional[Tensor] = None):
+        """``distance_bias`` (2, K): a score per arc direction and length (see
+        :class:`~spacy_nldm.structs.DirectionalScores`), typically the scorer's parameter, so that the loss's
+        backward pass writes its gradient straight into it."""
         super().__init__(budget)
         self.max_dist = max_dist
         self.canonical = canonical
+        self.distance_bias = distance_bias
+
+    def directional(self, F: Tensor) -> structs.DirectionalScores:
+        """F (B, N, 2, M+1, M) with the distance bias, as the tree algorithms read it."""
+        return structs.DirectionalScores(F, self._bias(F))
+
+    def _bias(self, F: Tensor) -> Optional[Tensor]:
+        return None if self.distance_bias is None else self.distance_bias.to(device=F.device, dtype=F.dtype)
+
+    def _with_bias(self, scores: Tensor, F: Tensor) -> Tensor:
+        """Dense arc scores (B, N+1, N+1, K, K) plus the distance bias of each arc."""
+        bias = self._bias(F)
+        if bias is None:
+            return scores
+        return scores + structs.distance_bias_matrix(bias, scores.shape[1], self.max_dist)[None, :, :, None, None]
 
     def cost(self, n: int, m: int) -> int:
         return (n + 1) ** 2 * m * m
@@ -173,7 +192,7 @@ class LatentTree(Structure):
         K = idx.shape[-1]
         dep = F.gather(-1, idx[:, 1:, None, None, :].expand(*F.shape[:4], K))  # (B, N, 2, M+1, K)
         scores = self.expand(dep)  # (B, N+1, N+1, M, K)
-        return scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), ok
+        return self._with_bias(scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), F), ok
 
     def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact") -> Tensor:
         """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``),
@@ -183,9 +202,9 @@ class LatentTree(Structure):
             return super().nll(F, lengths, gold_mask, approx)
         total = F.new_zeros(())
         for _, Fb, lens in self._buckets(F, lengths):
-            total = total + structs.log_partition(structs.DirectionalScores(Fb), lens, max_dist=self.max_dist).sum()
+            total = total + structs.log_partition(self.directional(Fb), lens, max_dist=self.max_dist).sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
-            gold = self.gold_arcs(Fb, gold_mask[idx, : Fb.shape[1]])
+            gold = self._with_bias(self.gold_arcs(Fb, gold_mask[idx, : Fb.shape[1]]), Fb)
             total = total - structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
         return total
 
@@ -204,7 +223,7 @@ class LatentTree(Structure):
 
     def _nll(self, F, lengths, gold_mask, approx):
         # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels
-        log_z = structs.log_partition(structs.DirectionalScores(F), lengths, max_dist=self.max_dist)
+        log_z = structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
         if approx == "max":
             labels, heads, _ = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
@@ -224,7 +243,7 @@ class LatentTree(Structure):
         return (arc * real).sum(1)
 
     def _decode(self, F, lengths, posterior) -> structs.Decoded:
-        scores = structs.DirectionalScores(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
+        scores = self.directional(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
         mask = None
         if posterior:
             probs = structs.marginals(scores, lengths, max_dist=self.max_dist).labels
@@ -234,14 +253,14 @@ class LatentTree(Structure):
             return found
         # one tree among the (near-)equally scored ones for these labels, whatever the rounding;
         # memory O(n k) with max_dist
-        heads, score = canonical_heads(F, found.labels, lengths, self.max_dist)
+        heads, score = canonical_heads(F, found.labels, lengths, self.max_dist, distance_bias=self._bias(F))
         possible = torch.isfinite(found.score)  # an impossible sentence keeps head 0 and score -inf
         heads = torch.where(possible[:, None], heads.to(found.heads.device), torch.zeros_like(found.heads))
         score = torch.where(possible, score.to(found.score), found.score)
         return structs.Decoded(found.labels, heads, score)
 
     def _marginals(self, F, lengths):
-        return structs.marginals(structs.DirectionalScores(F), lengths, max_dist=self.max_dist).labels
+        return structs.marginals(self.directional(F), lengths, max_dist=self.max_dist).labels
 
 
 class Chain(Structure):

@@ -28,11 +28,17 @@ def build_structured_tagger(
     order: int = 1,
     max_dist: Optional[int] = None,
     emission: bool = True,
+    distance_bias: bool = False,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
-    """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF)."""
+    """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
+    ``distance_bias`` (tree only): one learned score per arc direction and length."""
     n_dirs = 2 if structure == "tree" else 1
-    scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission)
+    if distance_bias and structure != "tree":
+        raise ValueError("distance_bias is a score of the latent tree's arcs: the NLDM only")
+    lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
+    scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
+                         distance_lengths=lengths)
     head = torch_head(scorer)
     return Model(
         f"nldm-{structure}-tagger",
@@ -45,9 +51,13 @@ def build_structured_tagger(
     )
 
 
+#: arc lengths with a bias of their own without max_dist (longer arcs share the last one)
+DISTANCE_BIAS_LENGTHS = 10
+
+
 def get_structure(model: Model) -> Structure:
     if model.attrs["structure"] == "tree":
-        return LatentTree(max_dist=model.attrs["max_dist"])
+        return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=getattr(torch_scorer(model), "distance_bias", None))
     return Chain(order=model.attrs["order"])
 
 

@@ -38,10 +38,12 @@ KINDS = ("IR", "IL", "CR", "CL")
 
 
 def canonical_heads(F: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor,
-                    max_dist: Optional[int] = None, tol: float = TOL) -> Tuple[torch.Tensor, torch.Tensor]:
+                    max_dist: Optional[int] = None, tol: float = TOL,
+                    distance_bias: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Heads (S, L) (0 = root, positions 1..n) and scores (S,) float64 of the canonical tree of each
-    segment, given its factored scores F (S, L, 2, M+1, M) and decoded labels (S, L). Positions beyond
-    a segment's length get head 0. Segments are independent of each other (and of their grouping)."""
+    segment, given its factored scores F (S, L, 2, M+1, M), the distance bias (2, K) or None (see
+    :class:`~spacy_nldm.structs.DirectionalScores`) and decoded labels (S, L). Positions beyond a
+    segment's length get head 0. Segments are independent of each other (and of their grouping)."""
     heads = numpy.zeros(labels.shape, dtype=numpy.int64)
     scores = numpy.zeros(labels.shape[0], dtype=numpy.float64)
     if labels.numel() == 0:
@@ -53,9 +55,15 @@ def canonical_heads(F: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor
     dep = dep.to("cpu", torch.float64).numpy()
     codes = numpy.zeros((S, L + 1), dtype=numpy.int64)  # label code of each position, 0 = the root
     codes[:, 1:] = labels.cpu().numpy() + 1
+    bias = None if distance_bias is None else distance_bias.detach().to("cpu", torch.float64).numpy()
     for group in _groups(lens, max_dist):
         n = lens[group[-1]]  # the longest of the group
         right, left = _band_arcs(dep[group, :n], codes[group, : n + 1], [lens[i] for i in group], _width(n, max_dist))
+        if bias is not None:  # arcs between tokens (span starts 1 and up) of length w
+            k = right.shape[-1] - 1
+            columns = numpy.minimum(numpy.arange(1, k + 1), bias.shape[1]) - 1
+            right[:, 1:, 1:] += bias[0, columns]
+            left[:, 1:, 1:] += bias[1, columns]
         heads[group, :n], scores[group] = _eisner(right, left, [lens[i] for i in group], tol)
     return torch.from_numpy(heads).to(labels.device, labels.dtype), torch.from_numpy(scores)
 

@@ -29,6 +29,7 @@ label_dim = 50
 rank = 400
 max_dist = 5
 emission = true
+distance_bias = true
 """
     + _TOK2VEC
 )["model"]

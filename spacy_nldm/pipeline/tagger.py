@@ -259,12 +259,12 @@ class StructuredTagger(TrainablePipe):
         """Decoded labels (and latent trees) of the docs' segments; a batch without tokens is
         answered without calling the model."""
         docs = list(docs)
-        structure = get_structure(self.model)
         if not any(len(doc) for doc in docs):
+            has_tree = self.model.attrs["structure"] == "tree"
             none = numpy.zeros((0, 1), dtype="int64")
             probs = numpy.zeros((0, 1, len(self.labels)), dtype="float32") if self.store_probs else None
-            return Predictions([], none, none if structure.has_tree else None, numpy.zeros(0), probs,
-                               structure.has_tree)
+            return Predictions([], none, none if has_tree else None, numpy.zeros(0), probs, has_tree)
+        structure = get_structure(self.model)
         token_scores = self.model.predict(docs)
         self._check_finite(token_scores, docs)
         scores = self.segment_scores(docs, token_scores)
