@@ -31,3 +31,12 @@ def checkout_stays_clean():
     yield
     created = sorted(name for name in names if (ROOT / name).exists() and name not in before)
     assert not created, f"the tests created {created} in the checkout {ROOT}"
+
+
+@pytest.fixture(params=["exp", "log"])
+def space(request, monkeypatch):
+    """Run the log semiring's charts in exp space (checked contractions) or in log space, whatever M."""
+    from spacy_nldm.structs import inside
+
+    monkeypatch.setattr(inside, "LOG_SPACE_UP_TO", 0 if request.param == "exp" else 1000)
+    return request.param

@@ -19,15 +19,6 @@ from spacy_nldm.structs import (
 LENGTHS = [4, 2, 5, 1]  # a padded batch, N = 5
 
 
-@pytest.fixture(params=["exp", "log"])
-def space(request, monkeypatch):
-    """Run the log semiring's charts in exp space (checked contractions) or in log space, whatever M."""
-    from spacy_nldm.structs import inside
-
-    monkeypatch.setattr(inside, "LOG_SPACE_UP_TO", 0 if request.param == "exp" else 1000)
-    return request.param
-
-
 def random_scores(lengths, m, seed, dtype=torch.float64, scale=1.0):
     gen = torch.Generator().manual_seed(seed)
     n = max(lengths)

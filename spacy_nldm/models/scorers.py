@@ -53,7 +53,7 @@ class Scorer(nn.Module):
     #: steps and the scores it feeds swing by tens of nats per step (the trilinear scorer then
     #: cannot fit its training data). With O(1) factors and constant normalisers every factor
     #: changes by a similar fraction per step.
-    zero_init: Tuple[str, ...] = ("W", "b")
+    zero_init: Tuple[str, ...] = ("W", "b", "distance_bias")
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
                  distance_lengths: int = 0):
@@ -85,7 +85,7 @@ class Scorer(nn.Module):
         return tuple(sizes[s] if isinstance(s, str) else s for s in self.param_shapes()[name])
 
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
-        return torch.zeros(shape) if name in self.zero_init or name == "distance_bias" else torch.randn(shape)
+        return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
 
     def _norm(self, symbol: str) -> float:
         """1 / sqrt(size) of a contracted dimension (I, T or R)."""

@@ -34,8 +34,6 @@ def build_structured_tagger(
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
     ``distance_bias`` (tree only): one learned score per arc direction and length."""
     n_dirs = 2 if structure == "tree" else 1
-    if distance_bias and structure != "tree":
-        raise ValueError("distance_bias is a score of the latent tree's arcs: the NLDM only")
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
                          distance_lengths=lengths)

@@ -27,9 +27,9 @@ class DirectionalScores:
     gradient, the expected number of arcs of each direction and length).
 
     :func:`~.tree.log_partition`, :func:`~.tree.viterbi` and :func:`~.tree.marginals` accept it in
-    place of the dense (B, N+1, N+1, M, M) tensor, which it equals after expansion (:meth:`dense`); the
-    arcs are then read, and their gradients written, in this compact form, so no O(n^2 M^2) tensor is
-    allocated.
+    place of the dense (B, N+1, N+1, M, M) tensor, which it equals after expansion (plus
+    :func:`distance_bias_matrix`); the arcs are then read, and their gradients written, in this compact
+    form, so no O(n^2 M^2) tensor is allocated.
     """
 
     def __init__(self, F: Tensor, distance_bias: Optional[Tensor] = None):
@@ -50,20 +50,6 @@ class DirectionalScores:
         """The shape of the dense arc tensor these scores stand for."""
         B, N, _, _, M = self.F.shape
         return (B, N + 1, N + 1, M, M)
-
-    def dense(self, max_dist: Optional[int] = None) -> Tensor:
-        """The (B, N+1, N+1, M, M) arc scores (arcs longer than ``max_dist`` and never-read entries 0);
-        differentiable. For tests and small inputs: memory O(n^2 M^2)."""
-        B, N, _, _, M = self.F.shape
-        scores = self.F.new_zeros(B, N + 1, N + 1, M, M)
-        scores[:, 0, 1:, 0] = self.F[:, :, 0, 0]  # the root's label is 0
-        limit = N if max_dist is None else min(max_dist, N)
-        for w in range(1, min(limit, N - 1) + 1):
-            scores.diagonal(w, 1, 2)[..., 1:] = self.F[:, w:, 0, 1:].permute(0, 2, 3, 1)
-            scores.diagonal(-w, 1, 2)[..., 1:] = self.F[:, : N - w, 1, 1:].permute(0, 2, 3, 1)
-        if self.distance_bias is not None:
-            scores = scores + distance_bias_matrix(self.distance_bias, N + 1, limit)[None, :, :, None, None]
-        return scores
 
 
 def distance_bias_matrix(distance_bias: Tensor, n1: int, max_dist: Optional[int] = None) -> Tensor:
