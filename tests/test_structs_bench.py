@@ -43,6 +43,7 @@ def test_bench_structs_peers_prints_speed_and_accuracy_tables():
     result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "", "--peers",
                                  "--peer-repeats", "1", "--threads", "1"])
     assert result.exit_code == 0, result.output
-    assert len(rows(result.output, "| chain-1")) == 8 and len(rows(result.output, "| tree M=1")) == 4
+    assert len(rows(result.output, "| chain-1")) == 12 and len(rows(result.output, "| tree M=1")) == 4
+    assert sum("ChainScores, vs pytorch-crf" in line for line in rows(result.output, "| chain-1")) == 4
     by_scale = [line.split("|") for line in result.output.splitlines() if line.startswith(("| 1 |", "| 100 |", "| 1000 |"))]
     assert sorted(len(cells) for cells in by_scale) == [7, 7, 15, 15, 15]  # speed by scale (1, 100), accuracy (1, 100, 1000)

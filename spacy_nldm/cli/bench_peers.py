@@ -73,6 +73,10 @@ def _our_potentials(crf, emissions, lengths):
                                     end=crf.end_transitions)
 
 
+def _our_factored(crf, emissions):
+    return structs.ChainScores(emissions, crf.transitions, crf.start_transitions, crf.end_transitions)
+
+
 def _torch_struct_chain(crf, emissions, lengths):
     """torch-struct's LinearChainCRF on the same scores: potentials (B, N-1, C, C) indexed [current,
     previous], the first token's emission and start score folded into the first transition, the end
@@ -125,6 +129,13 @@ def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
         def their_nll():
             (-crf(em, tags, mask)).backward()
 
+        def factored_log_z():  # emissions and pytorch-crf's own transition parameters, no potentials built
+            structs.crf_log_partition(_our_factored(crf, em), lengths).sum().backward()
+
+        def factored_nll():
+            scores = _our_factored(crf, em)
+            (structs.crf_log_partition(scores, lengths) - structs.crf_log_partition(scores, lengths, label_mask=gold)).sum().backward()
+
         def decode():
             with torch.no_grad():
                 structs.crf_viterbi(_our_potentials(crf, em, lengths), lengths)
@@ -138,6 +149,10 @@ def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
 
         rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, vs pytorch-crf normaliser", *alternate(log_z, their_log_z, repeats)))
         rows.append((f"chain-1 NLL fwd+bwd, n=30, M={m}, vs pytorch-crf CRF.forward", *alternate(nll, their_nll, repeats)))
+        rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, ChainScores, vs pytorch-crf normaliser",
+                     *alternate(factored_log_z, their_log_z, repeats)))
+        rows.append((f"chain-1 NLL fwd+bwd, n=30, M={m}, ChainScores, vs pytorch-crf CRF.forward",
+                     *alternate(factored_nll, their_nll, repeats)))
         rows.append((f"chain-1 Viterbi, n=30, M={m}, vs pytorch-crf CRF.decode", *alternate(decode, their_decode, repeats)))
         rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, vs torch-struct LinearChainCRF.partition",
                      *alternate(log_z, their_struct_log_z, repeats)))

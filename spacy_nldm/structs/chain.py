@@ -40,8 +40,11 @@ def crf_log_partition(potentials: Tensor, lengths: Tensor, *, label_mask: Option
     """log Z of the chain (or log S with a gold ``label_mask``), shape (B,); differentiable.
 
     When ``label_mask`` allows exactly one label at every real token, this is the score of that one
-    label sequence, read off by indexing (no dynamic program).
+    label sequence, read off by indexing (no dynamic program). ``potentials`` may also be a
+    :class:`~.chain_scores.ChainScores` (order 1, emissions and one transition matrix).
     """
+    if _factored(potentials):
+        return _factored_log_partition(potentials, lengths, label_mask)
     potentials, lengths, mask = _prepare(potentials, lengths, label_mask)
     labels = None if mask is None else _single_labels(mask, lengths)
     if labels is not None:
@@ -73,6 +76,8 @@ def crf_score(potentials: Tensor, labels: Tensor, lengths: Tensor) -> Tensor:
 
 def crf_viterbi(potentials: Tensor, lengths: Tensor, *, label_mask: Optional[Tensor] = None) -> Decoded:
     """Best label sequence: :class:`~.checks.Decoded` (labels (B, N), heads None, score (B,))."""
+    if _factored(potentials):
+        potentials = potentials.potentials(potentials.check(lengths))
     potentials, lengths, mask = _prepare(potentials, lengths, label_mask)
     with torch.no_grad():
         if mask is not None:
@@ -84,6 +89,11 @@ def crf_viterbi(potentials: Tensor, lengths: Tensor, *, label_mask: Optional[Ten
 
 def crf_marginals(potentials: Tensor, lengths: Tensor, *, label_mask: Optional[Tensor] = None) -> Tensor:
     """P(y_t = c | x), shape (B, N, M), 0 beyond ``lengths`` and for impossible sentences."""
+    if _factored(potentials):
+        marg = _factored_marginals(potentials, lengths, label_mask)
+        if marg is not None:
+            return marg
+        potentials = potentials.potentials(potentials.check(lengths))
     potentials, lengths, mask = _prepare(potentials, lengths, label_mask)
     with torch.no_grad():
         if mask is not None:
@@ -135,6 +145,36 @@ def chain_potentials(
 # terms may have underflowed); such sentences are redone in log space (:func:`_log_recursions`, one
 # logsumexp per token), so every result is exact at any score scale. Tokens past a sentence's length
 # get identity transitions, which leave alpha and beta unchanged (and are not checked).
+
+
+def _factored(potentials) -> bool:
+    from .chain_scores import ChainScores
+
+    return isinstance(potentials, ChainScores)
+
+
+def _factored_log_partition(scores, lengths, label_mask: Optional[Tensor]) -> Tensor:
+    """crf_log_partition of a ChainScores: its fast path (:mod:`.chain_scores`), else the potentials'."""
+    from . import chain_scores
+
+    lengths = scores.check(lengths)
+    mask = check_label_mask(label_mask, tuple(scores.emissions.shape))
+    labels = None if mask is None else _single_labels(mask.to(lengths.device), lengths)
+    if labels is not None:
+        log_z = chain_scores.score(scores, labels, lengths)
+    else:
+        log_z = chain_scores.log_partition(scores if mask is None else chain_scores.masked(scores, mask), lengths)
+    raise_if_not_finite(log_z, lambda b: _bad_position(scores.potentials(lengths), lengths, b))
+    return log_z
+
+
+def _factored_marginals(scores, lengths, label_mask: Optional[Tensor]) -> Optional[Tensor]:
+    """crf_marginals of a ChainScores by its fast path, or None where that does not apply."""
+    from . import chain_scores
+
+    lengths = scores.check(lengths)
+    mask = check_label_mask(label_mask, tuple(scores.emissions.shape))
+    return chain_scores.marginals(scores if mask is None else chain_scores.masked(scores, mask), lengths)
 
 
 def _prepare(potentials: Tensor, lengths: Tensor, label_mask: Optional[Tensor]):

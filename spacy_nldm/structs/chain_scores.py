@@ -1,0 +1,231 @@
+"""A first-order chain in factored form, as pytorch-crf and most taggers hold it: emissions (B, N, M),
+one transition matrix (M, M) shared by every token, and optional start and end scores (M,).
+
+``crf_log_partition``, ``crf_marginals`` and ``crf_viterbi`` take a :class:`ChainScores` wherever they
+take potentials. Its fast path never builds the (B, N, M, M) potentials; it is the exp-space recursion
+of :mod:`.chain` with E_t the same for every token:
+
+    E[a, c] = exp(T[a, c] - max_a' T[a', c])                   (M, M), every entry in [0, 1]
+    d_t[c]  = exp(e_t[c] + max_a T[a, c] - shift_t)            (B, M), the columns' shifts; max 1
+    forward:  y_t = (y_{t-1} E) * d_t / top_t,   log alpha_t = log y_t + sum_{tau <= t} (log top_tau + shift_tau)
+    backward: y_{t-1} = E (d_t * y_t) / top_t,   log beta_{t-1} = log y_{t-1} + sum_{tau >= t} (...)
+
+and the marginals need no logarithm at all: the scales of alpha_t and beta_t are one number per token, so
+P(y_t = c) = ya_t[c] yb_t[c] / sum_c' ya_t[c'] yb_t[c'], and the transition marginals summed over the
+batch (the gradient of T) are E * (U^T W) with U, W the scaled alphas and betas (one matrix product).
+
+Every sum the fast path divides by or takes the logarithm of is checked against THETA (the smallest sum
+an exp-space step trusts, see ``chain._theta``). If one falls below, or a score is not finite, or a
+sentence is empty, the whole call takes the general path on the potentials (:func:`ChainScores.potentials`),
+which is exact at any score scale; so the factored form changes the speed, never the result.
+"""
+import math
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+
+from . import chain
+from .checks import check_lengths, check_scores
+
+Tensor = torch.Tensor
+
+
+class ChainScores(NamedTuple):
+    """First-order chain scores: ``emissions`` (B, N, M); ``transitions`` (M, M) indexed [previous,
+    current]; ``start`` (M,) scores the first label, ``end`` (M,) the last real one (both optional)."""
+
+    emissions: Tensor
+    transitions: Tensor
+    start: Optional[Tensor] = None
+    end: Optional[Tensor] = None
+
+    def potentials(self, lengths: Tensor) -> Tensor:
+        """The same scores as (B, N, M, M) potentials (see :func:`~.chain.chain_potentials`)."""
+        return chain.chain_potentials(self.emissions, self.transitions, lengths, start=self.start, end=self.end)
+
+    def check(self, lengths) -> Tensor:
+        """Validate shapes and dtypes; returns ``lengths`` as a long tensor."""
+        check_scores(self.emissions, "emissions")
+        if self.emissions.dim() != 3:
+            raise ValueError(f"emissions must be (B, N, M), got {tuple(self.emissions.shape)}")
+        batch, n, m = self.emissions.shape
+        for name, value, shape in (("transitions", self.transitions, (m, m)), ("start", self.start, (m,)),
+                                   ("end", self.end, (m,))):
+            if value is None:
+                continue
+            check_scores(value, name)
+            if tuple(value.shape) != shape or value.dtype != self.emissions.dtype:
+                raise ValueError(f"{name} must be {self.emissions.dtype} of shape {shape}, got {value.dtype} "
+                                 f"{tuple(value.shape)}")
+        return check_lengths(lengths, batch, n, self.emissions.device)
+
+
+def log_partition(scores: ChainScores, lengths: Tensor) -> Tensor:
+    """log Z (B,), differentiable with respect to every tensor of ``scores``."""
+    emissions, start = _emissions_with_end(scores, lengths), _start_scores(scores)
+    with torch.no_grad():
+        fast = _recursions(emissions.detach(), scores.transitions.detach(), start.detach(), lengths)
+    if fast is None:
+        return chain._log_partition(scores.potentials(lengths), lengths)
+    return _LogPartition.apply(emissions, scores.transitions, start, lengths, fast)
+
+
+def marginals(scores: ChainScores, lengths: Tensor) -> Optional[Tensor]:
+    """P(y_t = c) (B, N, M), 0 beyond ``lengths``; None where the fast path does not apply."""
+    with torch.no_grad():
+        emissions = _emissions_with_end(scores, lengths)
+        fast = _recursions(emissions, scores.transitions, _start_scores(scores), lengths)
+    return None if fast is None else fast.token_marginals
+
+
+def score(scores: ChainScores, labels: Tensor, lengths: Tensor) -> Tensor:
+    """Score (B,) of the label sequences ``labels`` (B, N) (ignored beyond ``lengths``); differentiable."""
+    emissions, start = _emissions_with_end(scores, lengths), _start_scores(scores)
+    real = chain._real(lengths, emissions.shape[1])
+    labels = torch.where(real, labels.to(emissions.device).long(), 0)
+    picked = emissions.gather(2, labels[:, :, None]).squeeze(2)  # (B, N)
+    moves = scores.transitions[labels[:, :-1], labels[:, 1:]]  # (B, N-1)
+    picked = picked + torch.cat([start[labels[:, :1]], moves], 1)
+    return torch.where(real, picked, 0.0).sum(1)
+
+
+def masked(scores: ChainScores, mask: Tensor) -> ChainScores:
+    """Disallowed labels (``mask`` (B, N, M) False) get emission -inf: the same as masking the potentials."""
+    return scores._replace(emissions=scores.emissions.masked_fill(~mask, float("-inf")))
+
+
+class _Fast(NamedTuple):
+    """What the fast path keeps for the gradient: the scaled alphas ``ya`` and betas ``yb`` (B, N, M),
+    E (M, M), the column shifts d (B, N, M), log Z (B,) and the token marginals (B, N, M)."""
+
+    ya: Tensor
+    yb: Tensor
+    exps: Tensor
+    d: Tensor
+    log_z: Tensor
+    token_marginals: Tensor
+
+
+def _emissions_with_end(scores: ChainScores, lengths: Tensor) -> Tensor:
+    """The emissions with the end scores on each sentence's last real token."""
+    if scores.end is None:
+        return scores.emissions
+    n = scores.emissions.shape[1]
+    last = torch.arange(n, device=lengths.device)[None, :] == (lengths - 1)[:, None]
+    return scores.emissions + last[:, :, None].to(scores.emissions.dtype) * scores.end
+
+
+def _start_scores(scores: ChainScores) -> Tensor:
+    if scores.start is not None:
+        return scores.start
+    return scores.emissions.new_zeros(scores.emissions.shape[-1])
+
+
+def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor) -> Optional[_Fast]:
+    """The exp-space forward and backward passes (module docstring), or None when a check fails."""
+    batch, n, m = emissions.shape
+    if n == 0 or bool((lengths == 0).any()):
+        return None
+    theta = math.exp(chain._theta(emissions.dtype))
+    real = chain._real(lengths, n)
+    emissions = torch.where(real[:, :, None], emissions, 0.0)  # padding may hold anything
+    column = transitions.amax(0)  # (M,)
+    if not bool(torch.isfinite(column).all()):
+        return None  # a label no transition reaches, or +inf / NaN: the general path sorts it out
+    exps = (transitions - column).exp()  # E (M, M)
+    shifted = torch.cat([(emissions[:, :1] + start), emissions[:, 1:] + column], 1)  # (B, N, M)
+    shift = shifted.amax(-1)  # (B, N)
+    if not bool(torch.isfinite(shift).all()):  # a token with no allowed label, or +inf / NaN (start too)
+        return None
+    d = (shifted - shift[:, :, None]).exp()  # every row's maximum is 1
+    shift = torch.where(real, shift, 0.0)
+
+    # forward: y_t = (y_{t-1} E) * d_t / top_t
+    y = d[:, 0]
+    ya, tops, low = [y], [], []
+    for t in range(1, n):
+        # alpha_t[c] = log sum_a exp(alpha_{t-1}[a] + T[a, c]) + e_t[c]
+        total = y @ exps
+        low.append(total.amin(-1))
+        y = total * d[:, t]
+        top = y.amax(-1, keepdim=True)
+        y = y / top
+        ya.append(y)
+        tops.append(top)
+    if tops and bool(((torch.stack(low, 1) < theta) & real[:, 1:]).any()):
+        return None
+    ya = torch.where(real[:, :, None], torch.stack(ya, 1), 0.0)  # (B, N, M), each real row's maximum 1
+    log_tops = torch.cat([shift.new_zeros(batch, 1), torch.cat(tops, 1).log()], 1) if tops else shift.new_zeros(batch, 1)
+    scale = (log_tops + shift).cumsum(1)  # log alpha_t = log ya_t + scale_t
+    last = (lengths - 1)[:, None]
+    log_z = scale.gather(1, last).squeeze(1) + ya.gather(1, last[:, :, None].expand(batch, 1, m)).sum(-1).squeeze(1).log()
+
+    # backward: y_{t-1} = E (d_t * y_t) / top_t; 1 (beta = 0) at and after each sentence's last token
+    ones = emissions.new_ones(batch, m)
+    y = ones
+    yb, low = [y], []
+    for t in range(n - 1, 0, -1):
+        # beta_{t-1}[a] = log sum_c exp(T[a, c] + e_t[c] + beta_t[c])
+        total = (y * d[:, t]) @ exps.t()
+        top = total.amax(-1, keepdim=True)
+        y = torch.where(real[:, t, None], total / top, ones)
+        yb.append(y)
+        low.append(torch.where(real[:, t], total.amin(-1), 1.0))
+    yb = torch.stack(yb[::-1], 1)  # (B, N, M)
+    if low and bool((torch.stack(low, 1) < theta).any()):
+        return None
+    # P(y_t = c): the scales of alpha_t and beta_t are per token, so they cancel in the normalisation
+    joint = ya * yb
+    norm = joint.sum(-1, keepdim=True)
+    if bool(((norm.squeeze(-1) < theta) & real).any()):
+        return None
+    token_marginals = torch.where(real[:, :, None], joint / norm, 0.0)
+    return _Fast(ya, yb, exps, d, log_z, token_marginals)
+
+
+def _transition_gradient(fast: _Fast, grad: Tensor, lengths: Tensor) -> Optional[Tensor]:
+    """sum over sentences b and tokens t >= 1 of grad_b P_b(y_{t-1} = a, y_t = c), (M, M); None when a
+    token's normaliser falls below THETA (then the caller takes the general path)."""
+    ya, yb, exps, d = fast.ya, fast.yb, fast.exps, fast.d
+    batch, n, m = ya.shape
+    if n < 2:
+        return exps.new_zeros(m, m)
+    after = d[:, 1:] * yb[:, 1:]  # (B, N-1, M): d_t[c] yb_t[c]
+    before = ya[:, :-1]  # ya_{t-1}[a]
+    norm = (before * (after @ exps.t())).sum(-1)  # sum_{a, c} ya[a] E[a, c] d[c] yb[c], (B, N-1)
+    real = chain._real(lengths, n)[:, 1:]
+    if bool(((norm < math.exp(chain._theta(norm.dtype))) & real).any()):
+        return None
+    weight = torch.where(real, grad[:, None] / norm, 0.0)  # (B, N-1)
+    after = after * weight[:, :, None]
+    return exps * (before.reshape(-1, m).t() @ after.reshape(-1, m))
+
+
+class _LogPartition(torch.autograd.Function):
+    """log Z from the fast path; gradients: token marginals (emissions, start) and summed transition
+    marginals (transitions), or the general path's where a gradient check fails."""
+
+    @staticmethod
+    def forward(ctx, emissions, transitions, start, lengths, fast: _Fast):
+        ctx.fast = fast
+        ctx.save_for_backward(emissions, transitions, start, lengths)
+        return fast.log_z
+
+    @staticmethod
+    def backward(ctx, grad):
+        emissions, transitions, start, lengths = ctx.saved_tensors
+        fast = ctx.fast
+        token = fast.token_marginals * grad[:, None, None]
+        moves = _transition_gradient(fast, grad, lengths) if ctx.needs_input_grad[1] else None
+        if ctx.needs_input_grad[1] and moves is None:
+            return _general_gradients(emissions, transitions, start, lengths, grad) + (None, None)
+        return token, moves, token[:, 0].sum(0), None, None
+
+
+def _general_gradients(emissions, transitions, start, lengths, grad) -> Tuple[Tensor, Tensor, Tensor]:
+    """The three gradients from the general path's transition marginals."""
+    with torch.enable_grad():
+        leaves = [x.detach().requires_grad_(True) for x in (emissions, transitions, start)]
+        pot = chain.chain_potentials(leaves[0], leaves[1], lengths, start=leaves[2])
+        log_z = chain._log_partition(pot, lengths)
+        return torch.autograd.grad(log_z, leaves, grad)

@@ -1,0 +1,132 @@
+"""The factored first-order chain (ChainScores: emissions + one transition matrix) against enumeration, the
+potentials' path and float64, at every score scale."""
+import numpy as np
+import pytest
+import torch
+
+from brute import enumerate_chain
+from spacy_nldm.structs import ChainScores, chain_scores, crf_log_partition, crf_marginals, crf_viterbi
+
+LENGTHS = [5, 2, 4, 1, 5]
+
+
+def _scores(scale=1.0, dtype=torch.float64, seed=0, batch=len(LENGTHS), n=5, m=3, start_end=True):
+    gen = torch.Generator().manual_seed(seed)
+    draw = lambda *shape: (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)  # noqa: E731
+    parts = [draw(batch, n, m), draw(m, m)] + ([draw(m), draw(m)] if start_end else [None, None])
+    return ChainScores(*[None if p is None else p.requires_grad_(True) for p in parts])
+
+
+def _took_fast_path(scores, lengths) -> bool:
+    emissions = chain_scores._emissions_with_end(scores, lengths).detach()
+    start = chain_scores._start_scores(scores).detach()
+    return chain_scores._recursions(emissions, scores.transitions.detach(), start, lengths) is not None
+
+
+def _grads(log_z, scores):
+    leaves = [p for p in scores if p is not None]
+    return torch.autograd.grad(log_z.sum(), leaves)
+
+
+@pytest.mark.parametrize("start_end", [True, False])
+def test_factored_chain_against_enumeration(start_end):
+    scores, lengths = _scores(start_end=start_end), torch.tensor(LENGTHS)
+    assert _took_fast_path(scores, lengths)
+    log_z = crf_log_partition(scores, lengths)
+    marg = crf_marginals(scores, lengths)
+    labels, _, best = crf_viterbi(scores, lengths)
+    potentials = scores.potentials(lengths).detach().numpy()
+    for b, length in enumerate(LENGTHS):
+        ref_z, ref_best, ref_labels, ref_marg = enumerate_chain(potentials[b], length, None)
+        assert log_z[b].item() == pytest.approx(ref_z, abs=1e-9)
+        assert best[b].item() == pytest.approx(ref_best, abs=1e-9)
+        assert labels[b, :length].tolist() == ref_labels.tolist()
+        np.testing.assert_allclose(marg[b, :length].numpy(), ref_marg, atol=1e-9)
+        np.testing.assert_allclose(marg[b, length:].numpy(), 0.0)
+
+
+@pytest.mark.parametrize("scale", [1.0, 10.0, 30.0, 100.0, 300.0, 1000.0])
+def test_factored_equals_the_potentials_path_with_gradients_at_every_scale(scale):
+    """float64: the factored form gives the potentials' log Z, marginals and gradients (fast path where it
+    applies, the general path beyond); float32: within 1e-5 relative (log Z) and 1e-4 (marginals) of float64."""
+    lengths = torch.tensor(LENGTHS)
+    scores = _scores(scale, m=4, seed=int(scale))
+    log_z = crf_log_partition(scores, lengths)
+    ref_z = crf_log_partition(scores.potentials(lengths), lengths)
+    torch.testing.assert_close(log_z, ref_z, rtol=1e-12, atol=1e-9)
+    ref_grads = _grads(ref_z, scores)
+    for got, ref in zip(_grads(log_z, scores), ref_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9)
+    ref_marg = crf_marginals(scores.potentials(lengths).detach(), lengths)
+    torch.testing.assert_close(crf_marginals(scores, lengths), ref_marg, rtol=1e-9, atol=1e-9)
+
+    single = ChainScores(*[None if p is None else p.detach().float().requires_grad_(True) for p in scores])
+    z32 = crf_log_partition(single, lengths)
+    ref_z = ref_z.detach()
+    assert float(((z32.detach().double() - ref_z) / ref_z.abs()).abs().max()) <= 1e-5
+    assert float((crf_marginals(single, lengths).double() - ref_marg).abs().max()) <= 1e-4
+    for got, ref in zip(_grads(z32, single), ref_grads):  # gradients are marginals: absolute error
+        assert float((got.double() - ref).abs().max()) <= 1e-4 * max(1.0, float(ref.abs().max()))
+
+
+def test_the_fast_path_applies_at_tagger_scales_and_steps_aside_beyond():
+    lengths = torch.tensor(LENGTHS)
+    assert _took_fast_path(_scores(1.0, torch.float32), lengths)
+    assert _took_fast_path(_scores(5.0, torch.float32), lengths)
+    assert not _took_fast_path(_scores(300.0, torch.float32), lengths)
+
+
+def test_the_general_gradient_path_agrees(monkeypatch):
+    """Where the transition gradient's check fails, the gradients come from the potentials' path."""
+    scores, lengths = _scores(), torch.tensor(LENGTHS)
+    expected = _grads(crf_log_partition(scores, lengths), scores)
+    monkeypatch.setattr(chain_scores, "_transition_gradient", lambda *args: None)
+    for got, ref in zip(_grads(crf_log_partition(scores, lengths), scores), expected):
+        torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+
+
+def test_label_masks_gold_scores_and_empty_sentences():
+    lengths = torch.tensor([5, 0, 3])
+    scores = _scores(batch=3)
+    potentials = scores.potentials(lengths)
+    gen = torch.Generator().manual_seed(5)
+    mask = torch.rand(3, 5, 3, generator=gen) < 0.6
+    mask[:, :, 2] = True
+    torch.testing.assert_close(crf_log_partition(scores, lengths, label_mask=mask),
+                               crf_log_partition(potentials, lengths, label_mask=mask))
+    torch.testing.assert_close(crf_marginals(scores, lengths, label_mask=mask),
+                               crf_marginals(potentials.detach(), lengths, label_mask=mask))
+    gold = torch.randint(3, (3, 5), generator=gen)
+    one = torch.nn.functional.one_hot(gold, 3).bool()
+    got = crf_log_partition(scores, lengths, label_mask=one)
+    ref = crf_log_partition(potentials, lengths, label_mask=one)
+    torch.testing.assert_close(got, ref)
+    assert got[1].item() == 0.0
+    for a, b in zip(_grads(got, scores), _grads(ref, scores)):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_token_without_an_allowed_label_makes_its_sentence_impossible():
+    lengths = torch.tensor(LENGTHS)
+    scores = _scores()
+    mask = torch.ones(len(LENGTHS), 5, 3, dtype=torch.bool)
+    mask[0, 2] = False
+    log_z = crf_log_partition(scores, lengths, label_mask=mask)
+    assert log_z[0].item() == float("-inf") and bool(torch.isfinite(log_z[1:]).all())
+    marg = crf_marginals(scores, lengths, label_mask=mask)
+    assert torch.all(marg[0] == 0) and torch.allclose(marg[1, :2].sum(-1), torch.ones(2, dtype=torch.float64))
+
+
+def test_bad_inputs_are_rejected_with_a_clear_message():
+    lengths = torch.tensor(LENGTHS)
+    scores = _scores()
+    bad = scores.emissions.detach().clone()
+    bad[3, 0, 1] = float("nan")
+    with pytest.raises(ValueError, match=r"sentence 3: potentials\[3, 0, "):
+        crf_log_partition(scores._replace(emissions=bad), lengths)
+    with pytest.raises(ValueError, match="transitions must be"):
+        crf_log_partition(scores._replace(transitions=torch.zeros(3, 4, dtype=torch.float64)), lengths)
+    with pytest.raises(ValueError, match="float32 or float64"):
+        crf_log_partition(scores._replace(emissions=scores.emissions.detach().half()), lengths)
+    with pytest.raises(TypeError, match="lengths must be an integer torch.Tensor"):
+        crf_log_partition(scores, LENGTHS)
