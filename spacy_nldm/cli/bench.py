@@ -100,7 +100,8 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
             for row, ours, theirs in bench_peers.speed_rows(batch, repeats):
                 emit(f"| {row} | {ours:.4f} | {theirs:.4f} | {ours / theirs:.2f} |")
         emit(f"\nSpeed by score scale (B={batch}, n=30, M=17, float32, forward+backward of log Z, median CPU s):\n")
-        head = "| score std | tree s | chain-1 ms |" + (" pytorch-crf ms | chain / pytorch-crf |" if not missing else "")
+        head = "| score std | tree s | chain-1 ms | ChainScores ms |" + (
+            " pytorch-crf ms | chain / pytorch-crf | ChainScores / pytorch-crf |" if not missing else "")
         emit(head + "\n|---|" + "---|" * (head.count("|") - 2))
         for scale, cells in bench_peers.scale_rows(batch, repeats, not missing):
             emit(f"| {scale:g} | " + " | ".join(cells) + " |")

@@ -181,7 +181,8 @@ def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
 
 def scale_rows(batch: int, repeats: int, peers: bool) -> List[Tuple[float, List[str]]]:
     """Per score std: forward+backward seconds of the tree's log Z (dense, n=30, M=17) and the chain's
-    (n=30, M=17), and the chain's ratio to pytorch-crf at the same scale (alternating)."""
+    (n=30, M=17; potentials, then ChainScores), and their ratios to pytorch-crf at the same scale
+    (alternating, each against its own peer runs)."""
     rows = []
     for scale in (1.0, 10.0, 30.0, 100.0):
         gen = torch.Generator().manual_seed(int(scale))
@@ -198,13 +199,17 @@ def scale_rows(batch: int, repeats: int, peers: bool) -> List[Tuple[float, List[
         def chain():
             structs.crf_log_partition(_our_potentials(crf, em, cl), cl).sum().backward()
 
+        def factored():
+            structs.crf_log_partition(_our_factored(crf, em), cl).sum().backward()
+
         def theirs():
             crf._compute_normalizer(em.transpose(0, 1), mask.t()).sum().backward()
 
         chain_s, peer_s = alternate(chain, theirs if peers else (lambda: None), repeats)
-        cells = [f"{tree_s:.3f}", f"{chain_s * 1e3:.2f}"]
+        factored_s, peer_s2 = alternate(factored, theirs if peers else (lambda: None), repeats)
+        cells = [f"{tree_s:.3f}", f"{chain_s * 1e3:.2f}", f"{factored_s * 1e3:.2f}"]
         if peers:
-            cells += [f"{peer_s * 1e3:.2f}", f"{chain_s / peer_s:.2f}"]
+            cells += [f"{peer_s * 1e3:.2f}", f"{chain_s / peer_s:.2f}", f"{factored_s / peer_s2:.2f}"]
         rows.append((scale, cells))
     return rows
 
@@ -259,6 +264,10 @@ def accuracy_rows(peers: bool) -> List[Tuple[float, List[str]]]:
             pot32 = pot.float()
             cells += [f"{_rel(structs.crf_log_partition(pot32, cl), ref_chain):.1e}",
                       f"{_abs(structs.crf_marginals(pot32, cl), ref_chain_marg):.1e}"]
+            factored32 = structs.ChainScores(*(x.detach().float() for x in (em, crf.transitions, crf.start_transitions,
+                                                                           crf.end_transitions)))
+            cells += [f"{_rel(structs.crf_log_partition(factored32, cl), ref_chain):.1e}",
+                      f"{_abs(structs.crf_marginals(factored32, cl), ref_chain_marg):.1e}"]
         if peers:
             crf32 = crf.float()
             em32 = em.detach().float().requires_grad_(True)
@@ -277,7 +286,7 @@ def accuracy_header(peers: bool) -> str:
     columns = ["NLDM tree M=4 log Z", "label marg.", "tree M=1 log Z", "arc marg."]
     if peers:
         columns += ["torch-struct tree log Z", "arc marg."]
-    columns += ["chain-1 log Z", "marg."]
+    columns += ["chain-1 log Z", "marg.", "ChainScores log Z", "marg."]
     if peers:
         columns += ["pytorch-crf log Z", "marg.", "torch-struct chain log Z", "marg."]
     return "| score std | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns)
