@@ -130,3 +130,17 @@ def test_bad_inputs_are_rejected_with_a_clear_message():
         crf_log_partition(scores._replace(emissions=scores.emissions.detach().half()), lengths)
     with pytest.raises(TypeError, match="lengths must be an integer torch.Tensor"):
         crf_log_partition(scores, LENGTHS)
+
+
+def test_forbidden_transitions_keep_the_fast_path_and_its_exactness():
+    """-inf transitions (BIO-style constraints) are exact zeros of E, not an underflow."""
+    scores, lengths = _scores(m=4, seed=3), torch.tensor(LENGTHS)
+    transitions = scores.transitions.detach().clone()
+    transitions[0, 2] = transitions[3, 1] = float("-inf")
+    scores = scores._replace(transitions=transitions.requires_grad_(True))
+    assert _took_fast_path(scores, lengths)
+    log_z = crf_log_partition(scores, lengths)
+    ref = crf_log_partition(scores.potentials(lengths), lengths)
+    torch.testing.assert_close(log_z, ref, rtol=1e-12, atol=1e-12)
+    for got, expected in zip(_grads(log_z, scores), _grads(ref, scores)):
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)

@@ -132,6 +132,11 @@ def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: 
     column = transitions.amax(0)  # (M,)
     if not bool(torch.isfinite(column).all()):
         return None  # a label no transition reaches, or +inf / NaN: the general path sorts it out
+    finite_low = torch.where(transitions > float("-inf"), transitions, column).amin(0)  # -inf: an exact 0 in E
+    if float((column - finite_low).amax()) > -math.log(theta):
+        # a column of E spans more than 1 / THETA: the forward checks would usually fail (transitions of
+        # standard deviation 10 and more), so the attempt is skipped; narrower columns pass them all
+        return None
     exps = (transitions - column).exp()  # E (M, M)
     shifted = torch.cat([(emissions[:, :1] + start), emissions[:, 1:] + column], 1)  # (B, N, M)
     shift = shifted.amax(-1)  # (B, N)
