@@ -205,6 +205,39 @@ def test_zero_interactions_are_the_softmax_tagger(name, structure, n_dirs, order
 
 
 @pytest.mark.parametrize("name", sorted(SCORERS))
+def test_the_factored_chain_gives_the_same_loss_gradients_and_decoding(name):
+    """A first-order Chain with token_independent = true (structs.ChainScores read off F) against the
+    potentials' path: loss, every parameter's gradient, marginals and both decoders, with partial labels;
+    a scorer whose interaction reads the token (trilinear) says so and keeps the potentials."""
+    torch.manual_seed(6)
+    scorer = make_scorer(name, n_dirs=1, label_dim=4, rank=6).double()
+    scorer.resize(7, 5)
+    for p in scorer.parameters():
+        torch.nn.init.normal_(p)
+    assert scorer.token_independent == (name != "trilinear")
+    h = torch.randn(4, 6, 7, dtype=torch.float64)
+    lengths = torch.tensor([6, 4, 1, 5])
+    gold = torch.nn.functional.one_hot(torch.randint(0, 5, (4, 6)), 5).bool()
+    gold[3, 2] = True  # token 2 of sentence 3: any label
+    factored, general = Chain(1, token_independent=scorer.token_independent, budget=60), Chain(1, budget=60)
+    if name == "trilinear":
+        assert factored.factored(scorer(h)) is None
+        return
+    assert factored.factored(scorer(h)) is not None
+    losses = [structure.nll(scorer(h), lengths, gold) for structure in (factored, general)]
+    torch.testing.assert_close(losses[0], losses[1])
+    params = list(scorer.parameters())
+    for a, b in zip(torch.autograd.grad(losses[0], params), torch.autograd.grad(losses[1], params)):
+        torch.testing.assert_close(a, b)
+    F = scorer(h).detach()
+    torch.testing.assert_close(factored.label_marginals(F, lengths), general.label_marginals(F, lengths))
+    for posterior in (False, True):
+        got, want = factored.decode(F, lengths, posterior), general.decode(F, lengths, posterior)
+        assert torch.equal(got.labels, want.labels)
+        torch.testing.assert_close(got.score, want.score)
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
 def test_a_fresh_scorer_starts_at_zero_scores(name):
     """Emission and interaction start at zero, as spaCy's tagger's output layer does."""
     scorer = make_scorer(name, n_dirs=2, label_dim=4, rank=6)

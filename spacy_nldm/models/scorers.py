@@ -67,6 +67,9 @@ class Scorer(nn.Module):
         self.resize(nI, nO)
 
     can_drop_emission = False
+    #: whether the interaction is the same for every token (it reads no token vector): F is then
+    #: emission + one (X, C, M) table, and a first-order chain can run on structs.ChainScores
+    token_independent = False
 
     @property
     def nI(self) -> int:
@@ -144,6 +147,7 @@ class EmissionTransition(Scorer):
 
     shapes = {"psi": ("X", "C", "M")}
     zero_init = Scorer.zero_init + ("psi",)
+    token_independent = True
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         return self.psi
@@ -154,6 +158,7 @@ class Bilinear(Scorer):
 
     shapes = {"label_emb": ("C", "T"), "A": ("X", "T", "T")}
     zero_init = Scorer.zero_init + ("A",)
+    token_independent = True
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         ctx, lab = self.labels()

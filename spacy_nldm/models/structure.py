@@ -264,13 +264,28 @@ class LatentTree(Structure):
 
 
 class Chain(Structure):
-    """Linear-chain CRF of order 1 (F: (B, N, 1, M+1, M)) or 2 (F: (B, N, M+1, M+1, M))."""
+    """Linear-chain CRF of order 1 (F: (B, N, 1, M+1, M)) or 2 (F: (B, N, M+1, M+1, M)).
+
+    ``token_independent``: F's interaction is the same for every token (F = emission + one table, as the
+    bilinear and emission_transition scorers make it). Order 1 then runs on
+    :class:`~spacy_nldm.structs.ChainScores` read off F (:meth:`factored`), which never builds the
+    (B, N, M, M) potentials; the loss is the same function of the parameters, so are their gradients.
+    """
 
     has_tree = False
 
-    def __init__(self, order: int = 1, budget: int = CHAIN_BUDGET):
+    def __init__(self, order: int = 1, budget: int = CHAIN_BUDGET, token_independent: bool = False):
         super().__init__(budget)
         self.order = order
+        self.token_independent = token_independent
+
+    def factored(self, F: Tensor) -> Optional[structs.ChainScores]:
+        """F (B, N, 1, M+1, M) as emissions (context label 0) plus the transitions and start scores of
+        its first token, relative to that context; None unless order 1 and ``token_independent``."""
+        if not (self.token_independent and self.order == 1) or F.shape[0] == 0 or F.shape[1] == 0:
+            return None
+        first = F[0, 0, 0]  # (M+1, M): row 0 the start context, row 1 + a the previous label a
+        return structs.ChainScores(F[:, :, 0, 1, :], first[1:] - first[1], first[0] - first[1])
 
     def cost(self, n: int, m: int) -> int:
         return n * m ** (self.order + 1)
@@ -298,12 +313,17 @@ class Chain(Structure):
         return pot, ok
 
     def _nll(self, F, lengths, gold_mask, approx):
+        scores = self.factored(F)
+        if scores is not None:
+            gold = gold_mask.to(F.device)
+            return structs.crf_log_partition(scores, lengths) - structs.crf_log_partition(scores, lengths, label_mask=gold)
         sub, ok = self.restrict(F, gold_mask, lengths)
         log_z = structs.crf_log_partition(self.expand(F), lengths)
         return log_z - structs.crf_log_partition(sub, lengths, label_mask=ok)
 
     def _decode(self, F, lengths, posterior) -> structs.Decoded:
-        pot = self.expand(F)
+        pot = self.factored(F)
+        pot = self.expand(F) if pot is None else pot
         mask = None
         if posterior:
             probs = structs.crf_marginals(pot, lengths)
@@ -311,7 +331,8 @@ class Chain(Structure):
         return structs.crf_viterbi(pot, lengths, label_mask=mask)
 
     def _marginals(self, F, lengths):
-        return structs.crf_marginals(self.expand(F), lengths)
+        scores = self.factored(F)
+        return structs.crf_marginals(self.expand(F) if scores is None else scores, lengths)
 
 
 class _ExpandTree(torch.autograd.Function):

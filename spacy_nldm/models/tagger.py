@@ -56,7 +56,7 @@ DISTANCE_BIAS_LENGTHS = 10
 def get_structure(model: Model) -> Structure:
     if model.attrs["structure"] == "tree":
         return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=getattr(torch_scorer(model), "distance_bias", None))
-    return Chain(order=model.attrs["order"])
+    return Chain(order=model.attrs["order"], token_independent=getattr(torch_scorer(model), "token_independent", False))
 
 
 def torch_scorer(model: Model):
