@@ -367,10 +367,11 @@ def test_distance_bias_learns_and_round_trips(ark):
     """The NLDM's default distance bias gets its gradient from the loss (it leaves zero), is saved with
     the model, and a reloaded pipeline predicts the same tags, trees and scores."""
     from spacy_nldm.models.tagger import torch_scorer
+    from spacy_nldm.pipeline.factories import DEFAULT_NLDM_MODEL
 
     nlp, pipe = trained("nldm_tagger", ark[:6], steps=4)
     bias = torch_scorer(pipe.model).distance_bias
-    assert tuple(bias.shape) == (2, 5) and bool((bias != 0).any())
+    assert tuple(bias.shape) == (2, DEFAULT_NLDM_MODEL["max_dist"]) and bool((bias != 0).any())
     nlp2 = spacy.blank("en")
     nlp2.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger")})
     nlp2.from_bytes(nlp.to_bytes())

@@ -27,7 +27,7 @@ DEFAULT_NLDM_MODEL = Config().from_str(
 edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
-max_dist = 5
+max_dist = 3
 emission = true
 distance_bias = true
 """
