@@ -321,9 +321,13 @@ class Chain(Structure):
         log_z = structs.crf_log_partition(self.expand(F), lengths)
         return log_z - structs.crf_log_partition(sub, lengths, label_mask=ok)
 
+    def _scores(self, F: Tensor):
+        """What structs' chain functions read: :meth:`factored` where it applies, else the potentials."""
+        scores = self.factored(F)
+        return self.expand(F) if scores is None else scores
+
     def _decode(self, F, lengths, posterior) -> structs.Decoded:
-        pot = self.factored(F)
-        pot = self.expand(F) if pot is None else pot
+        pot = self._scores(F)
         mask = None
         if posterior:
             probs = structs.crf_marginals(pot, lengths)
@@ -331,8 +335,7 @@ class Chain(Structure):
         return structs.crf_viterbi(pot, lengths, label_mask=mask)
 
     def _marginals(self, F, lengths):
-        scores = self.factored(F)
-        return structs.crf_marginals(self.expand(F) if scores is None else scores, lengths)
+        return structs.crf_marginals(self._scores(F), lengths)
 
 
 class _ExpandTree(torch.autograd.Function):

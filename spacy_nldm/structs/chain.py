@@ -153,13 +153,19 @@ def _factored(potentials) -> bool:
     return isinstance(potentials, ChainScores)
 
 
+def _factored_inputs(scores, lengths, label_mask: Optional[Tensor]):
+    """A ChainScores' checked lengths and label mask (None, or bool on the emissions' device)."""
+    lengths = scores.check(lengths)
+    mask = check_label_mask(label_mask, tuple(scores.emissions.shape))
+    return lengths, None if mask is None else mask.to(lengths.device)
+
+
 def _factored_log_partition(scores, lengths, label_mask: Optional[Tensor]) -> Tensor:
     """crf_log_partition of a ChainScores: its fast path (:mod:`.chain_scores`), else the potentials'."""
     from . import chain_scores
 
-    lengths = scores.check(lengths)
-    mask = check_label_mask(label_mask, tuple(scores.emissions.shape))
-    labels = None if mask is None else _single_labels(mask.to(lengths.device), lengths)
+    lengths, mask = _factored_inputs(scores, lengths, label_mask)
+    labels = None if mask is None else _single_labels(mask, lengths)
     if labels is not None:
         log_z = chain_scores.score(scores, labels, lengths)
     else:
@@ -172,8 +178,7 @@ def _factored_marginals(scores, lengths, label_mask: Optional[Tensor]) -> Option
     """crf_marginals of a ChainScores by its fast path, or None where that does not apply."""
     from . import chain_scores
 
-    lengths = scores.check(lengths)
-    mask = check_label_mask(label_mask, tuple(scores.emissions.shape))
+    lengths, mask = _factored_inputs(scores, lengths, label_mask)
     return chain_scores.marginals(scores if mask is None else chain_scores.masked(scores, mask), lengths)
 
 
