@@ -3,8 +3,9 @@
     python scripts/reproduce.py --datasets twitter,en,fr,te --systems all --seeds 0,1 \
         --mirror ../shared/data [--max-epochs 30 --patience 2000 --eval-frequency 200]
 
-A run whose results/runs/<dataset>/<system>-seed<k>.json exists is skipped (delete it to redo the run);
-several copies can share the queue (scripts/runs.py: one lock file per run).
+A run whose results/runs/<dataset>/<system>-seed<k>.json exists and was made with today's config and budget
+is skipped (its fingerprint: a hash of configs/<system>.cfg and the budget options); a record made with
+another config or budget is redone. Several copies can share the queue (scripts/runs.py: one lock file per run).
 Each run: `spacy train configs/<system>.cfg` on corpus/<dataset>/train.spacy with dev for model selection,
 then `spacy evaluate model-best test.spacy --gold-preproc` (token accuracy on the given tokens). A dataset
 without a train file in the mirror (It, Ru) is reported and skipped. Then `python scripts/table2.py`.
@@ -12,6 +13,7 @@ without a train file in the mirror (It, Ru) is reported and skipped. Then `pytho
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -64,6 +66,14 @@ def train_and_test(args, key: str, system: str, seed: int) -> dict:
     return record
 
 
+def fingerprint(system: str, args) -> str:
+    """What makes a run's result: its config file and the budget options (12 hex digits of a SHA-256)."""
+    budget = {"max_epochs": args.max_epochs, "max_steps": args.max_steps, "patience": args.patience,
+              "eval_frequency": args.eval_frequency}
+    text = Path(f"configs/{system}.cfg").read_bytes() + json.dumps(budget, sort_keys=True).encode()
+    return hashlib.sha256(text).hexdigest()[:12]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--datasets", default="all")
@@ -91,7 +101,7 @@ def main() -> None:
         for seed in seeds:
             for system in systems:
                 record = args.results / key / f"{system}-seed{seed}.json"
-                queue.append(Run(f"{key}/{system}/seed{seed}", record, (key, system, seed)))
+                queue.append(Run(f"{key}/{system}/seed{seed}", record, (key, system, seed), fingerprint(system, args)))
     run_queue(queue, lambda run: train_and_test(args, *run.params))
 
 

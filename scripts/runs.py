@@ -30,6 +30,22 @@ class Run:
     name: str  # for messages, e.g. "te/nldm/seed0"
     record: Path  # written when the run is done
     params: tuple = ()  # what the queue's work function needs to know about the run
+    #: what the run is made of (e.g. a hash of its config and budget), stored in its record: a record with
+    #: another fingerprint (or none) is out of date and the run is done again; None: any record counts
+    fingerprint: Optional[str] = None
+
+    def stale(self) -> Optional[str]:
+        """Why the existing record does not count (None: it does, or there is none)."""
+        if self.fingerprint is None or not self.record.exists():
+            return None
+        try:
+            found = json.loads(self.record.read_text()).get("fingerprint")
+        except (OSError, ValueError) as err:
+            return f"unreadable record ({err})"
+        return None if found == self.fingerprint else f"made with another config or budget ({found} != {self.fingerprint})"
+
+    def done(self) -> bool:
+        return self.record.exists() and self.stale() is None
 
 
 def claim(lock: Path) -> bool:
@@ -55,14 +71,16 @@ def claim(lock: Path) -> bool:
 
 
 def run_queue(runs: Iterable[Run], work: Callable[[Run], dict], stop: Callable[[], Optional[str]] = lambda: None) -> int:
-    """Do each run that has no record yet and that no other process holds: ``work(run)`` returns the
-    record, written as JSON. ``stop()`` returning a reason ends the queue before the next run.
+    """Do each run that has no current record (:meth:`Run.done`) and that no other process holds:
+    ``work(run)`` returns the record, written as JSON (with the run's fingerprint). ``stop()`` returning a reason ends the queue before the next run.
     A RunFailed is reported and the queue goes on. Returns the number of runs that failed."""
     failed = 0
     for run in runs:
-        if run.record.exists():
+        if run.done():
             print(f"skip {run.name}: {run.record} exists", flush=True)
             continue
+        if run.stale():
+            print(f"redo {run.name}: its record {run.record} was {run.stale()}", flush=True)
         reason = stop()
         if reason:
             print(f"stop: {reason}; {run.name} not started", flush=True)
@@ -72,7 +90,7 @@ def run_queue(runs: Iterable[Run], work: Callable[[Run], dict], stop: Callable[[
             print(f"skip {run.name}: claimed by another process ({lock})", flush=True)
             continue
         try:
-            if run.record.exists():  # finished by another process since we looked
+            if run.done():  # finished by another process since we looked
                 continue
             print(f"== {run.name} ({time.strftime('%H:%M:%S')})", flush=True)
             try:
@@ -81,6 +99,8 @@ def run_queue(runs: Iterable[Run], work: Callable[[Run], dict], stop: Callable[[
                 failed += 1
                 print(f"   FAILED: {err}", flush=True)
                 continue
+            if run.fingerprint is not None:
+                record = {**record, "fingerprint": run.fingerprint}
             write_json(run.record, record)
         finally:
             lock.unlink(missing_ok=True)

@@ -56,3 +56,16 @@ def test_queue_skips_done_and_held_runs_goes_on_after_a_failure_and_stops_when_t
 ])
 def test_overrides_from_the_command_line(args, want):
     assert runs.parse_overrides(args) == want
+
+
+def test_a_record_made_with_another_fingerprint_is_redone_and_the_new_one_kept(tmp_path, capsys):
+    old, current, missing = (runs.Run(f"r{i}", tmp_path / f"r{i}.json", (i,), fingerprint="abc") for i in range(3))
+    old.record.write_text('{"value": "old config"}')  # made before fingerprints (or with another config)
+    current.record.write_text('{"value": "kept", "fingerprint": "abc"}')
+    done = []
+    assert runs.run_queue([old, current, missing], lambda run: done.append(run.name) or {"value": run.params[0]}) == 0
+    assert done == ["r0", "r2"]
+    assert "redo r0" in capsys.readouterr().out
+    assert json.loads(old.record.read_text()) == {"value": 0, "fingerprint": "abc"}
+    assert json.loads(current.record.read_text())["value"] == "kept"
+    assert all(run.done() for run in (old, current, missing))
