@@ -144,3 +144,67 @@ def test_forbidden_transitions_keep_the_fast_path_and_its_exactness():
     torch.testing.assert_close(log_z, ref, rtol=1e-12, atol=1e-12)
     for got, expected in zip(_grads(log_z, scores), _grads(ref, scores)):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def _redone_rows(scores, lengths):
+    """The sentences the fast path hands to the potentials (a list), or None if it hands them all."""
+    emissions = chain_scores._emissions_with_end(scores, lengths).detach()
+    start = chain_scores._start_scores(scores).detach()
+    rows = chain_scores._redone(chain_scores._recursions(emissions, scores.transitions.detach(), start, lengths))
+    return None if rows is None else rows.tolist()
+
+
+@pytest.mark.parametrize("scale", [10.0, 12.0])
+def test_mid_scales_take_the_fast_path_exactly(scale):
+    """Transitions of std 10 span more than -log THETA per column, yet the underflow bound trusts every
+    sentence: float32 log Z and marginals match float64, and the gradients of emissions, transitions and
+    start match the potentials' path (float64) and finite differences."""
+    gen = torch.Generator().manual_seed(int(scale))
+    batch, n, m = 16, 20, 9
+    lengths = torch.randint(1, n + 1, (batch,), generator=gen)
+    parts = [scale * torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in ((batch, n, m), (m, m), (m,), (m,))]
+    assert float((parts[1].amax(0) - parts[1].amin(0)).amax()) > 44.0  # the old check would have stepped aside
+    scores = ChainScores(*[p.clone().requires_grad_(True) for p in parts])
+    single = ChainScores(*[p.float().requires_grad_(True) for p in parts])
+    assert _redone_rows(scores, lengths) == [] and _redone_rows(single, lengths) == []
+
+    potentials = scores.potentials(lengths)
+    ref_z = crf_log_partition(potentials, lengths)
+    ref_grads = _grads(ref_z, scores)
+    log_z = crf_log_partition(scores, lengths)
+    torch.testing.assert_close(log_z, ref_z, rtol=1e-12, atol=1e-9)
+    for got, ref in zip(_grads(log_z, scores), ref_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9)
+
+    z32 = crf_log_partition(single, lengths)
+    assert float(((z32.detach().double() - ref_z.detach()) / ref_z.detach().abs()).abs().max()) <= 1e-5
+    ref_marg = crf_marginals(potentials.detach(), lengths)
+    assert float((crf_marginals(single, lengths).double() - ref_marg).abs().max()) <= 1e-4
+    for got, ref in zip(_grads(z32, single), ref_grads):
+        assert float((got.double() - ref).abs().max()) <= 1e-4 * max(1.0, float(ref.abs().max()))
+
+    few = lengths[:3]  # finite differences on a smaller batch (also all on the fast path)
+    assert _redone_rows(ChainScores(parts[0][:3], *parts[1:]), few) == []
+    leaves = [parts[0][:3].clone().requires_grad_(True), parts[1].clone().requires_grad_(True),
+              parts[2].clone().requires_grad_(True)]
+    assert torch.autograd.gradcheck(lambda e, t, s: crf_log_partition(ChainScores(e, t, s, parts[3]), few), leaves)
+
+
+def test_untrusted_sentences_are_redone_on_the_potentials(monkeypatch):
+    """A sentence whose underflow bound fails is redone on its potentials; the others keep the fast path."""
+    scores, lengths = _scores(10.0, m=4, seed=4), torch.tensor(LENGTHS)
+    expected_z = crf_log_partition(scores.potentials(lengths), lengths)
+    expected_grads = _grads(expected_z, scores)
+    expected_marg = crf_marginals(scores.potentials(lengths).detach(), lengths)
+    bound = chain_scores._underflow_bound
+    untrusted = lambda *args: bound(*args).index_fill(0, torch.tensor([1, 3]), float("inf"))  # noqa: E731
+    monkeypatch.setattr(chain_scores, "_underflow_bound", untrusted)
+    assert _redone_rows(scores, lengths) == [1, 3]
+    log_z = crf_log_partition(scores, lengths)
+    torch.testing.assert_close(log_z, expected_z, rtol=1e-12, atol=1e-9)
+    for got, ref in zip(_grads(log_z, scores), expected_grads):
+        torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(crf_marginals(scores, lengths), expected_marg, rtol=1e-9, atol=1e-9)
+    monkeypatch.setattr(chain_scores, "_underflow_bound", lambda *args: bound(*args) + float("inf"))
+    assert _redone_rows(scores, lengths) is None  # most sentences untrusted: one general call
+    torch.testing.assert_close(crf_log_partition(scores, lengths), expected_z, rtol=1e-12, atol=1e-9)

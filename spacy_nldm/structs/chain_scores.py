@@ -14,10 +14,15 @@ and the marginals need no logarithm at all: the scales of alpha_t and beta_t are
 P(y_t = c) = ya_t[c] yb_t[c] / sum_c' ya_t[c'] yb_t[c'], and the transition marginals summed over the
 batch (the gradient of T) are E * (U^T W) with U, W the scaled alphas and betas (one matrix product).
 
-Every sum the fast path divides by or takes the logarithm of is checked against THETA (the smallest sum
-an exp-space step trusts, see ``chain._theta``). If one falls below, or a score is not finite, or a
-sentence is empty, the whole call takes the general path on the potentials (:func:`ChainScores.potentials`),
-which is exact at any score scale; so the factored form changes the speed, never the result.
+The terms that underflow (each below the smallest normal number, tiny) are bounded a posteriori: every
+value the recursions compute is a sum of at most M products of numbers at most 1, so it is off by at
+most a few M tiny, and an error r (relative) in ya_t[c] moves log Z and every marginal by at most
+r P_t(c). Summed over a sentence's tokens (``_underflow_bound``), this must stay below one rounding
+error (the dtype's eps); it does for transitions of standard deviation up to ~15 in float32 (the
+columns of E then span up to ~80 nats). A sentence where it does not is redone on its potentials
+(:func:`ChainScores.potentials`) by the general path, exact at any score scale; the whole call is,
+when most sentences would be (std 20 and more), or a score is not finite, or a sentence is empty.
+So the factored form changes the speed, never the result.
 """
 import math
 from typing import NamedTuple, Optional, Tuple
@@ -65,9 +70,14 @@ def log_partition(scores: ChainScores, lengths: Tensor) -> Tensor:
     emissions, start = _emissions_with_end(scores, lengths), _start_scores(scores)
     with torch.no_grad():
         fast = _recursions(emissions.detach(), scores.transitions.detach(), start.detach(), lengths)
-    if fast is None:
+    rows = _redone(fast)
+    if rows is None:
         return chain._log_partition(scores.potentials(lengths), lengths)
-    return _LogPartition.apply(emissions, scores.transitions, start, lengths, fast)
+    log_z = _LogPartition.apply(emissions, scores.transitions, start, lengths, fast)
+    if len(rows):  # the sentences the fast path does not trust, on their potentials
+        some = scores._replace(emissions=scores.emissions[rows])
+        log_z = log_z.index_copy(0, rows, chain._log_partition(some.potentials(lengths[rows]), lengths[rows]))
+    return log_z
 
 
 def marginals(scores: ChainScores, lengths: Tensor) -> Optional[Tensor]:
@@ -75,7 +85,15 @@ def marginals(scores: ChainScores, lengths: Tensor) -> Optional[Tensor]:
     with torch.no_grad():
         emissions = _emissions_with_end(scores, lengths)
         fast = _recursions(emissions, scores.transitions, _start_scores(scores), lengths)
-    return None if fast is None else fast.token_marginals
+        rows = _redone(fast)
+        if rows is None:
+            return None
+        marg = fast.token_marginals
+        if len(rows):
+            some = scores._replace(emissions=scores.emissions[rows])
+            redone, _ = chain._marginals(some.potentials(lengths[rows]).detach(), lengths[rows])
+            marg = marg.index_copy(0, rows, chain._token_label_sums(redone))
+    return marg
 
 
 def score(scores: ChainScores, labels: Tensor, lengths: Tensor) -> Tensor:
@@ -96,7 +114,8 @@ def masked(scores: ChainScores, mask: Tensor) -> ChainScores:
 
 class _Fast(NamedTuple):
     """What the fast path keeps for the gradient: the scaled alphas ``ya`` and betas ``yb`` (B, N, M),
-    E (M, M), the column shifts d (B, N, M), log Z (B,) and the token marginals (B, N, M)."""
+    E (M, M), the column shifts d (B, N, M), log Z (B,), the token marginals (B, N, M) and ``exact``
+    (B,): the sentences whose results it trusts (the others' log Z and marginals are 0 here)."""
 
     ya: Tensor
     yb: Tensor
@@ -104,6 +123,16 @@ class _Fast(NamedTuple):
     d: Tensor
     log_z: Tensor
     token_marginals: Tensor
+    exact: Tensor
+
+
+def _redone(fast: Optional[_Fast]) -> Optional[Tensor]:
+    """The sentences (R,) to redo on the potentials, or None when all should be (no fast path, or it
+    trusts fewer than half of them: then one general call is cheaper)."""
+    if fast is None:
+        return None
+    rows = (~fast.exact).nonzero().squeeze(1)
+    return None if 2 * len(rows) > len(fast.exact) else rows
 
 
 def _emissions_with_end(scores: ChainScores, lengths: Tensor) -> Tensor:
@@ -122,20 +151,20 @@ def _start_scores(scores: ChainScores) -> Tensor:
 
 
 def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor) -> Optional[_Fast]:
-    """The exp-space forward and backward passes (module docstring), or None when a check fails."""
+    """The exp-space forward and backward passes (module docstring), or None when they cannot apply."""
     batch, n, m = emissions.shape
     if n == 0 or bool((lengths == 0).any()):
         return None
-    theta = math.exp(chain._theta(emissions.dtype))
+    tiny = torch.finfo(emissions.dtype).tiny
     real = chain._real(lengths, n)
     emissions = torch.where(real[:, :, None], emissions, 0.0)  # padding may hold anything
     column = transitions.amax(0)  # (M,)
     if not bool(torch.isfinite(column).all()):
         return None  # a label no transition reaches, or +inf / NaN: the general path sorts it out
     finite_low = torch.where(transitions > float("-inf"), transitions, column).amin(0)  # -inf: an exact 0 in E
-    if float((column - finite_low).amax()) > -math.log(theta):
-        # a column of E spans more than 1 / THETA: the forward checks would usually fail (transitions of
-        # standard deviation 10 and more), so the attempt is skipped; narrower columns pass them all
+    if float((column - finite_low).amax()) > -math.log(tiny):
+        # a column of E spans more than 1 / tiny (transitions of standard deviation 20 and more): the
+        # error bound below would fail for most sentences, so the attempt is skipped
         return None
     exps = (transitions - column).exp()  # E (M, M)
     shifted = torch.cat([(emissions[:, :1] + start), emissions[:, 1:] + column], 1)  # (B, N, M)
@@ -147,50 +176,68 @@ def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: 
 
     # forward: y_t = (y_{t-1} E) * d_t / top_t
     y = d[:, 0]
-    ya, tops, low = [y], [], []
+    ya, tops = [y], [shift.new_ones(batch, 1)]
     for t in range(1, n):
         # alpha_t[c] = log sum_a exp(alpha_{t-1}[a] + T[a, c]) + e_t[c]
-        total = y @ exps
-        low.append(total.amin(-1))
-        y = total * d[:, t]
-        top = y.amax(-1, keepdim=True)
-        y = y / top
+        y = (y @ exps).mul_(d[:, t])
+        top = y.amax(-1, keepdim=True).clamp_min_(tiny)  # tiny: only if every term underflowed
+        y = y.div_(top)
         ya.append(y)
         tops.append(top)
-    if tops and bool(((torch.stack(low, 1) < theta) & real[:, 1:]).any()):
-        return None
     ya = torch.where(real[:, :, None], torch.stack(ya, 1), 0.0)  # (B, N, M), each real row's maximum 1
-    log_tops = torch.cat([shift.new_zeros(batch, 1), torch.cat(tops, 1).log()], 1) if tops else shift.new_zeros(batch, 1)
-    scale = (log_tops + shift).cumsum(1)  # log alpha_t = log ya_t + scale_t
+    tops = torch.cat(tops, 1)  # (B, N), 1 for token 0
+    scale = (tops.log() + shift).cumsum(1)  # log alpha_t = log ya_t + scale_t
     last = (lengths - 1)[:, None]
     log_z = scale.gather(1, last).squeeze(1) + ya.gather(1, last[:, :, None].expand(batch, 1, m)).sum(-1).squeeze(1).log()
 
     # backward: y_{t-1} = E (d_t * y_t) / top_t; 1 (beta = 0) at and after each sentence's last token
     ones = emissions.new_ones(batch, m)
     y = ones
-    yb, low = [y], []
+    yb, back_tops = [y], []
     for t in range(n - 1, 0, -1):
         # beta_{t-1}[a] = log sum_c exp(T[a, c] + e_t[c] + beta_t[c])
         total = (y * d[:, t]) @ exps.t()
-        top = total.amax(-1, keepdim=True)
-        y = torch.where(real[:, t, None], total / top, ones)
+        top = total.amax(-1, keepdim=True).clamp_min_(tiny)
+        y = torch.where(real[:, t, None], total.div_(top), ones)
         yb.append(y)
-        low.append(torch.where(real[:, t], total.amin(-1), 1.0))
+        back_tops.append(top)
     yb = torch.stack(yb[::-1], 1)  # (B, N, M)
-    if low and bool((torch.stack(low, 1) < theta).any()):
-        return None
-    # P(y_t = c): the scales of alpha_t and beta_t are per token, so they cancel in the normalisation
     joint = ya * yb
-    norm = joint.sum(-1, keepdim=True)
-    if bool(((norm.squeeze(-1) < theta) & real).any()):
-        return None
-    token_marginals = torch.where(real[:, :, None], joint / norm, 0.0)
-    return _Fast(ya, yb, exps, d, log_z, token_marginals)
+    norm = joint.sum(-1)  # (B, N): sum_c ya_t[c] yb_t[c], Z without the scales of alpha_t and beta_t
+    exact = _underflow_bound(ya, yb, tops, torch.cat(back_tops[::-1], 1) if n > 1 else None, norm, real)
+    exact = exact <= torch.finfo(emissions.dtype).eps  # NaN (0 / 0) is not trusted either
+    log_z = torch.where(exact, log_z, 0.0)
+    token_marginals = torch.where(real[:, :, None] & exact[:, None, None], joint / norm[:, :, None], 0.0)
+    return _Fast(ya, yb, exps, d, log_z, token_marginals, exact)
+
+
+def _underflow_bound(ya: Tensor, yb: Tensor, tops: Tensor, back_tops: Optional[Tensor], norm: Tensor,
+                     real: Tensor) -> Tensor:
+    """(B,) a bound on what the terms that underflowed change in each sentence's log Z (nats), and in
+    any of its token or transition marginals (absolute).
+
+    Every value the recursions compute is a sum of at most M products of numbers at most 1 (the
+    forward step into t: u_t = (ya_{t-1} E) * d_t, before it is divided by top_t; the backward step out
+    of t: E (d_t * yb_t), before top'_t), so underflow changes it by at most k = 3M + 2 smallest normal
+    numbers (tiny). Changing ya_t[c] by a factor (1 + r) changes Z by the factor (1 + r P_t(c)) and
+    moves every marginal by at most |r| P_t(c), with P_t(c) = ya_t[c] yb_t[c] / norm_t; so an error
+    of k tiny in u_t[c] counts k tiny yb_t[c] / (top_t norm_t), one in the backward step k tiny
+    ya_{t-1}[a] / (top'_t norm_{t-1}), and one in ya_t * yb_t (the marginals) tiny / norm_t per label.
+    """
+    batch, n, m = ya.shape
+    tiny = torch.finfo(ya.dtype).tiny
+    k = (3 * m + 2) * tiny
+    bound = (m * tiny) / norm  # (B, N)
+    if back_tops is not None:
+        into = (k * yb[:, 1:].sum(-1)) / tops[:, 1:] / norm[:, 1:]  # the forward step into t = 1..N-1
+        out_of = (k * ya[:, :-1].sum(-1)) / back_tops / norm[:, :-1]  # the backward step out of t
+        bound = bound + torch.cat([bound.new_zeros(batch, 1), into + out_of], 1)
+    return torch.where(real, bound, 0.0).sum(1)
 
 
 def _transition_gradient(fast: _Fast, grad: Tensor, lengths: Tensor) -> Optional[Tensor]:
-    """sum over sentences b and tokens t >= 1 of grad_b P_b(y_{t-1} = a, y_t = c), (M, M); None when a
-    token's normaliser falls below THETA (then the caller takes the general path)."""
+    """sum over the trusted sentences b and tokens t >= 1 of grad_b P_b(y_{t-1} = a, y_t = c), (M, M);
+    None if a token's normaliser is 0 (then the caller takes the general path)."""
     ya, yb, exps, d = fast.ya, fast.yb, fast.exps, fast.d
     batch, n, m = ya.shape
     if n < 2:
@@ -198,8 +245,8 @@ def _transition_gradient(fast: _Fast, grad: Tensor, lengths: Tensor) -> Optional
     after = d[:, 1:] * yb[:, 1:]  # (B, N-1, M): d_t[c] yb_t[c]
     before = ya[:, :-1]  # ya_{t-1}[a]
     norm = (before * (after @ exps.t())).sum(-1)  # sum_{a, c} ya[a] E[a, c] d[c] yb[c], (B, N-1)
-    real = chain._real(lengths, n)[:, 1:]
-    if bool(((norm < math.exp(chain._theta(norm.dtype))) & real).any()):
+    real = chain._real(lengths, n)[:, 1:] & fast.exact[:, None]
+    if bool(((norm <= 0) & real).any()):
         return None
     weight = torch.where(real, grad[:, None] / norm, 0.0)  # (B, N-1)
     after = after * weight[:, :, None]
