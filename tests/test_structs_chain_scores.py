@@ -20,7 +20,7 @@ def _scores(scale=1.0, dtype=torch.float64, seed=0, batch=len(LENGTHS), n=5, m=3
 def _took_fast_path(scores, lengths) -> bool:
     emissions = chain_scores._emissions_with_end(scores, lengths).detach()
     start = chain_scores._start_scores(scores).detach()
-    return chain_scores._recursions(emissions, scores.transitions.detach(), start, lengths) is not None
+    return chain_scores._fast_path(emissions, scores.transitions.detach(), start, lengths) is not None
 
 
 def _grads(log_z, scores):
@@ -69,11 +69,21 @@ def test_factored_equals_the_potentials_path_with_gradients_at_every_scale(scale
         assert float((got.double() - ref).abs().max()) <= 1e-4 * max(1.0, float(ref.abs().max()))
 
 
+def _working_dtype(scores, lengths):
+    """The dtype the fast path computes in, None where it does not apply."""
+    emissions = chain_scores._emissions_with_end(scores, lengths).detach()
+    start = chain_scores._start_scores(scores).detach()
+    fast = chain_scores._fast_path(emissions, scores.transitions.detach(), start, lengths)
+    return None if fast is None else fast.ya.dtype
+
+
 def test_the_fast_path_applies_at_tagger_scales_and_steps_aside_beyond():
     lengths = torch.tensor(LENGTHS)
-    assert _took_fast_path(_scores(1.0, torch.float32), lengths)
-    assert _took_fast_path(_scores(5.0, torch.float32), lengths)
-    assert not _took_fast_path(_scores(300.0, torch.float32), lengths)
+    assert _working_dtype(_scores(1.0, torch.float32), lengths) == torch.float32
+    assert _working_dtype(_scores(5.0, torch.float32), lengths) == torch.float32
+    assert _working_dtype(_scores(50.0, torch.float32), lengths) == torch.float64  # float32 in, float64 arithmetic
+    assert _working_dtype(_scores(50.0, torch.float64), lengths) == torch.float64
+    assert _working_dtype(_scores(300.0, torch.float32), lengths) is None
 
 
 def test_the_general_gradient_path_agrees(monkeypatch):
@@ -150,15 +160,16 @@ def _redone_rows(scores, lengths):
     """The sentences the fast path hands to the potentials (a list), or None if it hands them all."""
     emissions = chain_scores._emissions_with_end(scores, lengths).detach()
     start = chain_scores._start_scores(scores).detach()
-    rows = chain_scores._redone(chain_scores._recursions(emissions, scores.transitions.detach(), start, lengths))
+    rows = chain_scores._redone(chain_scores._fast_path(emissions, scores.transitions.detach(), start, lengths))
     return None if rows is None else rows.tolist()
 
 
-@pytest.mark.parametrize("scale", [10.0, 12.0])
+@pytest.mark.parametrize("scale", [10.0, 12.0, 30.0, 60.0])
 def test_mid_scales_take_the_fast_path_exactly(scale):
-    """Transitions of std 10 span more than -log THETA per column, yet the underflow bound trusts every
-    sentence: float32 log Z and marginals match float64, and the gradients of emissions, transitions and
-    start match the potentials' path (float64) and finite differences."""
+    """Transitions of std 10 and more span more than -log THETA per column, yet the underflow bound trusts
+    every sentence (float32 arithmetic up to std ~12, float64 beyond): float32 log Z and marginals match
+    float64, and the gradients of emissions, transitions and start match the potentials' path (float64)
+    and finite differences."""
     gen = torch.Generator().manual_seed(int(scale))
     batch, n, m = 16, 20, 9
     lengths = torch.randint(1, n + 1, (batch,), generator=gen)
@@ -167,6 +178,7 @@ def test_mid_scales_take_the_fast_path_exactly(scale):
     scores = ChainScores(*[p.clone().requires_grad_(True) for p in parts])
     single = ChainScores(*[p.float().requires_grad_(True) for p in parts])
     assert _redone_rows(scores, lengths) == [] and _redone_rows(single, lengths) == []
+    assert _working_dtype(single, lengths) == (torch.float32 if scale < 20 else torch.float64)
 
     potentials = scores.potentials(lengths)
     ref_z = crf_log_partition(potentials, lengths)

@@ -18,10 +18,12 @@ The terms that underflow (each below the smallest normal number, tiny) are bound
 value the recursions compute is a sum of at most M products of numbers at most 1, so it is off by at
 most a few M tiny, and an error r (relative) in ya_t[c] moves log Z and every marginal by at most
 r P_t(c). Summed over a sentence's tokens (``_underflow_bound``), this must stay below one rounding
-error (the dtype's eps); it does for transitions of standard deviation up to ~15 in float32 (the
-columns of E then span up to ~80 nats). A sentence where it does not is redone on its potentials
-(:func:`ChainScores.potentials`) by the general path, exact at any score scale; the whole call is,
-when most sentences would be (std 20 and more), or a score is not finite, or a sentence is empty.
+error (the scores' eps). In float32 it does for transitions of standard deviation up to ~12 (columns of
+E spanning up to 3/4 of -log tiny, ~65 nats); float32 scores whose columns span more run the same
+recursions in float64 (tiny ~1e-308; at tagger sizes about as fast), which keeps them exact up to
+std ~60-100. A sentence whose bound fails is redone on its potentials (:func:`ChainScores.potentials`)
+by the general path, exact at any score scale; the whole call is, when most sentences would be (or
+the columns span more than 3/4 of float64's range), or a score is not finite, or a sentence is empty.
 So the factored form changes the speed, never the result.
 """
 import math
@@ -69,7 +71,7 @@ def log_partition(scores: ChainScores, lengths: Tensor) -> Tensor:
     """log Z (B,), differentiable with respect to every tensor of ``scores``."""
     emissions, start = _emissions_with_end(scores, lengths), _start_scores(scores)
     with torch.no_grad():
-        fast = _recursions(emissions.detach(), scores.transitions.detach(), start.detach(), lengths)
+        fast = _fast_path(emissions.detach(), scores.transitions.detach(), start.detach(), lengths)
     rows = _redone(fast)
     if rows is None:
         return chain._log_partition(scores.potentials(lengths), lengths)
@@ -84,11 +86,11 @@ def marginals(scores: ChainScores, lengths: Tensor) -> Optional[Tensor]:
     """P(y_t = c) (B, N, M), 0 beyond ``lengths``; None where the fast path does not apply."""
     with torch.no_grad():
         emissions = _emissions_with_end(scores, lengths)
-        fast = _recursions(emissions, scores.transitions, _start_scores(scores), lengths)
+        fast = _fast_path(emissions, scores.transitions, _start_scores(scores), lengths)
         rows = _redone(fast)
         if rows is None:
             return None
-        marg = fast.token_marginals
+        marg = fast.token_marginals.to(emissions.dtype)
         if len(rows):
             some = scores._replace(emissions=scores.emissions[rows])
             redone, _ = chain._marginals(some.potentials(lengths[rows]).detach(), lengths[rows])
@@ -150,8 +152,35 @@ def _start_scores(scores: ChainScores) -> Tensor:
     return scores.emissions.new_zeros(scores.emissions.shape[-1])
 
 
-def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor) -> Optional[_Fast]:
-    """The exp-space forward and backward passes (module docstring), or None when they cannot apply."""
+def _fast_path(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor) -> Optional[_Fast]:
+    """The recursions in the scores' dtype, or in float64 for float32 scores whose transitions span more
+    than float32's range handles well (std ~12 and more, up to ~150); None beyond float64's range too."""
+    span = _column_span(transitions)
+    fast = None
+    if span <= 0.75 * -math.log(torch.finfo(emissions.dtype).tiny):
+        fast = _recursions(emissions, transitions, start, lengths)
+    # E's columns hold terms below float32's tiny (or its attempt trusts too few sentences): float64,
+    # bounded against float32's eps, costs about as much as float32 at tagger sizes
+    wide = emissions.dtype == torch.float32 and span <= 0.75 * -math.log(torch.finfo(torch.float64).tiny)
+    if _redone(fast) is None and wide:
+        fast = _recursions(emissions.double(), transitions.double(), start.double(), lengths, torch.finfo(emissions.dtype).eps)
+    return fast
+
+
+def _column_span(transitions: Tensor) -> float:
+    """The largest span (max - min over the previous label) of a column of the transitions, in nats; -inf
+    entries (forbidden transitions, exact zeros of E) are left out, NaN if a column has no finite entry."""
+    column = transitions.amax(0)  # (M,)
+    if not bool(torch.isfinite(column).all()):
+        return math.nan
+    finite_low = torch.where(transitions > float("-inf"), transitions, column).amin(0)
+    return float((column - finite_low).amax())
+
+
+def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor,
+                eps: Optional[float] = None) -> Optional[_Fast]:
+    """The exp-space forward and backward passes (module docstring), or None when they cannot apply; a
+    sentence is trusted when its underflow bound is at most ``eps`` (default: the dtype's)."""
     batch, n, m = emissions.shape
     if n == 0 or bool((lengths == 0).any()):
         return None
@@ -161,11 +190,6 @@ def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: 
     column = transitions.amax(0)  # (M,)
     if not bool(torch.isfinite(column).all()):
         return None  # a label no transition reaches, or +inf / NaN: the general path sorts it out
-    finite_low = torch.where(transitions > float("-inf"), transitions, column).amin(0)  # -inf: an exact 0 in E
-    if float((column - finite_low).amax()) > -math.log(tiny):
-        # a column of E spans more than 1 / tiny (transitions of standard deviation 20 and more): the
-        # error bound below would fail for most sentences, so the attempt is skipped
-        return None
     exps = (transitions - column).exp()  # E (M, M)
     shifted = torch.cat([(emissions[:, :1] + start), emissions[:, 1:] + column], 1)  # (B, N, M)
     shift = shifted.amax(-1)  # (B, N)
@@ -205,7 +229,7 @@ def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: 
     joint = ya * yb
     norm = joint.sum(-1)  # (B, N): sum_c ya_t[c] yb_t[c], Z without the scales of alpha_t and beta_t
     exact = _underflow_bound(ya, yb, tops, torch.cat(back_tops[::-1], 1) if n > 1 else None, norm, real)
-    exact = exact <= torch.finfo(emissions.dtype).eps  # NaN (0 / 0) is not trusted either
+    exact = exact <= (eps or torch.finfo(emissions.dtype).eps)  # NaN (0 / 0) is not trusted either
     log_z = torch.where(exact, log_z, 0.0)
     token_marginals = torch.where(real[:, :, None] & exact[:, None, None], joint / norm[:, :, None], 0.0)
     return _Fast(ya, yb, exps, d, log_z, token_marginals, exact)
@@ -261,17 +285,17 @@ class _LogPartition(torch.autograd.Function):
     def forward(ctx, emissions, transitions, start, lengths, fast: _Fast):
         ctx.fast = fast
         ctx.save_for_backward(emissions, transitions, start, lengths)
-        return fast.log_z
+        return fast.log_z.to(emissions.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         emissions, transitions, start, lengths = ctx.saved_tensors
-        fast = ctx.fast
-        token = fast.token_marginals * grad[:, None, None]
-        moves = _transition_gradient(fast, grad, lengths) if ctx.needs_input_grad[1] else None
+        fast, dtype = ctx.fast, emissions.dtype
+        token = (fast.token_marginals * grad.to(fast.ya.dtype)[:, None, None]).to(dtype)
+        moves = _transition_gradient(fast, grad.to(fast.ya.dtype), lengths) if ctx.needs_input_grad[1] else None
         if ctx.needs_input_grad[1] and moves is None:
             return _general_gradients(emissions, transitions, start, lengths, grad) + (None, None)
-        return token, moves, token[:, 0].sum(0), None, None
+        return token, None if moves is None else moves.to(dtype), token[:, 0].sum(0), None, None
 
 
 def _general_gradients(emissions, transitions, start, lengths, grad) -> Tuple[Tensor, Tensor, Tensor]:
