@@ -173,7 +173,8 @@ def test_mid_scales_take_the_fast_path_exactly(scale):
     gen = torch.Generator().manual_seed(int(scale))
     batch, n, m = 16, 20, 9
     lengths = torch.randint(1, n + 1, (batch,), generator=gen)
-    parts = [scale * torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in ((batch, n, m), (m, m), (m,), (m,))]
+    shapes = ((batch, n, m), (m, m), (m,), (m,))
+    parts = [scale * torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
     assert float((parts[1].amax(0) - parts[1].amin(0)).amax()) > 44.0  # the old check would have stepped aside
     scores = ChainScores(*[p.clone().requires_grad_(True) for p in parts])
     single = ChainScores(*[p.float().requires_grad_(True) for p in parts])

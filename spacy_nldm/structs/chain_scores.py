@@ -154,7 +154,8 @@ def _start_scores(scores: ChainScores) -> Tensor:
 
 def _fast_path(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor) -> Optional[_Fast]:
     """The recursions in the scores' dtype, or in float64 for float32 scores whose transitions span more
-    than float32's range handles well (std ~12 and more, up to ~150); None beyond float64's range too."""
+    than float32's range handles well (std ~12 and more; their bound decides which sentences it trusts);
+    None when the columns span too much for float64 too (std ~150 and more)."""
     span = _column_span(transitions)
     fast = None
     if span <= 0.75 * -math.log(torch.finfo(emissions.dtype).tiny):
@@ -163,7 +164,8 @@ def _fast_path(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: T
     # bounded against float32's eps, costs about as much as float32 at tagger sizes
     wide = emissions.dtype == torch.float32 and span <= 0.75 * -math.log(torch.finfo(torch.float64).tiny)
     if _redone(fast) is None and wide:
-        fast = _recursions(emissions.double(), transitions.double(), start.double(), lengths, torch.finfo(emissions.dtype).eps)
+        wider = (x.double() for x in (emissions, transitions, start))
+        fast = _recursions(*wider, lengths, torch.finfo(emissions.dtype).eps)
     return fast
 
 
