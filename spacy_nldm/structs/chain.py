@@ -25,7 +25,7 @@ space (max over the oldest label per token) with back-pointers.
 A token with no allowed label (every label masked, or every potential -inf) makes log Z = -inf; its
 sentence then has zero marginals and gradient, and :func:`crf_viterbi` returns score -inf and labels 0.
 """
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy
 import torch
@@ -145,6 +145,34 @@ def chain_potentials(
 # terms may have underflowed); such sentences are redone in log space (:func:`_log_recursions`, one
 # logsumexp per token), so every result is exact at any score scale. Tokens past a sentence's length
 # get identity transitions, which leave alpha and beta unchanged (and are not checked).
+#
+# Both paths keep alpha_t and beta_t as :class:`_Logs`: values relative to a per-token shift (their
+# maximum 0) and the shifts apart. The shifts grow with the position (t times the scores' scale), so in
+# float32 the absolute values round by an ulp of t * std (5e-4 at std 300, t = 30); the marginals of
+# token t depend only on differences within it, and are formed from the relative values, which round
+# by an ulp of the scores' own size. The shifts enter log Z and one constant per token, which the
+# marginals' normalisation removes.
+
+
+class _Logs(NamedTuple):
+    """Log values ``rel + shift[..., None]`` of alpha or beta: ``rel`` (B, T, S), each token's maximum 0
+    (-inf throughout where no state is reachable), and ``shift`` (B, T) the per-token offsets."""
+
+    rel: Tensor
+    shift: Tensor
+
+    def rows(self, rows: Tensor) -> "_Logs":
+        return _Logs(self.rel[rows], self.shift[rows])
+
+    def index_copy(self, rows: Tensor, other: "_Logs") -> "_Logs":
+        return _Logs(self.rel.index_copy(0, rows, other.rel), self.shift.index_copy(0, rows, other.shift))
+
+
+def _relative(values: Tensor) -> Tuple[Tensor, Tensor]:
+    """``values`` (B, S) split into values - top and top (B,), top their maximum (0 where all are -inf)."""
+    top = values.amax(-1)
+    top = torch.where(top > float("-inf"), top, 0.0)
+    return values - top[:, None], top
 
 
 def _factored(potentials) -> bool:
@@ -243,7 +271,8 @@ def _theta(dtype: torch.dtype) -> float:
 
 def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     """alphas (B, N+1, S) (before token 0, then after each token), betas (B, N, S) (after each token)
-    or None, and ``suspect`` (B,) bool: sentences where a step's sum fell below THETA with a finite term.
+    or None, both :class:`_Logs`, and ``suspect`` (B,) bool: sentences where a step's sum fell below
+    THETA with a finite term.
 
     The state vector is kept in exp space scaled to a maximum of 1. Each token's potentials are
     exponentiated once, per column: E_t[a, (p, c)] = exp(X_t[a, p, c] - m_t[p, c]) with m_t[p, c] the
@@ -323,7 +352,7 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     if not backward or bool(suspect.all()):  # every sentence is redone in log space: no backward here
         return alphas, None, suspect
     if n == 0:
-        return alphas, potentials.new_zeros(batch, 0, m * p), suspect
+        return alphas, _Logs(potentials.new_zeros(batch, 0, m * p), potentials.new_zeros(batch, 0)), suspect
     y = potentials.new_ones(batch, m * p)  # beta_{n-1} = 0
     if p == 1:
         y = y.unsqueeze(-1)  # (B, M, 1) through the loop: E_t times a column vector
@@ -349,15 +378,16 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
 
 def _unscale(ys: list, tops: list, shift: Tensor, has_terms, real: Tensor, backward: bool = False,
              sums: Optional[list] = None):
-    """Log values (B, T+1, S) from the scaled vectors ``ys`` (in token order) and the maxima ``tops``
+    """Log values (:class:`_Logs`, T+1 tokens) from the scaled vectors ``ys`` (in token order) and the maxima ``tops``
     (T of them) the steps divided by, and the sentences (B,) where a step of a real token (``real``
     (B, T)) had a sum below THETA with a finite term (``has_terms(values)``, evaluated only if some
     sum is that small); the sums are ``sums`` (exp space, T of them) if given, else read from ``ys``
     and ``tops``. Padding steps copy the state (identity transitions): nothing to check there.
-    Forward: value_t = log y_t + sum of (log top + m) of the steps up to t; backward: of those after t."""
+    Forward: value_t = log y_t + sum of (log top + m) of the steps up to t; backward: of those after t.
+    The relative values log y_t (maximum 0) and the sums (the shifts) are kept apart."""
     ys = torch.stack(ys, 1)
     if not tops:
-        return ys.log(), ys.new_zeros(ys.shape[0], dtype=torch.bool)
+        return _Logs(ys.log(), ys.new_zeros(ys.shape[:2])), ys.new_zeros(ys.shape[0], dtype=torch.bool)
     log_tops = torch.stack(tops, 1).log_()  # (B, T, 1)
     steps = log_tops + shift[:, :, None]
     zero = torch.zeros_like(steps[:, :1])
@@ -367,9 +397,9 @@ def _unscale(ys: list, tops: list, shift: Tensor, has_terms, real: Tensor, backw
     else:
         scale = torch.cat([zero, steps.cumsum(1)], 1)
         sums = torch.stack(sums, 1).log_() if sums is not None else ys[:, 1:].log() + log_tops
-    values = ys.log().add_(scale)
+    values = _Logs(ys.log(), scale.squeeze(-1))
     sums = torch.where(real[..., None], sums, 0.0)
-    return values, _suspect(sums, lambda rows: has_terms(values, rows))
+    return values, _suspect(sums, lambda rows: has_terms(values.rel, rows))
 
 
 def _suspect(log_sums: Tensor, has_terms) -> Tensor:
@@ -415,57 +445,72 @@ def _backward_has_terms(betas: Tensor, steps: Tensor, real: Tensor, rows: Tensor
 
 
 def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
-    """The same recursions in log space, one log-sum-exp per token: exact at any scale, slower. The
+    """The same recursions in log space, one log-sum-exp per token: exact at any scale, slower. Each
+    token's values are kept relative to their maximum, which goes into the shifts (:class:`_Logs`). The
     forward one reads the potentials transposed ([p, c, a]), so that it sums over the last axis too."""
     steps = _as_steps(potentials)
     batch, n, m, p, _ = steps.shape
     forward = steps.permute(0, 1, 3, 4, 2).contiguous()  # X_t[a, p, c] at [t, p, c, a]
-    alpha = _start(batch, m * p, potentials)
-    alphas = [alpha]
+    alpha, shift = _start(batch, m * p, potentials), potentials.new_zeros(batch)
+    alphas, shifts = [alpha], [shift]
     for t in range(n):
-        # alpha_t[(p, c)] = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])
+        # alpha_t[(p, c)] - shift_t = log sum_a exp(alpha_{t-1}[(a, p)] - shift_{t-1} + X_t[a, p, c]) - top_t
         terms = alpha.reshape(batch, m, p).transpose(1, 2).unsqueeze(2) + forward[:, t]  # (B, P, C, A)
-        alpha = torch.where((t < lengths)[:, None], logsumexp(terms, -1).flatten(1), alpha)
+        new, top = _relative(logsumexp(terms, -1).flatten(1))
+        real = (t < lengths)[:, None]
+        alpha = torch.where(real, new, alpha)
+        shift = shift + torch.where(real[:, 0], top, 0.0)
         alphas.append(alpha)
+        shifts.append(shift)
+    alphas = _Logs(torch.stack(alphas, 1), torch.stack(shifts, 1))
     if not backward:
-        return torch.stack(alphas, 1), None
-    beta = potentials.new_zeros(batch, m * p)
-    betas = [beta]
+        return alphas, None
+    beta, shift = potentials.new_zeros(batch, m * p), potentials.new_zeros(batch)
+    betas, shifts = [beta], [shift]
     for t in range(n - 1, 0, -1):
-        # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
-        new = logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1)
-        beta = torch.where((t < lengths)[:, None], new, beta)
+        # beta_{t-1}[(a, p)] - shift_{t-1} = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)] - shift_t) - top_t
+        new, top = _relative(logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1))
+        real = (t < lengths)[:, None]
+        beta = torch.where(real, new, beta)
+        shift = shift + torch.where(real[:, 0], top, 0.0)
         betas.append(beta)
-    return torch.stack(alphas, 1), torch.stack(betas[::-1], 1)
+        shifts.append(shift)
+    return alphas, _Logs(torch.stack(betas[::-1], 1), torch.stack(shifts[::-1], 1))
 
 
 def _recursions(potentials: Tensor, lengths: Tensor, backward: bool):
-    """alphas, betas (or None) and log Z (B,): exp space, with suspect sentences redone in log space."""
+    """alphas, betas (or None), both :class:`_Logs`, and log Z (B,): exp space, with suspect sentences
+    redone in log space."""
     alphas, betas, suspect = _exp_recursions(potentials, lengths, backward)  # alphas None: all suspect
     if bool(suspect.all()):
         alphas, betas = _log_recursions(potentials, lengths, backward)
     elif bool(suspect.any()):
         rows = suspect.nonzero().squeeze(1)
         exact = _log_recursions(potentials[rows], lengths[rows], backward)
-        alphas = alphas.index_copy(0, rows, exact[0])
-        betas = None if betas is None else betas.index_copy(0, rows, exact[1])
-    return alphas, betas, torch.logsumexp(alphas[:, -1], dim=1)
+        alphas = alphas.index_copy(rows, exact[0])
+        betas = None if betas is None else betas.index_copy(rows, exact[1])
+    # log Z = shift_N + log sum_s exp(alpha_N[s] - shift_N)
+    return alphas, betas, alphas.shift[:, -1] + torch.logsumexp(alphas.rel[:, -1], dim=1)
 
 
 def _transition_marginals(potentials, lengths, alphas, betas, log_z, grad: Optional[Tensor] = None) -> Tensor:
     """P(state s before token t and label c at t), like ``potentials``, times ``grad`` (B,) if given;
     0 beyond the lengths and for impossible sentences.
 
-    Each token's marginals are divided by their sum (1 in exact arithmetic): alpha, beta and log Z
-    round independently, by up to an ulp of their size (1e-3 at scores of 1e4 in float32), and this
-    removes that common error from the exponent, so that a sure transition gets probability 1.
+    The exponent is formed from alpha and beta relative to their per-token shifts (values of the
+    scores' size) and one constant per token, log Z - shift_{t-1}(alpha) - shift_t(beta); that constant
+    rounds by up to an ulp of log Z (1e-3 at log Z of 1e4 in float32), the same for every entry of the
+    token, so each token's marginals are divided by their sum (1 in exact arithmetic), which removes it
+    and makes a sure transition get probability 1.
     """
     batch, n, m, p, _ = _as_steps(potentials).shape
     # clamping an impossible sentence's -inf keeps exp(-inf - log Z) at 0 instead of NaN
-    shift = log_z.clamp_min(torch.finfo(potentials.dtype).min).reshape(batch, 1, 1, 1, 1)
-    before = alphas[:, :-1].reshape(batch, n, m, p, 1) - shift  # alpha_{t-1}[(a, p)] - log Z
-    after = betas.reshape(batch, n, 1, p, m)  # beta_t[(p, c)]
-    marg = exp_((_as_steps(potentials) + before).add_(after))
+    floor = log_z.clamp_min(torch.finfo(potentials.dtype).min)[:, None]
+    common = (floor - alphas.shift[:, :-1]).sub_(betas.shift).reshape(batch, n, 1, 1, 1)
+    before = alphas.rel[:, :-1].reshape(batch, n, m, p, 1)  # alpha_{t-1}[(a, p)] - shift_{t-1}
+    after = betas.rel.reshape(batch, n, 1, p, m)  # beta_t[(p, c)] - shift_t
+    # P(s, c at t) = exp(alpha_{t-1}[s] + X_t[s, c] + beta_t[(p, c)] - log Z), shifts taken out
+    marg = exp_((_as_steps(potentials) + before).add_(after).sub_(common))
     padding = (~_real(lengths, n)).nonzero(as_tuple=True)
     if len(padding[0]):
         marg[padding] = 0.0
@@ -482,12 +527,14 @@ class _LogPartition(torch.autograd.Function):
     def forward(ctx, potentials: Tensor, lengths: Tensor) -> Tensor:
         alphas, betas, log_z = _recursions(potentials, lengths, backward=ctx.needs_input_grad[0])
         if betas is not None:
-            ctx.save_for_backward(potentials, lengths, alphas, betas, log_z)
+            ctx.save_for_backward(potentials, lengths, *alphas, *betas, log_z)
         return log_z
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return _transition_marginals(*ctx.saved_tensors, grad=grad), None
+        potentials, lengths, alpha_rel, alpha_shift, beta_rel, beta_shift, log_z = ctx.saved_tensors
+        alphas, betas = _Logs(alpha_rel, alpha_shift), _Logs(beta_rel, beta_shift)
+        return _transition_marginals(potentials, lengths, alphas, betas, log_z, grad=grad), None
 
 
 def _log_partition(potentials: Tensor, lengths: Tensor) -> Tensor:
