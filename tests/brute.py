@@ -108,3 +108,19 @@ def expand_directional(F):
             elif h != d:
                 scores[:, h, d] = F[:, d - 1, 0 if h < d else 1, 1:]
     return scores
+
+
+def chain_reference(potentials, lengths):
+    """float64 log Z (B,) and token marginals (B, N, M) by a plain logsumexp forward pass and autograd."""
+    leaf = potentials.detach().double().clone().requires_grad_(True)
+    batch, n, m = leaf.shape[0], leaf.shape[1], leaf.shape[-1]
+    steps = leaf.reshape(batch, n, m, -1, m)  # [a, p, c]
+    alpha = torch.full((batch, steps.shape[2] * steps.shape[3]), -1e30, dtype=torch.float64)  # finite: no NaN grad
+    alpha[:, 0] = 0.0
+    for t in range(n):
+        new = torch.logsumexp(alpha.reshape(batch, m, -1, 1) + steps[:, t], 1).flatten(1)
+        alpha = torch.where((t < lengths)[:, None], new, alpha)
+    log_z = torch.logsumexp(alpha, 1)
+    (grad,) = torch.autograd.grad(log_z.sum(), leaf)
+    return log_z.detach(), grad.sum(dim=tuple(range(2, grad.dim() - 1)))
+

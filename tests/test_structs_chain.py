@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from brute import enumerate_chain
+from brute import chain_reference, enumerate_chain
 from spacy_nldm.structs import chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
 
 LENGTHS = [5, 2, 4, 1, 0]
@@ -193,3 +193,27 @@ def test_gold_labels_score_equals_the_masked_dynamic_program():
         slow = torch.where(lengths > 0, slow, 0.0)
         torch.testing.assert_close(fast, slow)
         torch.testing.assert_close(torch.autograd.grad(fast.sum(), pot)[0], torch.autograd.grad(slow.sum(), pot)[0])
+
+
+@pytest.mark.parametrize("order, m, std", [(1, 17, 30), (1, 17, 100), (1, 17, 300), (1, 17, 1000), (2, 8, 100), (2, 8, 300)])
+def test_float32_marginals_at_a_realistic_size(order, m, std):
+    """Issue 12: B=32, n=30, random lengths, float32 against float64: log Z relative 1e-5, marginals
+    absolute 1e-4. Before alpha and beta were kept relative to per-token shifts, the marginals were off
+    by up to 6.5e-4 (order 1, M=17, std 300) and 2.8e-4 (order 2, M=8, std 1000): alpha_t ~ t * std
+    rounded by an ulp of several thousand in float32."""
+    gen = torch.Generator().manual_seed(12 + order + std)
+    batch, n = 32, 30
+    lengths = torch.randint(1, n + 1, (batch,), generator=gen)
+    potentials = (std * torch.randn(batch, n, *((m,) * (order + 1)), generator=gen)).double()
+    ref_z, ref_marg = chain_reference(potentials, lengths)
+    for dtype, rel, tol in ((torch.float32, 1e-5, 1e-4), (torch.float64, 1e-10, 1e-9)):
+        log_z = crf_log_partition(potentials.to(dtype), lengths)
+        np.testing.assert_allclose(log_z.double().numpy(), ref_z.numpy(), rtol=rel)
+        marg = crf_marginals(potentials.to(dtype), lengths)
+        assert float((marg.double() - ref_marg).abs().max()) <= tol
+        leaf = potentials.to(dtype).requires_grad_(True)
+        (grad,) = torch.autograd.grad(crf_log_partition(leaf, lengths).sum(), leaf)
+        assert float((grad.sum(dim=tuple(range(2, grad.dim() - 1))).double() - ref_marg).abs().max()) <= tol
+        best = crf_viterbi(potentials.to(dtype), lengths).score
+        ref_best = crf_viterbi(potentials, lengths).score
+        np.testing.assert_allclose(best.double().numpy(), ref_best.numpy(), rtol=rel)

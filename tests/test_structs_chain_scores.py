@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from brute import enumerate_chain
+from brute import chain_reference, enumerate_chain
 from spacy_nldm.structs import ChainScores, chain_scores, crf_log_partition, crf_marginals, crf_viterbi
 
 LENGTHS = [5, 2, 4, 1, 5]
@@ -221,3 +221,18 @@ def test_untrusted_sentences_are_redone_on_the_potentials(monkeypatch):
     monkeypatch.setattr(chain_scores, "_underflow_bound", lambda *args: bound(*args) + float("inf"))
     assert _redone_rows(scores, lengths) is None  # most sentences untrusted: one general call
     torch.testing.assert_close(crf_log_partition(scores, lengths), expected_z, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("n, std", [(30, 300), (60, 300)])
+def test_float32_marginals_beyond_the_fast_path_at_a_realistic_size(n, std):
+    """Issue 12: ChainScores whose transitions span too much for the fast path (std ~150 and more) run the
+    general path; B=32, M=17, random lengths, float32 against float64: log Z relative 1e-5, marginals
+    absolute 1e-4 (2.7e-4 at n=60 before the general path kept alpha and beta relative to per-token shifts)."""
+    gen = torch.Generator().manual_seed(n + std)
+    batch, m = 32, 17
+    lengths = torch.randint(1, n + 1, (batch,), generator=gen)
+    tensors = [std * torch.randn(*shape, generator=gen) for shape in ((batch, n, m), (m, m), (m,), (m,))]
+    ref_z, ref_marg = chain_reference(ChainScores(*(x.double() for x in tensors)).potentials(lengths), lengths)
+    scores = ChainScores(*tensors)
+    np.testing.assert_allclose(crf_log_partition(scores, lengths).double().numpy(), ref_z.numpy(), rtol=1e-5)
+    assert float((crf_marginals(scores, lengths).double() - ref_marg).abs().max()) <= 1e-4
