@@ -168,13 +168,6 @@ class _Logs(NamedTuple):
         return _Logs(self.rel.index_copy(0, rows, other.rel), self.shift.index_copy(0, rows, other.shift))
 
 
-def _relative(values: Tensor) -> Tuple[Tensor, Tensor]:
-    """``values`` (B, S) split into values - top and top (B,), top their maximum (0 where all are -inf)."""
-    top = values.amax(-1)
-    top = torch.where(top > float("-inf"), top, 0.0)
-    return values - top[:, None], top
-
-
 def _factored(potentials) -> bool:
     from .chain_scores import ChainScores
 
@@ -446,36 +439,54 @@ def _backward_has_terms(betas: Tensor, steps: Tensor, real: Tensor, rows: Tensor
 
 def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     """The same recursions in log space, one log-sum-exp per token: exact at any scale, slower. Each
-    token's values are kept relative to their maximum, which goes into the shifts (:class:`_Logs`). The
+    token's values are kept relative to their maximum, whose sums are the shifts (:class:`_Logs`). The
     forward one reads the potentials transposed ([p, c, a]), so that it sums over the last axis too."""
     steps = _as_steps(potentials)
     batch, n, m, p, _ = steps.shape
+    real = _real(lengths, n)
     forward = steps.permute(0, 1, 3, 4, 2).contiguous()  # X_t[a, p, c] at [t, p, c, a]
-    alpha, shift = _start(batch, m * p, potentials), potentials.new_zeros(batch)
-    alphas, shifts = [alpha], [shift]
+    alpha = _start(batch, m * p, potentials)
+    alphas, tops = [alpha], []
     for t in range(n):
         # alpha_t[(p, c)] - shift_t = log sum_a exp(alpha_{t-1}[(a, p)] - shift_{t-1} + X_t[a, p, c]) - top_t
         terms = alpha.reshape(batch, m, p).transpose(1, 2).unsqueeze(2) + forward[:, t]  # (B, P, C, A)
-        new, top = _relative(logsumexp(terms, -1).flatten(1))
-        real = (t < lengths)[:, None]
-        alpha = torch.where(real, new, alpha)
-        shift = shift + torch.where(real[:, 0], top, 0.0)
+        new, top = _relative_(logsumexp(terms, -1).flatten(1))
+        alpha = torch.where(real[:, t, None], new, alpha)
         alphas.append(alpha)
-        shifts.append(shift)
-    alphas = _Logs(torch.stack(alphas, 1), torch.stack(shifts, 1))
+        tops.append(top)
+    alphas = _Logs(torch.stack(alphas, 1), _shifts(tops, real, potentials))
     if not backward:
         return alphas, None
-    beta, shift = potentials.new_zeros(batch, m * p), potentials.new_zeros(batch)
-    betas, shifts = [beta], [shift]
+    beta = potentials.new_zeros(batch, m * p)
+    betas, tops = [beta], []
     for t in range(n - 1, 0, -1):
         # beta_{t-1}[(a, p)] - shift_{t-1} = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)] - shift_t) - top_t
-        new, top = _relative(logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1))
-        real = (t < lengths)[:, None]
-        beta = torch.where(real, new, beta)
-        shift = shift + torch.where(real[:, 0], top, 0.0)
+        new, top = _relative_(logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1))
+        beta = torch.where(real[:, t, None], new, beta)
         betas.append(beta)
-        shifts.append(shift)
-    return alphas, _Logs(torch.stack(betas[::-1], 1), torch.stack(shifts[::-1], 1))
+        tops.append(top)
+    shifts = _shifts(tops[::-1], real[:, 1:], potentials, backward=True)
+    return alphas, _Logs(torch.stack(betas[::-1], 1), shifts)
+
+
+def _relative_(values: Tensor) -> Tuple[Tensor, Tensor]:
+    """``values`` (B, S) minus their maximum top (B,), in place, and top (the most negative float where
+    every value is -inf, so that they stay -inf)."""
+    top = values.amax(-1).clamp_min_(torch.finfo(values.dtype).min)
+    return values.sub_(top[:, None]), top
+
+
+def _shifts(tops: list, real: Tensor, like: Tensor, backward: bool = False) -> Tensor:
+    """The shifts (B, T+1) from the maxima ``tops`` (T of them, in token order) the steps took out of the
+    real tokens ``real`` (B, T): forward, shift_t = sum of the tops up to t; backward, of those after t.
+    (An impossible sentence's shifts may reach -inf; its values are all -inf then.)"""
+    zero = like.new_zeros(real.shape[0], 1)
+    if not tops:
+        return zero
+    steps = torch.where(real, torch.stack(tops, 1), 0.0)
+    if backward:
+        return torch.cat([steps.flip(1).cumsum(1).flip(1), zero], 1)
+    return torch.cat([zero, steps.cumsum(1)], 1)
 
 
 def _recursions(potentials: Tensor, lengths: Tensor, backward: bool):
