@@ -195,7 +195,8 @@ def test_gold_labels_score_equals_the_masked_dynamic_program():
         torch.testing.assert_close(torch.autograd.grad(fast.sum(), pot)[0], torch.autograd.grad(slow.sum(), pot)[0])
 
 
-@pytest.mark.parametrize("order, m, std", [(1, 17, 30), (1, 17, 100), (1, 17, 300), (1, 17, 1000), (2, 8, 100), (2, 8, 300)])
+@pytest.mark.parametrize("order, m, std",
+                         [(1, 17, 30), (1, 17, 100), (1, 17, 300), (1, 17, 1000), (2, 8, 100), (2, 8, 300)])
 def test_float32_marginals_at_a_realistic_size(order, m, std):
     """Issue 12: B=32, n=30, random lengths, float32 against float64: log Z relative 1e-5, marginals
     absolute 1e-4. Before alpha and beta were kept relative to per-token shifts, the marginals were off

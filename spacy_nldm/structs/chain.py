@@ -161,9 +161,6 @@ class _Logs(NamedTuple):
     rel: Tensor
     shift: Tensor
 
-    def rows(self, rows: Tensor) -> "_Logs":
-        return _Logs(self.rel[rows], self.shift[rows])
-
     def index_copy(self, rows: Tensor, other: "_Logs") -> "_Logs":
         return _Logs(self.rel.index_copy(0, rows, other.rel), self.shift.index_copy(0, rows, other.shift))
 
@@ -371,8 +368,8 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
 
 def _unscale(ys: list, tops: list, shift: Tensor, has_terms, real: Tensor, backward: bool = False,
              sums: Optional[list] = None):
-    """Log values (:class:`_Logs`, T+1 tokens) from the scaled vectors ``ys`` (in token order) and the maxima ``tops``
-    (T of them) the steps divided by, and the sentences (B,) where a step of a real token (``real``
+    """Log values (:class:`_Logs`, T+1 tokens) from the scaled vectors ``ys`` (in token order) and the
+    maxima ``tops`` (T of them) the steps divided by, and the sentences (B,) where a step of a real token (``real``
     (B, T)) had a sum below THETA with a finite term (``has_terms(values)``, evaluated only if some
     sum is that small); the sums are ``sums`` (exp space, T of them) if given, else read from ``ys``
     and ``tops``. Padding steps copy the state (identity transitions): nothing to check there.
