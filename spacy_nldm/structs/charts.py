@@ -13,6 +13,10 @@ chart                 stored at                       item
 ``tail``  (T)         [b, i, a]                       T[i, a] = CR[i, n_b, a] (sentence b's own end)
 ====================  ==============================  ===================================================
 
+In exp space the tail, whose items grow like (n_b - i) * score, is stored relative: ``log`` holds
+rel[i, a] = T[i, a] - C[i] (each item's maximum 0), ``value`` exp(rel), and ``shift`` (float64) the
+increments D[i] = C[i] - C[i+1] (see :meth:`.inside.Inside.tail_offsets`).
+
 Widths are 0..K for complete items and 1..K for incomplete ones (memory O(B N K M^2)). The incomplete
 layouts put a head label first: the items a complete span sums over are then one contiguous run of
 (split, label) per head label.
@@ -141,4 +145,6 @@ class Charts:
         self.right, self.left = complete(m), complete(m)
         self.inc_right, self.inc_left = incomplete(), incomplete()
         tail = like.new_full((batch, n1, m), minus_inf)
-        self.tail = ItemChart(tail, torch.zeros_like(tail), like.new_zeros(batch, n1)) if exp_space else ItemChart(tail)
+        # exp space: the tail's shifts are the increments D[i] of :meth:`~.inside.Inside.tail_offsets`, float64
+        increments = like.new_zeros(batch, n1, dtype=torch.float64)
+        self.tail = ItemChart(tail, torch.zeros_like(tail), increments) if exp_space else ItemChart(tail)

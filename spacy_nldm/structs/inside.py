@@ -26,6 +26,7 @@ import torch
 from .arcs import ArcScores, WidthArcs
 from .charts import (
     Charts,
+    HeadOperands,
     ItemChart,
     complete_cells,
     incomplete_cells,
@@ -92,6 +93,8 @@ class Inside:
         self.incomplete_logged = [False] * slots  # whether the log-space incomplete items of a width are stored
         self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots)
         self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots)
+        self.tail_low: List[Optional[Tensor]] = [None] * rows  # exp space: tail rows recomputed in log space
+        self.tail_pair: List[Optional[tuple]] = [None] * rows  # exp space: :meth:`tail_pairs`
         self.tail = HeadStages(tail_operands, lambda t, i: t[:, i : i + 1], C.inc_right, C.tail, [None] * rows,
                                [None] * rows)
         if self.exp_space:
@@ -112,7 +115,16 @@ class Inside:
         self.fill_tail()
         for i in self.tail_order():
             self.tail_row(i)
-        return self.charts.tail.log[:, 0, 0]  # log Z = CR[0, n, root label 0]
+        return self.root()
+
+    def root(self) -> Tensor:
+        """log Z = T[0, 0] = CR[0, n, root label 0], (B,). In exp space the tail is stored relative:
+        T[0, 0] = rel[0, 0] + C[0], with C[0] = sum_j D[j] (see :meth:`tail_offsets`)."""
+        tail = self.charts.tail
+        if not self.exp_space:
+            return tail.log[:, 0, 0]
+        # C[0] = sum_{j >= 0} D[j] (C[j] = D[j] + C[j+1], 0 past the end), float64
+        return (tail.log[:, 0, 0] + tail.shift.sum(1)).to(tail.log.dtype)
 
     def tail_order(self) -> range:
         """The start positions whose tail items need a stage (max_dist only), in evaluation order."""
@@ -208,9 +220,19 @@ class Inside:
         if index is None:
             return
         b, i, width = index
-        for tail, right in zip(C.tail, C.right):
-            if tail is not None:
-                tail[b, i] = right[b, i, width]
+        if not self.exp_space:
+            C.tail.log[b, i] = C.right.log[b, i, width]
+            return
+        # relative form: T[i] = rel[i] + C[i], C[i] = CR[i, n_b]'s shift (0 for an item that is -inf
+        # throughout), stored as the increments D[i] = C[i] - C[i+1] (C = 0 past n_b)
+        log, shift = C.right.log[b, i, width], C.right.shift[b, i, width]
+        shift = torch.where(log.amax(-1) > float("-inf"), shift, 0.0)
+        absolute = torch.zeros_like(C.tail.shift)
+        absolute[b, i] = shift.to(absolute.dtype)
+        C.tail.log[b, i] = log - shift[:, None]
+        C.tail.value[b, i] = C.right.value[b, i, width]
+        C.tail.shift[:, :-1] = absolute[:, :-1] - absolute[:, 1:]
+        C.tail.shift[:, -1] = absolute[:, -1]
 
     def tail_index(self):
         """(b, i, n_b - i) of the tail items copied from the complete chart, or None."""
@@ -236,25 +258,111 @@ class Inside:
 
     def _head(self, stage: HeadStages, key: int, relevant: Tensor, keep: Optional[Tensor] = None) -> None:
         """One head contraction in the semiring; its outputs are stored (but for the sentences ``keep``)."""
-        ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
         if self.exp_space:
             enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
-            shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
+            shifts = self.shift_operands(stage, key)
             terms = head_exp(enc.incomplete, shifts.incomplete, enc.complete, shifts.complete)
-            out = terms.log()
             rows = stage.rows[key] = self._low(terms.total, lambda: relevant)
+            low = None
             if rows is not None:
                 self.incomplete_log(self.limit if stage is self.tail else key)
-                out[rows] = head_log(LOG, ops.incomplete[rows], ops.complete[rows])
+                ops = self.log_operands(stage, key)
+                low = head_log(LOG, ops.incomplete[rows], ops.complete[rows])
             stage.cells(stage.total, key).copy_(terms.total)
             stage.cells(stage.top, key).copy_(terms.top)
-        elif self.tracing:
+            if stage is self.tail:
+                self._write_tail(key, terms, rows, low, keep)
+                return
+            out = terms.log()
+            if rows is not None:
+                out[rows] = low
+            self._write(stage.complete, lambda t: stage.cells(t, key), out)
+            return
+        ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
+        if self.tracing:
             out, stage.traces[key] = self.semiring.argsum(head_terms(ops.incomplete, ops.complete), -1)
         else:
             out = head_log(self.semiring, ops.incomplete, ops.complete)
         if keep is not None:
             out = torch.where(keep[:, None, None], stage.cells(stage.complete.log, key), out)
         self._write(stage.complete, lambda t: stage.cells(t, key), out)
+
+    # -- the tail in exp space: relative to per-position shifts ---------------------------------------
+
+    def tail_offsets(self, i: int) -> Tensor:
+        """(B, 1, K) float64: C[i+d] - C[i+1], d = 1..K, for the tail row i in exp space. There the tail
+        items are stored relative, T[j] = rel[j] + C[j] (``tail.log`` holds rel, each item's maximum 0,
+        and ``tail.value`` exp(rel)); C[j], which grows like (n_b - j) * score, is kept only as the
+        increments D[j] = C[j] - C[j+1] (``tail.shift``, (B, N+1) in float64: a row reads sums of up to
+        K-1 of them, which float32 would round by an ulp of K * score)."""
+        increments = self.charts.tail.shift[:, i + 1 : i + self.limit]  # D[i+1 .. i+K-1]
+        # C[i+d] - C[i+1] = -(D[i+1] + ... + D[i+d-1])
+        offsets = torch.cat([increments.new_zeros(increments.shape[0], 1), -increments.cumsum(1)], 1)
+        return offsets.unsqueeze(1)
+
+    def tail_pairs(self, i: int):
+        """The shifts of the tail row i's terms: (pair (B, 1, K) in the charts' dtype, base (B, 1)
+        float64) with shift of IR[i, i+d] + C[i+d] - C[i+1] = pair[d] + base, base their maximum; the
+        sums are taken in float64, so that pair, score-sized, is rounded once. Made once per row."""
+        if self.tail_pair[i] is None:
+            shift = self.charts.inc_right.shift[:, i : i + 1, 0]  # (B, 1, K)
+            pair = shift.double() + self.tail_offsets(i)
+            base = pair.amax(-1).clamp_min_(torch.finfo(shift.dtype).min)
+            self.tail_pair[i] = (pair - base.unsqueeze(-1)).to(shift.dtype), base
+        return self.tail_pair[i]
+
+    def shift_operands(self, stage: HeadStages, key: int) -> HeadOperands:
+        """The shifts of a head stage's operands in exp space; a tail row's are relative to C[i+1] + base
+        (:meth:`tail_pairs`): 0 for the incomplete items, pair[d] for the complete ones."""
+        if stage is self.tail:
+            pair = self.tail_pairs(key)[0]
+            return HeadOperands(pair.new_zeros(()).expand(pair.shape[0], 1, 1, pair.shape[2]), pair)
+        return stage.operands(stage.incomplete.shift, stage.complete.shift, key)
+
+    def log_operands(self, stage: HeadStages, key: int) -> HeadOperands:
+        """The log values of a head stage's operands. In exp space a tail row i reads its terms relative to
+        C[i+1] + base (:meth:`tail_pairs`): (IR[i, i+d] - its shift) + pair[d] + rel[i+d], so that no term
+        is rounded by an ulp of an offset or of an item."""
+        ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
+        if self.exp_space and stage is self.tail:
+            shift = stage.operands(stage.incomplete.shift, stage.complete.shift, key).incomplete  # (B, 1, 1, K)
+            pair = self.tail_pairs(key)[0][:, :, None, :, None]
+            return HeadOperands((ops.incomplete - shift.unsqueeze(-1)) + pair, ops.complete)
+        return ops
+
+    def item_log(self, stage: HeadStages, key: int, rows: tuple) -> Tensor:
+        """The log values (R, F) of a head stage's outputs at the spans ``rows`` it recomputed in log
+        space; for a tail row in exp space, those outputs as computed, relative to C[i+1] + base (not
+        rebuilt from rel[i] and D[i])."""
+        if self.exp_space and stage is self.tail:
+            return self.tail_low[key]
+        return stage.cells(stage.complete.log, key)[rows]
+
+    def _write_tail(self, i: int, terms, rows: Rows, low: Optional[Tensor], keep: Tensor) -> None:
+        """Store the tail row i in relative form (but for the sentences ``keep``): the encoding straight
+        from the exp-space totals, value = total / max total, rel = log(value), and the increment
+        D[i] = log(max total) + top + base (float64; top and base as in :meth:`tail_pairs`); the spans
+        recomputed in log space (``rows``, outputs ``low`` relative to C[i+1] + base) from their log
+        values. ``terms`` (:class:`~.contract.HeadTerms`) total (B, 1, M), top (B, 1)."""
+        T = self.charts.tail
+        peak = terms.total.amax(-1, keepdim=True)  # (B, 1, 1)
+        some = peak > 0
+        # exp(rel[i, a]) = total[a] / max_a total[a]
+        value = torch.where(some, terms.total / torch.where(some, peak, 1.0), 0.0)
+        rel = value.log()
+        base = self.tail_pairs(i)[1]  # (B, 1) float64
+        # D[i] = T[i]'s maximum - C[i+1] = log(max total) + top + base
+        shift = torch.where(some[..., 0], (peak[..., 0].log() + terms.top).double() + base, 0.0)  # (B, 1)
+        if rows is not None:  # low: relative to C[i+1] + base (:meth:`log_operands`)
+            self.tail_low[i] = low
+            peak = low.amax(-1, keepdim=True)
+            finite = peak > float("-inf")
+            rel[rows] = low - torch.where(finite, peak, 0.0)
+            value[rows] = exp_(rel[rows])
+            shift[rows] = torch.where(finite[:, 0], peak[:, 0].double() + base[rows], 0.0)
+        cells = T.log[:, i : i + 1], T.value[:, i : i + 1], T.shift[:, i : i + 1]
+        for cell, new in zip(cells, (rel, value, shift)):
+            cell.copy_(torch.where(keep.reshape(-1, *((1,) * (new.dim() - 1))), cell, new))
 
     def _low(self, total: Tensor, relevant: Callable) -> Rows:
         """The spans (batch and span indices, or None) whose exp-space ``total`` fell below THETA somewhere

@@ -135,7 +135,7 @@ def _head_outside(ins: Inside, stage: HeadStages, key: int, out: Tensor, into: H
     space, whose shares come from autograd over the log-space terms)."""
     total, top, rows = stage.cells(stage.total, key), stage.cells(stage.top, key), stage.rows[key]
     enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
-    shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
+    shifts = ins.shift_operands(stage, key)  # a tail row's relative to C[i+1], as the forward pass read them
     pair = shifts.incomplete.squeeze(2) + shifts.complete
     y = enc.complete * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)  # as the forward pass scaled it
     terms = HeadTerms(enc.incomplete, y, top, total)
@@ -147,9 +147,9 @@ def _head_outside(ins: Inside, stage: HeadStages, key: int, out: Tensor, into: H
         into.incomplete.add_(head_exp_outside_x(terms, share))
     if rows is not None:  # their shares from the log-space terms and the stored outputs
         ins.incomplete_log(ins.limit if stage is ins.tail else key)
-        logs = stage.operands(stage.incomplete.log, stage.complete.log, key)
+        logs = ins.log_operands(stage, key)
         terms = logs.incomplete[rows] + logs.complete[rows].unsqueeze(-3)  # (R, F, D, L)
-        item = stage.cells(stage.complete.log, key)[rows]
+        item = ins.item_log(stage, key, rows)
         gx = _shares(terms, item[..., None, None], out[rows][..., None, None])
         into.incomplete[rows] += gx
         into.complete[rows] += gx.sum(-3)
