@@ -134,8 +134,11 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     assert "skip it: no train file in the mirror" in out
     record = srsly.read_json(proj / "results/runs/twitter/softmax-seed0.json")
     assert record["system"] == "softmax" and 0.0 <= record["test_acc"] <= 100.0
+    # the same config and budget: done; the record carries that fingerprint (another budget would redo it)
     assert "skip twitter/softmax/seed0" in run("reproduce-train", "--vars.reproduce_datasets=twitter",
-                                               "--vars.reproduce_systems=softmax", "--vars.reproduce_seeds=0")
+                                               "--vars.reproduce_systems=softmax", "--vars.reproduce_seeds=0",
+                                               "--vars.full_max_epochs=1")
+    assert srsly.read_json(proj / "results/runs/twitter/softmax-seed0.json")["fingerprint"] == record["fingerprint"]
 
 
 def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
