@@ -76,11 +76,12 @@ def run_queue(runs: Iterable[Run], work: Callable[[Run], dict], stop: Callable[[
     A RunFailed is reported and the queue goes on. Returns the number of runs that failed."""
     failed = 0
     for run in runs:
-        if run.done():
+        stale = run.stale()  # reads the record once
+        if run.record.exists() and stale is None:
             print(f"skip {run.name}: {run.record} exists", flush=True)
             continue
-        if run.stale():
-            print(f"redo {run.name}: its record {run.record} was {run.stale()}", flush=True)
+        if stale:
+            print(f"redo {run.name}: its record {run.record} was {stale}", flush=True)
         reason = stop()
         if reason:
             print(f"stop: {reason}; {run.name} not started", flush=True)
