@@ -363,3 +363,24 @@ def test_float32_marginals_with_max_dist_at_a_realistic_size(n, std):
     np.testing.assert_allclose(z32.numpy(), z64.numpy(), rtol=1e-5)
     np.testing.assert_allclose(v32.numpy(), v64.numpy(), rtol=1e-5)
     assert float((m32 - m64).abs().max()) <= 1e-4
+
+
+@pytest.mark.parametrize("n, max_dist, seed", [(60, 3, 0), (16, None, 9)])
+def test_float32_marginals_at_std_1000(n, max_dist, seed):
+    """Issue 12: B=32, random lengths in [1, n], M=17, DirectionalScores at score std 1000, float32 against
+    float64 on the same (float32) inputs: label marginals absolute 1e-4, log Z relative 1e-5. Before
+    every chart item was kept relative to a float64 shift, the items of width <= max_dist (all of them
+    without max_dist) were absolute float32 log values of up to ~1e4 (an ulp of 1e-3 nats), with float32
+    shifts in their encodings: 1.2e-4 here with max_dist=3 (n=60), 1.7e-4 without (n=16; 1.5e-4 at n=30,
+    seed 0, which takes 5-10 s)."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, n + 1, (32,), generator=gen)
+    F = (1000 * torch.randn(32, n, 2, 18, 17, generator=gen, dtype=torch.float64)).float().double()
+    results = {}
+    for dtype in (torch.float32, torch.float64):
+        scores = DirectionalScores(F.to(dtype))
+        results[dtype] = (log_partition(scores, lengths, max_dist=max_dist).double(),
+                          marginals(scores, lengths, max_dist=max_dist).labels.double())
+    (z32, m32), (z64, m64) = results[torch.float32], results[torch.float64]
+    np.testing.assert_allclose(z32.numpy(), z64.numpy(), rtol=1e-5)
+    assert float((m32 - m64).abs().max()) <= 1e-4

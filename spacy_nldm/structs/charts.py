@@ -13,9 +13,13 @@ chart                 stored at                       item
 ``tail``  (T)         [b, i, a]                       T[i, a] = CR[i, n_b, a] (sentence b's own end)
 ====================  ==============================  ===================================================
 
-In exp space the tail, whose items grow like (n_b - i) * score, is stored relative: ``log`` holds
-rel[i, a] = T[i, a] - C[i] (each item's maximum 0), ``value`` exp(rel), and ``shift`` (float64) the
-increments D[i] = C[i] - C[i+1] (see :meth:`.inside.Inside.tail_offsets`).
+Relative form (exp space). An item's log value grows like its width times the scores' scale, so in
+float32 it would be rounded by an ulp of its absolute size (1e-3 nats at 1e4), and near ties between
+labels or splits would carry that rounding into the marginals. Every item is therefore stored as
+item = rel + shift: ``shift`` (float64) one number per item (per span, over the item's labels),
+``log`` the relative values rel (in the charts' dtype), ``value`` exp(rel).
+A complete item's (and tail item's) shift is its maximum (max rel = 0); an incomplete item's is the
+inner contraction's scale plus the span's largest arc (values at most the width, see :mod:`.contract`).
 
 Widths are 0..K for complete items and 1..K for incomplete ones (memory O(B N K M^2)). The incomplete
 layouts put a head label first: the items a complete span sums over are then one contiguous run of
@@ -32,12 +36,12 @@ Tensor = torch.Tensor
 
 
 class ItemChart(NamedTuple):
-    """Items in log space and, for exp-space semirings, ``value = exp(log - shift)`` with one ``shift``
-    per item (stored like the items without their label axes; the incomplete charts keep a label axis
-    of size 1, so that the same views serve values and shifts): the maximum of each complete item; for
-    an incomplete item see :mod:`.contract` (values at most the span's width). In exp space the log
-    values of the incomplete items are written only when a span recomputed in log space reads them
-    (:meth:`~.inside.Inside.incomplete_log`)."""
+    """Items in log space (``log``) or, for exp-space semirings, in relative form: item = log + shift,
+    ``value = exp(log)``, one float64 ``shift`` per item (stored like the items without their label
+    axes; the incomplete charts keep a label axis of size 1, so that the same views serve values and
+    shifts): the maximum of each complete item; for an incomplete item see :mod:`.contract` (values at
+    most the span's width). In exp space the relative log values of the incomplete items are written
+    only when a span recomputed in log space reads them (:meth:`~.inside.Inside.incomplete_log`)."""
 
     log: Tensor
     value: Optional[Tensor] = None
@@ -133,18 +137,18 @@ class Charts:
             log = padded(like, (batch, n1, limit + 1) + rest, minus_inf, limit)
             if not exp_space:
                 return ItemChart(log)
-            return ItemChart(log, padded(like, log.shape, 0.0, limit), padded(like, log.shape[:3], 0.0, limit))
+            shift = padded(like.new_empty((), dtype=torch.float64), log.shape[:3], 0.0, limit)
+            return ItemChart(log, padded(like, log.shape, 0.0, limit), shift)
 
         def incomplete():
             # cells are written by their stage before they are read: no fill needed
             log = like.new_empty(batch, n1, m, limit, m)
             if not exp_space:
                 return ItemChart(log)
-            return ItemChart(log, like.new_empty(log.shape), like.new_empty(batch, n1, 1, limit))
+            return ItemChart(log, like.new_empty(log.shape), like.new_empty(batch, n1, 1, limit, dtype=torch.float64))
 
         self.right, self.left = complete(m), complete(m)
         self.inc_right, self.inc_left = incomplete(), incomplete()
         tail = like.new_full((batch, n1, m), minus_inf)
-        # exp space: the tail's shifts are the increments D[i] of :meth:`~.inside.Inside.tail_offsets`, float64
-        increments = like.new_zeros(batch, n1, dtype=torch.float64)
-        self.tail = ItemChart(tail, torch.zeros_like(tail), increments) if exp_space else ItemChart(tail)
+        shift = like.new_zeros(batch, n1, dtype=torch.float64)
+        self.tail = ItemChart(tail, torch.zeros_like(tail), shift) if exp_space else ItemChart(tail)

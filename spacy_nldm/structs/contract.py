@@ -10,6 +10,11 @@ of shifts is p[k] = shift_x[k] + shift_y[k]; with top = max_k p[k] and g[k] = ex
 
     total[f, g'] = sum_k g[k] X~[k, f] Y~[k, g']      out = log(total) + top
 
+The shifts, p[k] and top are float64 (they grow like the span's width times the scores' scale) and
+p[k] - top is rounded once to the charts' dtype; the outputs are kept relative to ``top`` (log(total)),
+so in float32 no item near its span's best is rounded by an ulp of its absolute size (see
+:mod:`.charts`, "relative form"). A span recomputed in log space reads rel_x + rel_y + (p[k] - top).
+
 The complete items are encoded with their maximum as the shift (every value at most 1). The incomplete
 items are the inner total times the arc's exponential, value = total * exp(arc - largest arc of the
 span) with shift = top + that largest arc, written without an exp or a log per label pair (see
@@ -43,22 +48,32 @@ def _floor(shift: Tensor) -> Tensor:
     return shift.clamp_min_(torch.finfo(shift.dtype).min)
 
 
+def scaled_pairs(x_shift: Tensor, y_shift: Tensor, dtype: torch.dtype, top=None) -> Tuple[Tensor, Tensor]:
+    """The scales of a contraction's splits: pair[k] = x_shift[k] + y_shift[k] (float64, (..., K)),
+    top = max_k pair[k] (float64, (...)) unless given, and pair - top rounded once to ``dtype``."""
+    pair = x_shift.double() + y_shift
+    if top is None:
+        top = _floor(pair.amax(-1))
+    return pair.sub_(top.unsqueeze(-1)).to(dtype), top
+
+
 class InnerTerms(NamedTuple):
     x: Tensor  # X~ * g (B, S, K, A)
     y: Tensor  # Y~ (B, S, K, C)
-    top: Tensor  # (B, S)
+    top: Tensor  # (B, S) float64
     total: Tensor  # (B, S, A, C)
+    pair: Tensor  # pair[k] - top (B, S, K), log g
 
     def log(self) -> Tensor:
-        return self.total.log() + self.top[..., None, None]
+        """The outputs relative to ``top``: log(total)."""
+        return self.total.log()
 
 
 def inner_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> InnerTerms:
-    """x, y (B, S, K, M) encoded complete items with their shifts (B, S, K)."""
-    pair = x_shift + y_shift
-    top = _floor(pair.amax(-1))
-    x = x * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)
-    return InnerTerms(x, y, top, torch.matmul(x.transpose(-1, -2), y))
+    """x, y (B, S, K, M) encoded complete items with their shifts (B, S, K) (float64)."""
+    pair, top = scaled_pairs(x_shift, y_shift, x.dtype)
+    x = x * exp_(pair.clone()).unsqueeze(-1)
+    return InnerTerms(x, y, top, torch.matmul(x.transpose(-1, -2), y), pair)
 
 
 def ratio(outer: Tensor, total: Tensor) -> Tensor:
@@ -78,21 +93,23 @@ def inner_exp_outside(terms: InnerTerms, outer: Tensor) -> Tuple[Tensor, Tensor]
 class HeadTerms(NamedTuple):
     x: Tensor  # X~ (B, S, F, D, L)
     y: Tensor  # Y~ * g (B, S, D, L)
-    top: Tensor  # (B, S)
+    top: Tensor  # (B, S) float64
     total: Tensor  # (B, S, F)
+    pair: Tensor  # pair[d] - top (B, S, D), log g
 
     def log(self) -> Tensor:
-        return self.total.log() + self.top.unsqueeze(-1)
+        """The outputs relative to ``top``: log(total)."""
+        return self.total.log()
 
 
 def head_exp(x: Tensor, x_shift: Tensor, y: Tensor, y_shift: Tensor) -> HeadTerms:
-    """x (B, S, F, D, L) with shifts (B, S, 1, D) (one per item); y (B, S, D, L) with shifts (B, S, D)."""
-    pair = x_shift.squeeze(2) + y_shift
-    top = _floor(pair.amax(-1))
-    y = y * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)
+    """x (B, S, F, D, L) with shifts (B, S, 1, D) (one per item); y (B, S, D, L) with shifts (B, S, D);
+    shifts float64."""
+    pair, top = scaled_pairs(x_shift.squeeze(2), y_shift, y.dtype)
+    y = y * exp_(pair.clone()).unsqueeze(-1)
     # every (d, l) of one head label is one contiguous run in the incomplete charts: one long sum
     total = (x.flatten(3) * y.flatten(2).unsqueeze(2)).sum(-1)
-    return HeadTerms(x, y, top, total)
+    return HeadTerms(x, y, top, total, pair)
 
 
 def head_exp_outside_y(terms: HeadTerms, share: Tensor) -> Tensor:

@@ -14,9 +14,9 @@ Order of evaluation (docs/algorithm.md has the recurrences in the paper's notati
 For the log semiring with more than a few labels the contractions run in exp space (:mod:`.contract`)
 and the spans whose totals are too small to be trusted are recomputed in log space; those spans are
 recorded, as are the arg-maxes of a backtracking semiring, for the backward pass (:mod:`.outside`).
-In exp space the incomplete items are encoded straight from the inner totals and the arcs'
-exponentials (no exp or log per label pair); their log values are computed only if a span recomputed
-in log space reads them.
+In exp space every item is kept in relative form, rel + float64 shift (:mod:`.charts`); the incomplete
+items are encoded straight from the inner totals and the arcs' exponentials (no exp or log per label
+pair), and their relative log values are computed only if a span recomputed in log space reads them.
 """
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
@@ -62,9 +62,10 @@ class HeadStages:
     incomplete: ItemChart
     complete: ItemChart  # the chart of its outputs and of its complete operands
     rows: List[Rows] = field(default_factory=list)  # spans recomputed in log space
+    low: List[Optional[Tensor]] = field(default_factory=list)  # their outputs (R, F), relative to ``top``
     traces: List[Optional[Tensor]] = field(default_factory=list)  # arg-maxes (backtracking semirings)
     total: Optional[Tensor] = None  # exp space: total per output (laid out like the outputs)
-    top: Optional[Tensor] = None  # exp space: the scale of each span, out = log(total) + top
+    top: Optional[Tensor] = None  # exp space: the scale of each span (float64), out = log(total) + top
 
 
 class Inside:
@@ -90,25 +91,29 @@ class Inside:
         self.inner_values: List[Optional[Tensor]] = [None] * slots  # inner items of the recomputed spans
         self.inner_traces: List[Optional[Tensor]] = [None] * slots
         self.inner_exp: List[Optional[InnerTerms]] = [None] * slots  # exp space: the inner totals
+        self.arc_shifts: List[Optional[WidthArcs]] = [None] * slots  # exp space: each span's largest arcs
+        self.reencoded: List[Optional[tuple]] = [None] * slots  # exp space: (rows, WidthArcs of added shifts)
         self.incomplete_logged = [False] * slots  # whether the log-space incomplete items of a width are stored
-        self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots)
-        self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots)
-        self.tail_low: List[Optional[Tensor]] = [None] * rows  # exp space: tail rows recomputed in log space
-        self.tail_pair: List[Optional[tuple]] = [None] * rows  # exp space: :meth:`tail_pairs`
+        self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots,
+                                [None] * slots)
+        self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots,
+                               [None] * slots)
         self.tail = HeadStages(tail_operands, lambda t, i: t[:, i : i + 1], C.inc_right, C.tail, [None] * rows,
-                               [None] * rows)
+                               [None] * rows, [None] * rows)
         if self.exp_space:
             like, shape = arcs.tensor, C.right.log.shape
+            wide = like.new_empty((), dtype=torch.float64)
             for side in (self.right, self.left):
-                side.total, side.top = padded(like, shape, 0.0, limit), padded(like, shape[:3], 0.0, limit)
-            self.tail.total, self.tail.top = like.new_zeros(shape[0], rows, shape[3]), like.new_zeros(shape[0], rows)
+                side.total, side.top = padded(like, shape, 0.0, limit), padded(wide, shape[:3], 0.0, limit)
+            self.tail.total, self.tail.top = like.new_zeros(shape[0], rows, shape[3]), wide.new_zeros(shape[0], rows)
 
     def run(self) -> Tensor:
         """Fill every chart; the root item T[0, 0] of each sentence, (B,)."""
         base = torch.zeros((), dtype=self.arcs.tensor.dtype, device=self.allowed.device)
         base = base.where(self.allowed, float("-inf"))
+        zero = torch.zeros(base.shape[:2], dtype=torch.float64, device=base.device)
         for chart in (self.charts.right, self.charts.left):
-            self._write(chart, lambda t: t[:, :, 0], base)  # CR[i, i, a] = CL[i, i, a] = 0 (allowed a)
+            self._write(chart, lambda t: t[:, :, 0], base, zero)  # CR[i, i, a] = CL[i, i, a] = 0 (allowed a)
         for w in range(1, self.limit + 1):
             self.incomplete(w)
             self.complete(w)
@@ -118,13 +123,11 @@ class Inside:
         return self.root()
 
     def root(self) -> Tensor:
-        """log Z = T[0, 0] = CR[0, n, root label 0], (B,). In exp space the tail is stored relative:
-        T[0, 0] = rel[0, 0] + C[0], with C[0] = sum_j D[j] (see :meth:`tail_offsets`)."""
+        """log Z = T[0, 0] = CR[0, n, root label 0], (B,); in exp space rel[0, 0] + shift[0] (float64)."""
         tail = self.charts.tail
         if not self.exp_space:
             return tail.log[:, 0, 0]
-        # C[0] = sum_{j >= 0} D[j] (C[j] = D[j] + C[j+1], 0 past the end), float64
-        return (tail.log[:, 0, 0] + tail.shift.sum(1)).to(tail.log.dtype)
+        return (tail.log[:, 0, 0] + tail.shift[:, 0]).to(tail.log.dtype)
 
     def tail_order(self) -> range:
         """The start positions whose tail items need a stage (max_dist only), in evaluation order."""
@@ -135,7 +138,7 @@ class Inside:
     def incomplete(self, w: int) -> None:
         """The incomplete items of width w: IR[s, s+w] and IL[s, s+w] from inner(s, s+w) and the arcs."""
         C = self.charts
-        ops = inner_operands(C.right.log, C.left.log, w)  # (B, S, w, M) each
+        ops = inner_operands(C.right.log, C.left.log, w)  # (B, S, w, M) each (exp space: relative)
         if self.exp_space:
             enc, shifts = inner_operands(C.right.value, C.left.value, w), inner_operands(C.right.shift, C.left.shift, w)
             # inner(s, s+w, a, c) = log sum_k exp(CR[s, s+k, a] + CL[s+k+1, s+w, c])
@@ -145,11 +148,12 @@ class Inside:
             self.inner_exp[w] = terms
             # IR = inner * arc, IL likewise, encoded straight from the exp-space total and the arcs' factors
             values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
-            arc_shifts = self.arcs.attach_exp(terms.total, w, WidthArcs(*values))
+            arc_shifts = self.arc_shifts[w] = self.arcs.attach_exp(terms.total, w, WidthArcs(*values))
             for cells, arc_shift in zip(incomplete_cells(C.inc_right.shift, C.inc_left.shift, w), arc_shifts):
-                torch.add(terms.top, arc_shift, out=cells.squeeze(2)).clamp_min_(torch.finfo(arc_shift.dtype).min)
-            if rows is not None:  # spans whose inner total is not trusted: log space
-                self.inner_values[w] = inner_log(LOG, ops.right[rows], ops.left[rows])
+                torch.add(terms.top, arc_shift, out=cells.squeeze(2)).clamp_min_(torch.finfo(cells.dtype).min)
+            if rows is not None:  # spans whose inner total is not trusted: log space, relative to top
+                # inner - top = log sum_k exp(rel CR[s, s+k, a] + rel CL[s+k+1, s+w, c] + pair[k] - top)
+                self.inner_values[w] = inner_log(LOG, ops.right[rows] + terms.pair[rows].unsqueeze(-1), ops.left[rows])
             # an item whose largest value is small (the inner items and the arcs prefer different labels)
             # would make the totals that read it small too: re-encoded from its log values, largest value 1
             right_peak, left_peak = (v.flatten(2).amax(-1) for v in values)
@@ -176,36 +180,51 @@ class Inside:
         self.incomplete_logged[w] = True
         return cells
 
-    def _encode_rows(self, w: int, rows) -> None:
-        """Encode the incomplete items of width w of the spans ``rows`` from their log values, one shift per
-        item (its maximum): inner items from the exp-space totals or, for the spans recomputed in log
-        space, their log values."""
-        arcs = self.arcs.width(w)
+    def _inner_relative(self, w: int) -> Tensor:
+        """Exp space: the inner items of width w (B, S, M, M) relative to their scale ``top``: log(total),
+        or for the spans recomputed in log space their log values."""
         inner = self.inner_exp[w].log()
         if self.inner_rows[w] is not None:
             inner[self.inner_rows[w]] = self.inner_values[w]
-        inner = inner[rows]
+        return inner
+
+    def _incomplete_relative(self, w: int, rows=slice(None)) -> WidthArcs:
+        """Exp space: IR and IL of width w ([a, c] both) at the spans ``rows``, relative to the shift
+        top + largest arc that :meth:`incomplete` gave them: inner - top + (arc - largest arc)."""
+        inner = self._inner_relative(w)[rows]
+        arcs, tops = self.arcs.width(w), self.arc_shifts[w]
+        return WidthArcs(*(inner + (arc[rows] - top[rows][..., None, None]) for arc, top in zip(arcs, tops)))
+
+    def _encode_rows(self, w: int, rows) -> None:
+        """Re-encode the incomplete items of width w of the spans ``rows`` from their relative log values to
+        a largest value of 1: each item's maximum t is added to its shift (and recorded)."""
         C = self.charts
         values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
         shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
-        for arc, value, shift, transpose in zip(arcs, values, shifts, (False, True)):
-            log = inner + arc[rows]
+        added = []
+        for log, value, shift, transpose in zip(self._incomplete_relative(w, rows), values, shifts, (False, True)):
             top = log.flatten(1).amax(-1).clamp_min_(torch.finfo(log.dtype).min)
             encoded = exp_(log.sub_(top[:, None, None]))
             value[rows] = encoded.transpose(-1, -2) if transpose else encoded
-            shift.squeeze(2)[rows] = top
+            shift.squeeze(2)[rows] += top
+            added.append(top)
+        self.reencoded[w] = (rows, WidthArcs(*added))
 
     def incomplete_log(self, upto: int) -> None:
         """Make sure the log-space incomplete items of widths 1..upto are in their charts: in exp space they
-        are written only when a span recomputed in log space reads them, log(total) + top + arc."""
+        are written (relative to their shifts) only when a span recomputed in log space reads them."""
         for w in range(1, upto + 1):
             if self.incomplete_logged[w]:
                 continue
-            terms = self.inner_exp[w]
-            inner = terms.log()
-            if self.inner_rows[w] is not None:
-                inner[self.inner_rows[w]] = self.inner_values[w]
-            self._store_incomplete(w, inner)
+            right, left = self._incomplete_relative(w)
+            if self.reencoded[w] is not None:
+                rows, added = self.reencoded[w]
+                right[rows] -= added.right[:, None, None]
+                left[rows] -= added.left[:, None, None]
+            cells = incomplete_cells(self.charts.inc_right.log, self.charts.inc_left.log, w)
+            cells[0].copy_(right)
+            cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
+            self.incomplete_logged[w] = True
 
     def complete(self, w: int) -> None:
         """The complete items of width w:
@@ -220,19 +239,10 @@ class Inside:
         if index is None:
             return
         b, i, width = index
-        if not self.exp_space:
-            C.tail.log[b, i] = C.right.log[b, i, width]
-            return
-        # relative form: T[i] = rel[i] + C[i], C[i] = CR[i, n_b]'s shift (0 for an item that is -inf
-        # throughout), stored as the increments D[i] = C[i] - C[i+1] (C = 0 past n_b)
-        log, shift = C.right.log[b, i, width], C.right.shift[b, i, width]
-        shift = torch.where(log.amax(-1) > float("-inf"), shift, 0.0)
-        absolute = torch.zeros_like(C.tail.shift)
-        absolute[b, i] = shift.to(absolute.dtype)
-        C.tail.log[b, i] = log - shift[:, None]
-        C.tail.value[b, i] = C.right.value[b, i, width]
-        C.tail.shift[:, :-1] = absolute[:, :-1] - absolute[:, 1:]
-        C.tail.shift[:, -1] = absolute[:, -1]
+        C.tail.log[b, i] = C.right.log[b, i, width]
+        if self.exp_space:  # the relative form as it is
+            C.tail.value[b, i] = C.right.value[b, i, width]
+            C.tail.shift[b, i] = C.right.shift[b, i, width]
 
     def tail_index(self):
         """(b, i, n_b - i) of the tail items copied from the complete chart, or None."""
@@ -260,109 +270,26 @@ class Inside:
         """One head contraction in the semiring; its outputs are stored (but for the sentences ``keep``)."""
         if self.exp_space:
             enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
-            shifts = self.shift_operands(stage, key)
+            shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
             terms = head_exp(enc.incomplete, shifts.incomplete, enc.complete, shifts.complete)
             rows = stage.rows[key] = self._low(terms.total, lambda: relevant)
-            low = None
+            out = terms.log()  # relative to top
             if rows is not None:
                 self.incomplete_log(self.limit if stage is self.tail else key)
-                ops = self.log_operands(stage, key)
-                low = head_log(LOG, ops.incomplete[rows], ops.complete[rows])
+                ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
+                # out - top = log sum_{d, l} exp(rel x[f, d, l] + rel y[d, l] + pair[d] - top)
+                low = head_log(LOG, ops.incomplete[rows], ops.complete[rows] + terms.pair[rows].unsqueeze(-1))
+                out[rows] = stage.low[key] = low
             stage.cells(stage.total, key).copy_(terms.total)
             stage.cells(stage.top, key).copy_(terms.top)
-            if stage is self.tail:
-                self._write_tail(key, terms, rows, low, keep)
-                return
-            out = terms.log()
-            if rows is not None:
-                out[rows] = low
-            self._write(stage.complete, lambda t: stage.cells(t, key), out)
+            self._write(stage.complete, lambda t: stage.cells(t, key), out, terms.top, keep)
             return
         ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
         if self.tracing:
             out, stage.traces[key] = self.semiring.argsum(head_terms(ops.incomplete, ops.complete), -1)
         else:
             out = head_log(self.semiring, ops.incomplete, ops.complete)
-        if keep is not None:
-            out = torch.where(keep[:, None, None], stage.cells(stage.complete.log, key), out)
-        self._write(stage.complete, lambda t: stage.cells(t, key), out)
-
-    # -- the tail in exp space: relative to per-position shifts ---------------------------------------
-
-    def tail_offsets(self, i: int) -> Tensor:
-        """(B, 1, K) float64: C[i+d] - C[i+1], d = 1..K, for the tail row i in exp space. There the tail
-        items are stored relative, T[j] = rel[j] + C[j] (``tail.log`` holds rel, each item's maximum 0,
-        and ``tail.value`` exp(rel)); C[j], which grows like (n_b - j) * score, is kept only as the
-        increments D[j] = C[j] - C[j+1] (``tail.shift``, (B, N+1) in float64: a row reads sums of up to
-        K-1 of them, which float32 would round by an ulp of K * score)."""
-        increments = self.charts.tail.shift[:, i + 1 : i + self.limit]  # D[i+1 .. i+K-1]
-        # C[i+d] - C[i+1] = -(D[i+1] + ... + D[i+d-1])
-        offsets = torch.cat([increments.new_zeros(increments.shape[0], 1), -increments.cumsum(1)], 1)
-        return offsets.unsqueeze(1)
-
-    def tail_pairs(self, i: int):
-        """The shifts of the tail row i's terms: (pair (B, 1, K) in the charts' dtype, base (B, 1)
-        float64) with shift of IR[i, i+d] + C[i+d] - C[i+1] = pair[d] + base, base their maximum; the
-        sums are taken in float64, so that pair, score-sized, is rounded once. Made once per row."""
-        if self.tail_pair[i] is None:
-            shift = self.charts.inc_right.shift[:, i : i + 1, 0]  # (B, 1, K)
-            pair = shift.double() + self.tail_offsets(i)
-            base = pair.amax(-1).clamp_min_(torch.finfo(shift.dtype).min)
-            self.tail_pair[i] = (pair - base.unsqueeze(-1)).to(shift.dtype), base
-        return self.tail_pair[i]
-
-    def shift_operands(self, stage: HeadStages, key: int) -> HeadOperands:
-        """The shifts of a head stage's operands in exp space; a tail row's are relative to C[i+1] + base
-        (:meth:`tail_pairs`): 0 for the incomplete items, pair[d] for the complete ones."""
-        if stage is self.tail:
-            pair = self.tail_pairs(key)[0]
-            return HeadOperands(pair.new_zeros(()).expand(pair.shape[0], 1, 1, pair.shape[2]), pair)
-        return stage.operands(stage.incomplete.shift, stage.complete.shift, key)
-
-    def log_operands(self, stage: HeadStages, key: int) -> HeadOperands:
-        """The log values of a head stage's operands. In exp space a tail row i reads its terms relative to
-        C[i+1] + base (:meth:`tail_pairs`): (IR[i, i+d] - its shift) + pair[d] + rel[i+d], so that no term
-        is rounded by an ulp of an offset or of an item."""
-        ops = stage.operands(stage.incomplete.log, stage.complete.log, key)
-        if self.exp_space and stage is self.tail:
-            shift = stage.operands(stage.incomplete.shift, stage.complete.shift, key).incomplete  # (B, 1, 1, K)
-            pair = self.tail_pairs(key)[0][:, :, None, :, None]
-            return HeadOperands((ops.incomplete - shift.unsqueeze(-1)) + pair, ops.complete)
-        return ops
-
-    def item_log(self, stage: HeadStages, key: int, rows: tuple) -> Tensor:
-        """The log values (R, F) of a head stage's outputs at the spans ``rows`` it recomputed in log
-        space; for a tail row in exp space, those outputs as computed, relative to C[i+1] + base (not
-        rebuilt from rel[i] and D[i])."""
-        if self.exp_space and stage is self.tail:
-            return self.tail_low[key]
-        return stage.cells(stage.complete.log, key)[rows]
-
-    def _write_tail(self, i: int, terms, rows: Rows, low: Optional[Tensor], keep: Tensor) -> None:
-        """Store the tail row i in relative form (but for the sentences ``keep``): the encoding straight
-        from the exp-space totals, value = total / max total, rel = log(value), and the increment
-        D[i] = log(max total) + top + base (float64; top and base as in :meth:`tail_pairs`); the spans
-        recomputed in log space (``rows``, outputs ``low`` relative to C[i+1] + base) from their log
-        values. ``terms`` (:class:`~.contract.HeadTerms`) total (B, 1, M), top (B, 1)."""
-        T = self.charts.tail
-        peak = terms.total.amax(-1, keepdim=True)  # (B, 1, 1)
-        some = peak > 0
-        # exp(rel[i, a]) = total[a] / max_a total[a]
-        value = torch.where(some, terms.total / torch.where(some, peak, 1.0), 0.0)
-        rel = value.log()
-        base = self.tail_pairs(i)[1]  # (B, 1) float64
-        # D[i] = T[i]'s maximum - C[i+1] = log(max total) + top + base
-        shift = torch.where(some[..., 0], (peak[..., 0].log() + terms.top).double() + base, 0.0)  # (B, 1)
-        if rows is not None:  # low: relative to C[i+1] + base (:meth:`log_operands`)
-            self.tail_low[i] = low
-            peak = low.amax(-1, keepdim=True)
-            finite = peak > float("-inf")
-            rel[rows] = low - torch.where(finite, peak, 0.0)
-            value[rows] = exp_(rel[rows])
-            shift[rows] = torch.where(finite[:, 0], peak[:, 0].double() + base[rows], 0.0)
-        cells = T.log[:, i : i + 1], T.value[:, i : i + 1], T.shift[:, i : i + 1]
-        for cell, new in zip(cells, (rel, value, shift)):
-            cell.copy_(torch.where(keep.reshape(-1, *((1,) * (new.dim() - 1))), cell, new))
+        self._write(stage.complete, lambda t: stage.cells(t, key), out, keep=keep)
 
     def _low(self, total: Tensor, relevant: Callable) -> Rows:
         """The spans (batch and span indices, or None) whose exp-space ``total`` fell below THETA somewhere
@@ -385,11 +312,22 @@ class Inside:
         """(B, S, M): the labels allowed at the end of each span of width w (none past a sentence's end)."""
         return self.allowed[:, w:]
 
-    def _write(self, chart: ItemChart, cells: Callable, log: Tensor) -> None:
-        """Store log-space items at ``cells(chart tensor)`` and, for exp space, their encoding with one
-        shift per item (complete items and tail)."""
-        cells(chart.log).copy_(log)
-        if chart.value is not None:
-            top = log.amax(-1, keepdim=True).clamp_min_(torch.finfo(log.dtype).min)
-            cells(chart.shift).copy_(top.squeeze(-1))
-            cells(chart.value).copy_(exp_(log - top))  # computed contiguous: exp on strided views is slow
+    def _write(self, chart: ItemChart, cells: Callable, out: Tensor, top: Optional[Tensor] = None,
+               keep: Optional[Tensor] = None) -> None:
+        """Store items (B, S, F) at ``cells(chart tensor)``, but for the sentences ``keep`` (B,). Exp space:
+        ``out`` relative to ``top`` (B, S) float64, stored in relative form with the item's maximum t as
+        its shift: rel = out - t, value = exp(rel), shift = top + t (an item that is -inf throughout gets
+        the dtype's most negative number as its shift)."""
+        if chart.value is None:
+            new = [(chart.log, out)]
+        else:
+            t = out.amax(-1, keepdim=True)
+            possible = t > float("-inf")
+            rel = out - torch.where(possible, t, 0.0)
+            shift = torch.where(possible.squeeze(-1), top + t.squeeze(-1), torch.finfo(out.dtype).min)
+            new = [(chart.log, rel), (chart.value, exp_(rel.clone())), (chart.shift, shift)]  # exp on a contiguous tensor
+        for tensor, item in new:
+            cell = cells(tensor)
+            if keep is not None:
+                item = torch.where(keep.reshape(-1, *((1,) * (item.dim() - 1))), cell, item)
+            cell.copy_(item)

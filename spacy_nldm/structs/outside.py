@@ -32,6 +32,7 @@ from .contract import (
     inner_log,
     inner_terms,
     ratio,
+    scaled_pairs,
 )
 from .inside import HeadStages, Inside
 from .semiring import exp_
@@ -135,10 +136,9 @@ def _head_outside(ins: Inside, stage: HeadStages, key: int, out: Tensor, into: H
     space, whose shares come from autograd over the log-space terms)."""
     total, top, rows = stage.cells(stage.total, key), stage.cells(stage.top, key), stage.rows[key]
     enc = stage.operands(stage.incomplete.value, stage.complete.value, key)
-    shifts = ins.shift_operands(stage, key)  # a tail row's relative to C[i+1], as the forward pass read them
-    pair = shifts.incomplete.squeeze(2) + shifts.complete
-    y = enc.complete * exp_(pair.sub_(top.unsqueeze(-1))).unsqueeze(-1)  # as the forward pass scaled it
-    terms = HeadTerms(enc.incomplete, y, top, total)
+    shifts = stage.operands(stage.incomplete.shift, stage.complete.shift, key)
+    pair = scaled_pairs(shifts.incomplete.squeeze(2), shifts.complete, total.dtype, top)[0]  # as the forward pass
+    terms = HeadTerms(enc.incomplete, enc.complete * exp_(pair.clone()).unsqueeze(-1), top, total, pair)
     share = ratio(out, total)
     if rows is not None:
         share[rows] = 0.0
@@ -147,10 +147,9 @@ def _head_outside(ins: Inside, stage: HeadStages, key: int, out: Tensor, into: H
         into.incomplete.add_(head_exp_outside_x(terms, share))
     if rows is not None:  # their shares from the log-space terms and the stored outputs
         ins.incomplete_log(ins.limit if stage is ins.tail else key)
-        logs = ins.log_operands(stage, key)
-        terms = logs.incomplete[rows] + logs.complete[rows].unsqueeze(-3)  # (R, F, D, L)
-        item = ins.item_log(stage, key, rows)
-        gx = _shares(terms, item[..., None, None], out[rows][..., None, None])
+        logs = stage.operands(stage.incomplete.log, stage.complete.log, key)  # relative, as the forward pass
+        terms = logs.incomplete[rows] + (logs.complete[rows] + pair[rows].unsqueeze(-1)).unsqueeze(-3)  # (R, F, D, L)
+        gx = _shares(terms, stage.low[key][..., None, None], out[rows][..., None, None])
         into.incomplete[rows] += gx
         into.complete[rows] += gx.sum(-3)
     return share
@@ -165,12 +164,13 @@ def _inner_outside(ins: Inside, w: int, outer_inner: Tensor, into) -> None:
     if rows is not None:
         fast = outer_inner.clone()
         fast[rows] = 0.0
-    gx, gy = inner_exp_outside(inner_exp(enc.right, shifts.right, enc.left, shifts.left), fast)
+    exp_terms = inner_exp(enc.right, shifts.right, enc.left, shifts.left)
+    gx, gy = inner_exp_outside(exp_terms, fast)
     into.right.add_(gx)
     into.left.add_(gy)
-    if rows is not None:  # their shares from the log-space terms and the stored inner items
+    if rows is not None:  # their shares from the log-space terms and the stored inner items (relative to top)
         ops = inner_operands(C.right.log, C.left.log, w)
-        terms = inner_terms(ops.right[rows], ops.left[rows])  # (R, K, A, C)
+        terms = inner_terms(ops.right[rows] + exp_terms.pair[rows].unsqueeze(-1), ops.left[rows])  # (R, K, A, C)
         share = _shares(terms, ins.inner_values[w].unsqueeze(-3), outer_inner[rows].unsqueeze(-3))
         into.right[rows] += share.sum(-1)
         into.left[rows] += share.sum(-2)
@@ -205,7 +205,7 @@ def _pull_left(ins: Inside, share: Tensor, w: int) -> Tensor:
 def _pull(x, sx, y, sy, span_share, span_top, exists) -> Tensor:
     """x (B, S, F, L) times sum_t factor[t, f] y[t, l], factor = share_t[f] exp(sx + sy_t - top_t): the
     item's share in each span t, as in :func:`~.contract.head_exp` (sx (B, S, 1); sy, top (B, S, T))."""
-    exponent = torch.where(exists, sx + sy - span_top, float("-inf"))
+    exponent = torch.where(exists, (sx + sy - span_top).to(y.dtype), float("-inf"))  # shifts float64
     factor = span_share * exp_(exponent).unsqueeze(-1)  # (B, S, T, F)
     return torch.matmul(factor.transpose(-1, -2), y).mul_(x)
 
