@@ -26,7 +26,6 @@ import torch
 from .arcs import ArcScores, WidthArcs
 from .charts import (
     Charts,
-    HeadOperands,
     ItemChart,
     complete_cells,
     incomplete_cells,
@@ -325,7 +324,8 @@ class Inside:
             possible = t > float("-inf")
             rel = out - torch.where(possible, t, 0.0)
             shift = torch.where(possible.squeeze(-1), top + t.squeeze(-1), torch.finfo(out.dtype).min)
-            new = [(chart.log, rel), (chart.value, exp_(rel.clone())), (chart.shift, shift)]  # exp on a contiguous tensor
+            # the exp on a contiguous tensor (on strided views it is slow)
+            new = [(chart.log, rel), (chart.value, exp_(rel.clone())), (chart.shift, shift)]
         for tensor, item in new:
             cell = cells(tensor)
             if keep is not None:
