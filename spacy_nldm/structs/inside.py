@@ -91,7 +91,7 @@ class Inside:
         self.inner_traces: List[Optional[Tensor]] = [None] * slots
         self.inner_exp: List[Optional[InnerTerms]] = [None] * slots  # exp space: the inner totals
         self.arc_shifts: List[Optional[WidthArcs]] = [None] * slots  # exp space: each span's largest arcs
-        self.reencoded: List[Optional[tuple]] = [None] * slots  # exp space: (rows, WidthArcs of added shifts)
+        self.reencoded: List[Optional[tuple]] = [None] * slots  # exp space: (rows, WidthArcs of their rel values)
         self.incomplete_logged = [False] * slots  # whether the log-space incomplete items of a width are stored
         self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots,
                                 [None] * slots)
@@ -187,27 +187,33 @@ class Inside:
             inner[self.inner_rows[w]] = self.inner_values[w]
         return inner
 
-    def _incomplete_relative(self, w: int, rows=slice(None)) -> WidthArcs:
+    def _incomplete_relative(self, w: int, rows=slice(None), dtype=None) -> WidthArcs:
         """Exp space: IR and IL of width w ([a, c] both) at the spans ``rows``, relative to the shift
-        top + largest arc that :meth:`incomplete` gave them: inner - top + (arc - largest arc)."""
-        inner = self._inner_relative(w)[rows]
+        top + largest arc that :meth:`incomplete` gave them: inner - top + (arc - largest arc), computed
+        in ``dtype`` (default: the charts')."""
+        inner = self._inner_relative(w)[rows].to(dtype)
         arcs, tops = self.arcs.width(w), self.arc_shifts[w]
-        return WidthArcs(*(inner + (arc[rows] - top[rows][..., None, None]) for arc, top in zip(arcs, tops)))
+        return WidthArcs(*(inner + (arc[rows].to(dtype) - top[rows].to(dtype)[..., None, None])
+                           for arc, top in zip(arcs, tops)))
 
     def _encode_rows(self, w: int, rows) -> None:
-        """Re-encode the incomplete items of width w of the spans ``rows`` from their relative log values to
-        a largest value of 1: each item's maximum t is added to its shift (and recorded)."""
+        """Re-encode the incomplete items of width w of the spans ``rows`` to a largest value of 1: each
+        item's maximum t is added to its shift. Their relative values are formed in float64 and rounded
+        once (item - t, not (item) - t: such an item's values lie far below its shift, where float32
+        would round them by an ulp of that distance) and kept for :meth:`incomplete_log`."""
         C = self.charts
         values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
         shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
-        added = []
-        for log, value, shift, transpose in zip(self._incomplete_relative(w, rows), values, shifts, (False, True)):
-            top = log.flatten(1).amax(-1).clamp_min_(torch.finfo(log.dtype).min)
-            encoded = exp_(log.sub_(top[:, None, None]))
+        relative = []
+        for log, value, shift, transpose in zip(self._incomplete_relative(w, rows, torch.float64), values, shifts,
+                                                (False, True)):
+            top = log.flatten(1).amax(-1).clamp_min_(torch.finfo(value.dtype).min)
+            rel = log.sub_(top[:, None, None]).to(value.dtype)
+            encoded = exp_(rel.clone())
             value[rows] = encoded.transpose(-1, -2) if transpose else encoded
             shift.squeeze(2)[rows] += top
-            added.append(top)
-        self.reencoded[w] = (rows, WidthArcs(*added))
+            relative.append(rel)
+        self.reencoded[w] = (rows, WidthArcs(*relative))
 
     def incomplete_log(self, upto: int) -> None:
         """Make sure the log-space incomplete items of widths 1..upto are in their charts: in exp space they
@@ -217,9 +223,8 @@ class Inside:
                 continue
             right, left = self._incomplete_relative(w)
             if self.reencoded[w] is not None:
-                rows, added = self.reencoded[w]
-                right[rows] -= added.right[:, None, None]
-                left[rows] -= added.left[:, None, None]
+                rows, relative = self.reencoded[w]
+                right[rows], left[rows] = relative
             cells = incomplete_cells(self.charts.inc_right.log, self.charts.inc_left.log, w)
             cells[0].copy_(right)
             cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
