@@ -18,8 +18,9 @@ The forward and backward recursions (the backward one explicit, not autograd):
     beta_{t-1}[s] = (+)_c pot[t, s, c] * beta_t[s']
     P(transition s -> c at t) = exp(alpha_{t-1}[s] + pot[t, s, c] + beta_t[s'] - log Z)
 
-run in exp space, checked against underflow, and in log space for the sentences that fail the check
-(see "the dynamic programs" below), so every result is exact at any score scale; Viterbi runs in log
+run in exp space (order 1 with narrow tokens: with no check needed; otherwise checked against
+underflow), and in log space for the sentences that fail the check (see "the dynamic programs"
+below), so every result is exact at any score scale; Viterbi runs in log
 space (max over the oldest label per token) with back-pointers.
 
 A token with no allowed label (every label masked, or every potential -inf) makes log Z = -inf; its
@@ -146,6 +147,12 @@ def chain_potentials(
 # terms may have underflowed); such sentences are redone in log space (:func:`_log_recursions`, one
 # logsumexp per token), so every result is exact at any score scale. Tokens past a sentence's length
 # get identity transitions, which leave alpha and beta unchanged (and are not checked).
+#
+# Before both, order 1 tries the bounded lane (:func:`_bounded_recursions`): when every real token's
+# potentials span at most -log(THETA) nats (standard deviations up to ~5 in float32), no sum can lose
+# anything that matters to underflow, so the steps need neither check nor per-step rescaling (one
+# maximum and division per K tokens) and the marginals are the products alpha E_t beta of values it
+# keeps, with no second exponential. This is what the peers' first-order chains are timed against.
 #
 # Both paths keep alpha_t and beta_t as :class:`_Logs`: values relative to a per-token shift (their
 # maximum 0) and the shifts apart. The shifts grow with the position (t times the scores' scale), so in
