@@ -77,8 +77,7 @@ def log_partition(scores: ChainScores, lengths: Tensor) -> Tensor:
         return chain._log_partition(scores.potentials(lengths), lengths)
     log_z = _LogPartition.apply(emissions, scores.transitions, start, lengths, fast)
     if len(rows):  # the sentences the fast path does not trust, on their potentials
-        some = scores._replace(emissions=scores.emissions[rows])
-        log_z = log_z.index_copy(0, rows, chain._log_partition(some.potentials(lengths[rows]), lengths[rows]))
+        log_z = log_z.index_copy(0, rows, chain._log_partition(*_sub_problem(scores, lengths, rows)))
     return log_z
 
 
@@ -92,10 +91,16 @@ def marginals(scores: ChainScores, lengths: Tensor) -> Optional[Tensor]:
             return None
         marg = fast.token_marginals.to(emissions.dtype)
         if len(rows):
-            some = scores._replace(emissions=scores.emissions[rows])
-            redone, _ = chain._marginals(some.potentials(lengths[rows]).detach(), lengths[rows])
+            potentials, some_lengths = _sub_problem(scores, lengths, rows)
+            redone, _ = chain._marginals(potentials.detach(), some_lengths)
             marg = marg.index_copy(0, rows, chain._token_label_sums(redone))
     return marg
+
+
+def _sub_problem(scores: ChainScores, lengths: Tensor, rows: Tensor) -> Tuple[Tensor, Tensor]:
+    """The sentences ``rows`` (R,) as the general path takes them: potentials (R, N, M, M) and lengths (R,)."""
+    some = scores._replace(emissions=scores.emissions[rows])
+    return some.potentials(lengths[rows]), lengths[rows]
 
 
 def score(scores: ChainScores, labels: Tensor, lengths: Tensor) -> Tensor:
