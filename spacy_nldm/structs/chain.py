@@ -511,8 +511,10 @@ _LOG2E = 1.0 / math.log(2.0)
 
 def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> Optional[_Bounded]:
     """Order 1 in exp space with no underflow check, when every real token's potentials span at most
-    -log(THETA) nats (max - min over its M x M entries: standard deviations up to ~5 in float32, ~40 in
-    float64); None otherwise (order 2, -inf, +inf or NaN, wider tokens).
+    -log(THETA) nats (max - min over its M x M entries): 43.7 in float32 (standard deviations up to ~5),
+    354 in float64 (up to ~40; float32 potentials spanning more than 43.7 nats run in float64); None
+    otherwise (order 2, -inf, +inf or NaN, wider tokens). ``exps``, ``ya`` and ``yb`` are in the dtype
+    it ran in, log Z in the potentials'.
 
     With E_t = exp(X_t - m_t), m_t the token's largest potential and s_t its span, every entry of E_t is
     at least exp(-s_t), so every entry of y E_t (and of E_t y) is at least max(y) exp(-s_t) and at most
@@ -528,15 +530,20 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
     flat = potentials.reshape(batch, n, m * m)
     top = flat.amax(-1)  # m_t (B, N)
     span = float(torch.where(real, top - flat.amin(-1), 0.0).amax())  # NaN for NaN or infinite scores
+    dtype = potentials.dtype
+    if not span <= -_theta(dtype):
+        if dtype != torch.float32 or not span <= -_theta(torch.float64):
+            return None
+        # float32 tokens spanning up to 354 nats (standard deviations up to ~40): the same lane in float64,
+        # about twice the cost of float32 and still well below the general lanes'
+        potentials = potentials.double()
     budget = -_theta(potentials.dtype)
-    if not span <= budget:
-        return None
     growth = 0.5 * math.log(torch.finfo(potentials.dtype).max) / math.log(m) if m > 1 else n
     every = max(1, min(int(budget / span) if span > 0 else n, int(growth)))  # K
-    top = torch.where(real, top, 0.0)
+    top = torch.where(real, top, 0.0).to(potentials.dtype)
     # E_t[a, c] = exp(X_t[a, c] - m_t), as exp2 of (X_t[a, c] - m_t) / log 2: several times faster than
-    # torch's exp on CPU
-    exps = torch.add(top[:, :, None, None] * -_LOG2E, potentials, alpha=_LOG2E).exp2_()
+    # torch's exp on CPU (the difference first: exact for a token of large but close scores)
+    exps = torch.sub(potentials, top[:, :, None, None]).mul_(_LOG2E).exp2_()
     padding = (~real).nonzero(as_tuple=True)
     if len(padding[0]):  # identity transitions (padding may hold anything)
         exps[padding] = torch.eye(m, dtype=potentials.dtype, device=potentials.device)
@@ -555,7 +562,7 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
         log_z += torch.cat(scales, 1).log_().sum(1)
     ya.div_(ya.amax(3, keepdim=True))
     if not backward:
-        return _Bounded(None, ya, None, log_z)
+        return _Bounded(None, ya, None, log_z.to(dtype))
     yb = potentials.new_ones(n, batch, m, 1)  # column vectors; beta = 0 after the last token
     columns = yb.unbind(0)
     for t in range(n - 1, 0, -1):
@@ -564,7 +571,7 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
         if (n - t) % every == 0:
             columns[t - 1].div_(columns[t - 1].amax(1, keepdim=True))
     yb.div_(yb.amax(2, keepdim=True))
-    return _Bounded(exps, ya, yb, log_z)
+    return _Bounded(exps, ya, yb, log_z.to(dtype))
 
 
 def _bounded_marginals(bounded: _Bounded, lengths: Tensor, grad: Optional[Tensor] = None) -> Tensor:
@@ -645,7 +652,7 @@ class _LogPartition(torch.autograd.Function):
     def backward(ctx, grad: Tensor):
         if ctx.bounded:
             lengths, exps, ya, yb = ctx.saved_tensors
-            return _bounded_marginals(_Bounded(exps, ya, yb, None), lengths, grad), None
+            return _bounded_marginals(_Bounded(exps, ya, yb, None), lengths, grad).to(grad.dtype), None
         potentials, lengths, alpha_rel, alpha_shift, beta_rel, beta_shift, log_z = ctx.saved_tensors
         alphas, betas = _Logs(alpha_rel, alpha_shift), _Logs(beta_rel, beta_shift)
         return _transition_marginals(potentials, lengths, alphas, betas, log_z, grad=grad), None
@@ -659,7 +666,7 @@ def _marginals(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     """Transition marginals like ``potentials`` (0 beyond lengths) and log Z (B,)."""
     bounded = _bounded_recursions(potentials, lengths, backward=True)
     if bounded is not None:
-        return _bounded_marginals(bounded, lengths), bounded.log_z
+        return _bounded_marginals(bounded, lengths).to(potentials.dtype), bounded.log_z
     alphas, betas, log_z = _recursions(potentials, lengths, backward=True)
     return _transition_marginals(potentials, lengths, alphas, betas, log_z), log_z
 
