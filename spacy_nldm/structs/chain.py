@@ -541,9 +541,12 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
     growth = 0.5 * math.log(torch.finfo(potentials.dtype).max) / math.log(m) if m > 1 else n
     every = max(1, min(int(budget / span) if span > 0 else n, int(growth)))  # K
     top = torch.where(real, top, 0.0).to(potentials.dtype)
-    # E_t[a, c] = exp(X_t[a, c] - m_t), as exp2 of (X_t[a, c] - m_t) / log 2: several times faster than
-    # torch's exp on CPU (the difference first: exact for a token of large but close scores)
-    exps = torch.sub(potentials, top[:, :, None, None]).mul_(_LOG2E).exp2_()
+    # E_t[a, c] = exp(X_t[a, c] - m_t) (the difference first: exact for a token of large but close scores)
+    exps = torch.sub(potentials, top[:, :, None, None])
+    if potentials.dtype == dtype:
+        exps.exp_()
+    else:  # float32 scores in float64: exp2 of x / log 2 is 2x faster than exp and rounds x by an ulp of
+        exps.mul_(_LOG2E).exp2_()  # 354 nats (1e-13), below float32's precision
     padding = (~real).nonzero(as_tuple=True)
     if len(padding[0]):  # identity transitions (padding may hold anything)
         exps[padding] = torch.eye(m, dtype=potentials.dtype, device=potentials.device)
@@ -557,9 +560,10 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
         if (t + 1) % every == 0 and t + 1 < n:
             scales.append(rows[t + 1].amax(2))  # (B, 1)
             rows[t + 1].div_(scales[-1][:, :, None])
-    log_z = ya[n].sum(2).squeeze(1).log_().add_(top.sum(1))
+    # summed in float64 (N + 1 numbers per sentence, rounded once)
+    log_z = ya[n].sum(2).squeeze(1).log_().double() + top.sum(1, dtype=torch.float64)
     if scales:
-        log_z += torch.cat(scales, 1).log_().sum(1)
+        log_z += torch.cat(scales, 1).log_().sum(1, dtype=torch.float64)
     ya.div_(ya.amax(3, keepdim=True))
     if not backward:
         return _Bounded(None, ya, None, log_z.to(dtype))
