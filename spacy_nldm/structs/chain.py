@@ -545,11 +545,10 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
     exps = torch.sub(potentials, top[:, :, None, None])
     if potentials.dtype == dtype:
         exps.exp_()
-    else:  # float32 scores in float64: exp2 of x / log 2 is 2x faster than exp and rounds x by an ulp of
-        exps.mul_(_LOG2E).exp2_()  # 354 nats (1e-13), below float32's precision
-    padding = (~real).nonzero(as_tuple=True)
-    if len(padding[0]):  # identity transitions (padding may hold anything)
-        exps[padding] = torch.eye(m, dtype=potentials.dtype, device=potentials.device)
+    else:  # float32 scores in float64: exp2(x / log 2), twice as fast as exp; rounding x / log 2 costs
+        exps.mul_(_LOG2E).exp2_()  # up to 1e-13 (relative), far below float32's precision
+    if bool((lengths < n).any()):  # identity transitions at padding tokens (which may hold anything)
+        exps[~real] = torch.eye(m, dtype=potentials.dtype, device=potentials.device)
     ya = potentials.new_zeros(n + 1, batch, 1, m)  # row vectors
     ya[0, :, 0, 0] = 1.0  # the start state
     scales = []
@@ -581,7 +580,8 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
 def _bounded_marginals(bounded: _Bounded, lengths: Tensor, grad: Optional[Tensor] = None) -> Tensor:
     """P(a at t-1, c at t) (B, N, M, M) from :func:`_bounded_recursions`, times ``grad`` (B,) if given; 0
     beyond the lengths. Each token's products are divided by their sum, which removes the token's
-    scale (the product of its alpha's and beta's is at least exp(-s_t) there: no underflow matters)."""
+    scale; that sum is at least exp(-s_t) (alpha's and beta's maxima are 1), so the products that
+    underflow (each below tiny) change no marginal by more than M^2 tiny exp(s_t)."""
     exps = bounded.exps
     batch, n = exps.shape[:2]
     before = bounded.ya[:-1].permute(1, 0, 3, 2)  # alpha_{t-1}[a], (B, N, M, 1)
