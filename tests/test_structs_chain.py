@@ -266,3 +266,16 @@ def test_bounded_lane_leaves_other_inputs_to_the_general_lanes():
         assert chain._bounded_recursions(bad, lengths, True) is None
     assert chain._bounded_recursions(torch.randn(2, 4, 3, 3, 3, generator=gen), lengths, True) is None  # order 2
     assert chain._bounded_recursions(300.0 * pot, lengths, True) is None  # std 300: tokens span ~1000 nats
+
+
+def test_bounded_lane_backward_twice_through_a_retained_graph():
+    """The bounded lane's backward turns E_t into the marginals in place; a second backward recomputes it."""
+    gen = torch.Generator().manual_seed(6)
+    pot = torch.randn(3, 5, 4, 4, generator=gen, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([5, 3, 0])
+    assert chain._bounded_recursions(pot.detach(), lengths, True) is not None
+    log_z = crf_log_partition(pot, lengths)
+    (first,) = torch.autograd.grad(log_z.sum(), pot, retain_graph=True)
+    (second,) = torch.autograd.grad((2 * log_z).sum(), pot)
+    torch.testing.assert_close(second, 2 * first)
+    torch.testing.assert_close(first.sum(2), crf_marginals(pot.detach(), lengths))
