@@ -149,10 +149,11 @@ def chain_potentials(
 # get identity transitions, which leave alpha and beta unchanged (and are not checked).
 #
 # Before both, order 1 tries the bounded lane (:func:`_bounded_recursions`): when every real token's
-# potentials span at most -log(THETA) nats (standard deviations up to ~5 in float32), no sum can lose
-# anything that matters to underflow, so the steps need neither check nor per-step rescaling (one
-# maximum and division per K tokens) and the marginals are the products alpha E_t beta of values it
-# keeps, with no second exponential. This is what the peers' first-order chains are timed against.
+# potentials span at most -log(THETA) nats (standard deviations up to ~5 in float32; float32 scores up
+# to ~40 run it in float64), no sum can lose anything that matters to underflow, so the steps need
+# neither check nor per-step rescaling (one maximum and division per K tokens) and the marginals are
+# the products alpha E_t beta of values it keeps, with no second exponential. This is what the peers'
+# first-order chains are timed against.
 #
 # Both paths keep alpha_t and beta_t as :class:`_Logs`: values relative to a per-token shift (their
 # maximum 0) and the shifts apart. The shifts grow with the position (t times the scores' scale), so in
@@ -523,7 +524,7 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
     than M tiny / THETA (relative) to underflow, nothing overflows, and only one step in K pays for a
     maximum and a division. log Z = log sum_c ya_N[c] + sum of the rescalings' logs + sum_t m_t.
     """
-    if potentials.dim() != 4 or potentials.shape[1] == 0:
+    if potentials.dim() != 4 or potentials.numel() == 0:
         return None
     batch, n, m, _ = potentials.shape
     real = _real(lengths, n)
@@ -580,9 +581,10 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
 def _bounded_marginals(bounded: _Bounded, lengths: Tensor, grad: Optional[Tensor] = None) -> Tensor:
     """P(a at t-1, c at t) (B, N, M, M) from :func:`_bounded_recursions`, times ``grad`` (B,) if given; 0
     beyond the lengths; written over ``bounded.exps`` (one tensor of that size less to allocate and fill
-    costs 10-20% of the whole forward and backward at B=32, n=30, M=17-25). Each token's products are divided by their sum, which removes the token's
-    scale; that sum is at least exp(-s_t) (alpha's and beta's maxima are 1), so the products that
-    underflow (each below tiny) change no marginal by more than M^2 tiny exp(s_t)."""
+    saves 10-20% of the whole forward and backward at B=32, n=30, M=17-25). Each token's products are
+    divided by their sum, which removes the token's scale; that sum is at least exp(-s_t) (alpha's and
+    beta's maxima are 1), so the products that underflow (each below tiny) change no marginal by more
+    than M^2 tiny exp(s_t)."""
     exps = bounded.exps
     batch, n = exps.shape[:2]
     before = bounded.ya[:-1].permute(1, 0, 3, 2)  # alpha_{t-1}[a], (B, N, M, 1)
