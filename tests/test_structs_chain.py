@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from brute import chain_reference, enumerate_chain
-from spacy_nldm.structs import chain, chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
+from spacy_nldm.structs import ChainScores, chain, chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
 
 LENGTHS = [5, 2, 4, 1, 0]
 
@@ -279,3 +279,28 @@ def test_bounded_lane_backward_twice_through_a_retained_graph():
     (second,) = torch.autograd.grad((2 * log_z).sum(), pot)
     torch.testing.assert_close(second, 2 * first)
     torch.testing.assert_close(first.sum(2), crf_marginals(pot.detach(), lengths))
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("batch,n", [(0, 5), (2, 0), (0, 0)])
+def test_empty_batches_and_zero_length_padding(order, batch, n):
+    """A batch without sentences, or whose sentences are all empty (N = 0), gives empty or zero results of
+    the right shapes, not a reshape error (a spaCy pipe can hand the model an empty batch)."""
+    m = 4
+    potentials = torch.randn(batch, n, *((m,) * (order + 1)), requires_grad=True)
+    lengths = torch.zeros(batch, dtype=torch.long)
+    log_z = crf_log_partition(potentials, lengths)
+    assert log_z.shape == (batch,) and torch.all(log_z == 0)
+    log_z.sum().backward()
+    assert potentials.grad.shape == potentials.shape and torch.all(potentials.grad == 0)
+    mask = torch.ones(batch, n, m, dtype=torch.bool)
+    assert crf_log_partition(potentials, lengths, label_mask=mask).shape == (batch,)
+    assert crf_marginals(potentials, lengths).shape == (batch, n, m)
+    labels, _, best = crf_viterbi(potentials, lengths)
+    assert labels.shape == (batch, n) and torch.all(best == 0)
+    if order == 1:
+        emissions = torch.randn(batch, n, m, requires_grad=True)
+        scores = ChainScores(emissions, torch.randn(m, m))
+        assert torch.all(crf_log_partition(scores, lengths) == 0)
+        assert crf_marginals(scores, lengths).shape == (batch, n, m)
+        assert crf_viterbi(scores, lengths).labels.shape == (batch, n)

@@ -243,7 +243,8 @@ def _as_steps(potentials: Tensor) -> Tensor:
     """(B, N, M[, M], M) -> (B, N, A, P, C)."""
     batch, n = potentials.shape[:2]
     m = potentials.shape[-1]
-    return potentials.reshape(batch, n, m, -1, m)
+    p = m ** (potentials.dim() - 4)  # previous-label histories beyond the one in A: 1 (order 1) or M (order 2)
+    return potentials.reshape(batch, n, m, p, m)
 
 
 def _start(batch: int, size: int, like: Tensor) -> Tensor:
@@ -632,7 +633,7 @@ def _transition_marginals(potentials, lengths, alphas, betas, log_z, grad: Optio
     padding = (~_real(lengths, n)).nonzero(as_tuple=True)
     if len(padding[0]):
         marg[padding] = 0.0
-    total = marg.reshape(batch, n, -1).sum(-1).clamp_min_(torch.finfo(potentials.dtype).tiny)
+    total = marg.flatten(2).sum(-1).clamp_min_(torch.finfo(potentials.dtype).tiny)
     factor = (1.0 if grad is None else grad[:, None]) / total
     return marg.mul_(factor.reshape(batch, n, 1, 1, 1)).reshape(potentials.shape)
 
