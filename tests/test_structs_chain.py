@@ -268,6 +268,16 @@ def test_bounded_lane_leaves_other_inputs_to_the_general_lanes():
     assert chain._bounded_recursions(300.0 * pot, lengths, True) is None  # std 300: tokens span ~1000 nats
 
 
+@pytest.mark.parametrize("dtype,tiny", [(torch.float64, 1e-310), (torch.float32, 1e-45)])
+def test_bounded_lane_with_subnormal_spans(dtype, tiny):
+    """Tokens whose potentials differ by a subnormal amount (budget / span overflows) run the lane with one
+    rescaling per sentence (no OverflowError): log Z = n log M."""
+    pot = torch.zeros(1, 3, 2, 2, dtype=dtype)
+    pot[0, 1, 0, 1] = tiny
+    log_z = crf_log_partition(pot, torch.tensor([3]))
+    assert log_z.item() == pytest.approx(3 * np.log(2), rel=1e-6)  # 2^3 label sequences, each of score ~0
+
+
 def test_bounded_lane_backward_twice_through_a_retained_graph():
     """The bounded lane's backward turns E_t into the marginals in place; a second backward recomputes it."""
     gen = torch.Generator().manual_seed(6)

@@ -12,8 +12,10 @@ of shifts is p[k] = shift_x[k] + shift_y[k]; with top = max_k p[k] and g[k] = ex
 
 The shifts, p[k] and top are float64 (they grow like the span's width times the scores' scale) and
 p[k] - top is rounded once to the charts' dtype; the outputs are kept relative to ``top`` (log(total)),
-so in float32 no item near its span's best is rounded by an ulp of its absolute size (see
-:mod:`.charts`, "relative form"). A span recomputed in log space reads rel_x + rel_y + (p[k] - top).
+so in float32 no item is rounded by an ulp of its absolute size, only by one of its distance below top
+(see :mod:`.charts`, "relative form"). A span recomputed in log space reads rel_x + rel_y + (p[k] - top):
+relative to top, which for such a span may lie far above its best output (up to ~1,800 nats at std
+1000, an ulp of 1e-4 in float32; measured label marginals stay within 2.5e-5).
 
 The complete items are encoded with their maximum as the shift (every value at most 1). The incomplete
 items are the inner total times the arc's exponential, value = total * exp(arc - largest arc of the
