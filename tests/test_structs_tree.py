@@ -379,8 +379,10 @@ def test_float32_marginals_at_std_1000(n, max_dist, seed):
     results = {}
     for dtype in (torch.float32, torch.float64):
         scores = DirectionalScores(F.to(dtype))
+        marg = marginals(scores, lengths, max_dist=max_dist)
         results[dtype] = (log_partition(scores, lengths, max_dist=max_dist).double(),
-                          marginals(scores, lengths, max_dist=max_dist).labels.double())
-    (z32, m32), (z64, m64) = results[torch.float32], results[torch.float64]
+                          marg.labels.double(), marg.arcs.double())
+    (z32, m32, a32), (z64, m64, a64) = results[torch.float32], results[torch.float64]
     np.testing.assert_allclose(z32.numpy(), z64.numpy(), rtol=1e-5)
     assert float((m32 - m64).abs().max()) <= 1e-4
+    assert float((a32 - a64).abs().max()) <= 1e-4  # the gradient (DirectionalScores' arc marginals)
