@@ -22,12 +22,10 @@ import torch
 from .arcs import WidthArcs
 from .charts import HeadOperands, band, complete_cells, incomplete_cells, inner_operands, padded
 from .contract import (
-    LOG,
     HeadTerms,
     head_exp_outside_x,
     head_exp_outside_y,
     head_log,
-    inner_exp,
     inner_exp_outside,
     inner_log,
     inner_terms,
@@ -158,13 +156,12 @@ def _head_outside(ins: Inside, stage: HeadStages, key: int, out: Tensor, into: H
 def _inner_outside(ins: Inside, w: int, outer_inner: Tensor, into) -> None:
     """Outside step of inner(s, s+w) (B, S, M, M): shares into CR[s, s+k] and CL[s+k+1, s+w]."""
     C = ins.charts
-    enc, shifts = inner_operands(C.right.value, C.left.value, w), inner_operands(C.right.shift, C.left.shift, w)
     rows = ins.inner_rows[w]
     fast = outer_inner
     if rows is not None:
         fast = outer_inner.clone()
         fast[rows] = 0.0
-    exp_terms = inner_exp(enc.right, shifts.right, enc.left, shifts.left)
+    exp_terms = ins.inner_exp[w]  # the forward pass's terms (scaled operands and totals), read only
     gx, gy = inner_exp_outside(exp_terms, fast)
     into.right.add_(gx)
     into.left.add_(gy)
