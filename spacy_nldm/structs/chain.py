@@ -542,8 +542,8 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
     budget = -_theta(potentials.dtype)
     growth = 0.5 * math.log(torch.finfo(potentials.dtype).max) / math.log(m) if m > 1 else n
     # K: K * span <= budget (n where the tokens are that flat: budget / span overflows for subnormal spans)
-    steps = n if span * n <= budget else int(budget / span)
-    every = max(1, min(steps, int(growth)))
+    by_span = n if span * n <= budget else int(budget / span)
+    every = max(1, min(by_span, int(growth)))
     top = torch.where(real, top, 0.0).to(potentials.dtype)
     # E_t[a, c] = exp(X_t[a, c] - m_t) (the difference first: exact for a token of large but close scores)
     exps = torch.sub(potentials, top[:, :, None, None])

@@ -60,11 +60,15 @@ class HeadStages:
     cells: Callable  # (chart laid out like the outputs, key) -> view (B, S, ...) of the outputs
     incomplete: ItemChart
     complete: ItemChart  # the chart of its outputs and of its complete operands
-    rows: List[Rows] = field(default_factory=list)  # spans recomputed in log space
-    low: List[Optional[Tensor]] = field(default_factory=list)  # their outputs (R, F), relative to ``top``
-    traces: List[Optional[Tensor]] = field(default_factory=list)  # arg-maxes (backtracking semirings)
+    keys: int  # how many stage keys: K + 1 widths, or N + 1 tail rows
+    rows: List[Rows] = field(init=False)  # spans recomputed in log space
+    low: List[Optional[Tensor]] = field(init=False)  # their outputs (R, F), relative to ``top``
+    traces: List[Optional[Tensor]] = field(init=False)  # arg-maxes (backtracking semirings)
     total: Optional[Tensor] = None  # exp space: total per output (laid out like the outputs)
     top: Optional[Tensor] = None  # exp space: the scale of each span (float64), out = log(total) + top
+
+    def __post_init__(self):
+        self.rows, self.low, self.traces = ([None] * self.keys for _ in range(3))
 
 
 class Inside:
@@ -93,12 +97,9 @@ class Inside:
         self.arc_shifts: List[Optional[WidthArcs]] = [None] * slots  # exp space: each span's largest arcs
         self.reencoded: List[Optional[tuple]] = [None] * slots  # exp space: (rows, WidthArcs of their rel values)
         self.incomplete_logged = [False] * slots  # whether the log-space incomplete items of a width are stored
-        self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, [None] * slots, [None] * slots,
-                                [None] * slots)
-        self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, [None] * slots, [None] * slots,
-                               [None] * slots)
-        self.tail = HeadStages(tail_operands, lambda t, i: t[:, i : i + 1], C.inc_right, C.tail, [None] * rows,
-                               [None] * rows, [None] * rows)
+        self.right = HeadStages(right_operands, complete_cells, C.inc_right, C.right, slots)
+        self.left = HeadStages(left_operands, complete_cells, C.inc_left, C.left, slots)
+        self.tail = HeadStages(tail_operands, lambda t, i: t[:, i : i + 1], C.inc_right, C.tail, rows)
         if self.exp_space:
             like, shape = arcs.tensor, C.right.log.shape
             wide = like.new_empty((), dtype=torch.float64)
@@ -172,7 +173,11 @@ class Inside:
     def _store_incomplete(self, w: int, inner: Tensor) -> Tensor:
         """IR[s, s+w, a, c] = inner(s, s+w, a, c) + arc(s -> s+w, a, c); IL[..] = inner(..) + arc(s+w -> s, c, a),
         stored in the log-space charts; returns the (right, left) cells."""
-        right, left = self.arcs.attach(inner, w)
+        return self._put_incomplete(w, *self.arcs.attach(inner, w))
+
+    def _put_incomplete(self, w: int, right: Tensor, left: Tensor) -> Tensor:
+        """Write IR and IL of width w (both [a, c], (B, S, M, M)) into the log-space incomplete charts;
+        returns the (right, left) cells."""
         cells = incomplete_cells(self.charts.inc_right.log, self.charts.inc_left.log, w)
         cells[0].copy_(right)
         cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
@@ -225,10 +230,7 @@ class Inside:
             if self.reencoded[w] is not None:
                 rows, relative = self.reencoded[w]
                 right[rows], left[rows] = relative
-            cells = incomplete_cells(self.charts.inc_right.log, self.charts.inc_left.log, w)
-            cells[0].copy_(right)
-            cells[1].copy_(left.transpose(-1, -2))  # IL is stored [c, a]
-            self.incomplete_logged[w] = True
+            self._put_incomplete(w, right, left)
 
     def complete(self, w: int) -> None:
         """The complete items of width w:
