@@ -25,7 +25,3 @@ def patch(beta: float):
 
 def beta1():
     patch(1.0)
-
-
-def beta3():
-    patch(3.0)
