@@ -205,7 +205,8 @@ class Inside:
         """Re-encode the incomplete items of width w of the spans ``rows`` to a largest value of 1: each
         item's maximum t is added to its shift. Their relative values are formed in float64 and rounded
         once (item - shift - t in float64, not the rounded relative value minus t: such an item's values
-        lie far below its shift, where float32 would round them by an ulp of that distance) and kept for :meth:`incomplete_log`."""
+        lie far below its shift, where float32 would round them by an ulp of that distance) and kept for
+        :meth:`incomplete_log`."""
         C = self.charts
         values = incomplete_cells(C.inc_right.value, C.inc_left.value, w)
         shifts = incomplete_cells(C.inc_right.shift, C.inc_left.shift, w)
