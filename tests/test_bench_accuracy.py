@@ -42,6 +42,8 @@ def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
     assert set(crf["acc_by_decoder"]) == {"viterbi", "posterior"} and 0 <= crf["acc_emission_only"] <= 100
     table = output.read_text()
     assert "| tw |" in table and "crf − softmax" in table
+    # the table's command names the corpus and the runs file it was made from, so that it re-reads them
+    assert f"--corpus {tmp_path / 'corpus'}" in table and f"--results {results}" in table
     second = CliRunner().invoke(app, args)  # everything is in the runs file: nothing is trained again
     assert second.exit_code == 0, second.output
     assert "2 of 2 runs already" in second.output and "0 to run" in second.output
