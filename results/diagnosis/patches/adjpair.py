@@ -2,16 +2,17 @@
 
 adj (2, M, M) [direction, head label, dependent label], zero at the start, is added to every arc of length 1
 between two tokens, on top of the arc's usual score (the same at every length). The structure runs on dense
-arc scores (slower than DirectionalScores; for a screen only); decoding without the canonical tree.
+arc scores (:mod:`densetree`).
 """
 import torch
 from torch import nn
 import torch.nn.functional as Fn
 
+from densetree import use_dense_arcs
+
 
 def patch(scale: float = 1.0, bilinear: bool = False):
-    from spacy_nldm import structs
-    from spacy_nldm.models import scorers, structure
+    from spacy_nldm.models import scorers
     from spacy_nldm.models import tagger as mt
     from spacy_nldm.pipeline import tagger as pt
 
@@ -45,7 +46,6 @@ def patch(scale: float = 1.0, bilinear: bool = False):
 
     mt.get_structure = get_structure
     pt.get_structure = get_structure
-    LT = structure.LatentTree
 
     def table(self, F):  # (2, M, M) [direction, head label, dep label]
         if self.adj is not None:
@@ -62,9 +62,6 @@ def patch(scale: float = 1.0, bilinear: bool = False):
         left = ((pos[:, None] - pos[None, :]) == 1) & (pos[None, :] >= 1)
         return right[..., None, None].to(F.dtype) * adj[0] + left[..., None, None].to(F.dtype) * adj[1]
 
-    def dense(self, Fb):
-        return self._with_bias(self.expand(Fb), Fb) + adj_dense(self, Fb)[None]
-
     def adj_gold(self, Fb, gm):  # (B, N+1, N+1)
         lab = gm.to(torch.uint8).argmax(-1)
         adj = table(self, Fb)
@@ -72,30 +69,10 @@ def patch(scale: float = 1.0, bilinear: bool = False):
         l = adj[1][lab[:, 1:], lab[:, :-1]]
         return torch.diag_embed(Fn.pad(r, (1, 0)), offset=1) + torch.diag_embed(Fn.pad(l, (1, 0)), offset=-1)
 
-    def nll(self, F, lengths, gold_mask, approx="exact"):
-        assert approx == "exact"
-        total = F.new_zeros(())
-        for idx, Fb, lens in self._buckets(F, lengths):
-            gm = gold_mask[idx, : Fb.shape[1]]
-            assert bool(((gm.sum(-1) == 1) | ~structure.real_tokens(gm, lens)).all())
-            log_z = structs.log_partition(dense(self, Fb), lens, max_dist=self.max_dist)
-            gold = self._with_bias(self.gold_arcs(Fb, gm), Fb) + adj_gold(self, Fb, gm)[..., None, None]
-            log_s = structs.log_partition(gold, lens, max_dist=self.max_dist)
-            total = total + (log_z - log_s).sum()
-        return total
+    def arc_terms(self, Fb):
+        return Fb, adj_dense(self, Fb)[None], lambda gm: adj_gold(self, Fb, gm)[..., None, None]
 
-    def _decode(self, Fb, lens, posterior):
-        S = dense(self, Fb)
-        mask = None
-        if posterior:
-            probs = structs.marginals(S, lens, max_dist=self.max_dist).labels
-            mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), Fb.shape[-1]).bool())
-        return structs.viterbi(S, lens, label_mask=mask, max_dist=self.max_dist)
-
-    def _marginals(self, Fb, lens):
-        return structs.marginals(dense(self, Fb), lens, max_dist=self.max_dist).labels
-
-    LT.nll, LT._decode, LT._marginals = nll, _decode, _marginals
+    use_dense_arcs(arc_terms)
 
 
 def scale3():

@@ -9,14 +9,15 @@ score from the two tokens' vectors, as a biaffine parser scores arcs:
 Q (I, D) starts N(0, 1), K (I, D) and r (D,) at zero, so every arc score starts at zero and the NLDM still
 starts as the softmax tagger. The scorer hands q and k to the structure as 2D extra columns of its factored
 scores (F[..., 0, 0, M:]; the other contexts' copies get no gradient); the structure splits them off and runs
-on dense arc scores (B, N+1, N+1, M, M) (slower than DirectionalScores; a screen only).
+on dense arc scores (:mod:`densetree`).
 """
 import torch
 from torch import nn
 
+from densetree import use_dense_arcs
+
 
 def patch(dim: int = 32):
-    from spacy_nldm import structs
     from spacy_nldm.models import scorers, structure
     from spacy_nldm.models import tagger as mt
     from spacy_nldm.pipeline import tagger as pt
@@ -54,46 +55,18 @@ def patch(dim: int = 32):
 
     mt.get_structure = get_structure
     pt.get_structure = get_structure
-    LT = structure.LatentTree
 
-    def split(self, Fb):
-        """(F (B, N, 2, C, M), arc scores (B, N+1, N+1) [h, d])."""
+    def arc_terms(self, Fb):  # the token-pair arcs, the same for every label pair
         M = Fb.shape[-1] - 2 * dim
         q, k = Fb[:, :, 0, 0, M : M + dim], Fb[:, :, 0, 0, M + dim :]  # (B, N, D)
         root = self.arc_root.to(Fb.dtype)[None, None, :].expand(Fb.shape[0], 1, dim)
         heads = torch.cat([root, k], dim=1)  # (B, N+1, D)
         arcs = torch.einsum("bhe,bde->bhd", heads, q) / dim ** 0.5  # (B, N+1, N)
         arcs = torch.cat([arcs.new_zeros(arcs.shape[0], arcs.shape[1], 1), arcs], dim=2)  # arcs into the root: unread
-        return Fb[..., :M], arcs
+        arcs = arcs[..., None, None]  # (B, N+1, N+1, 1, 1) [h, d]
+        return Fb[..., :M], arcs, lambda gold_mask: arcs
 
-    def dense(self, F, arcs):
-        return self._with_bias(self.expand(F), F) + arcs[..., None, None]
-
-    def nll(self, F, lengths, gold_mask, approx="exact"):
-        assert approx == "exact"
-        total = F.new_zeros(())
-        for idx, Fb, lens in self._buckets(F, lengths):
-            Fr, arcs = split(self, Fb)
-            gm = gold_mask[idx, : Fb.shape[1]]
-            assert bool(((gm.sum(-1) == 1) | ~structure.real_tokens(gm, lens)).all())
-            log_z = structs.log_partition(dense(self, Fr, arcs), lens, max_dist=self.max_dist)
-            gold = self._with_bias(self.gold_arcs(Fr, gm), Fr) + arcs[..., None, None]
-            log_s = structs.log_partition(gold, lens, max_dist=self.max_dist)
-            total = total + (log_z - log_s).sum()
-        return total
-
-    def _decode(self, Fb, lens, posterior):
-        Fr, arcs = split(self, Fb)
-        S = dense(self, Fr, arcs)
-        mask = None
-        if posterior:
-            probs = structs.marginals(S, lens, max_dist=self.max_dist).labels
-            mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), Fr.shape[-1]).bool())
-        return structs.viterbi(S, lens, label_mask=mask, max_dist=self.max_dist)
-
-    def _marginals(self, Fb, lens):
-        Fr, arcs = split(self, Fb)
-        return structs.marginals(dense(self, Fr, arcs), lens, max_dist=self.max_dist).labels
+    use_dense_arcs(arc_terms)
 
     def label_marginals(self, F, lengths):
         out = F.new_zeros(F.shape[0], F.shape[1], F.shape[-1] - 2 * dim)
@@ -102,7 +75,7 @@ def patch(dim: int = 32):
                 out[idx, : Fb.shape[1]] = self._marginals(Fb, lens)
         return out
 
-    LT.nll, LT._decode, LT._marginals, LT.label_marginals = nll, _decode, _marginals, label_marginals
+    structure.LatentTree.label_marginals = label_marginals  # the scores carry 2D columns more than labels
 
 
 def d32():
