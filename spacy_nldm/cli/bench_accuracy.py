@@ -23,6 +23,8 @@ SYSTEMS = {"softmax": "tagger", "crf": "crf_tagger", "nldm": "nldm_tagger"}
 PAIRS = [("crf", "softmax"), ("nldm", "softmax"), ("nldm", "crf")]
 #: the runs file `bench accuracy` reads and appends to unless --results names another
 DEFAULT_RESULTS = "results/accuracy/runs.jsonl"
+#: the converted corpora `spacy project run corpora` writes
+DEFAULT_CORPUS = "corpus"
 
 
 def default_signature(factory: str) -> str:
@@ -96,7 +98,7 @@ def bench_accuracy(
     seeds: str = typer.Option("0,1,2", help="Training seeds, comma-separated."),
     epochs: int = typer.Option(10, help="Epochs over the training sentences."),
     batch_size: int = typer.Option(16, help="Sentences per nlp.update batch."),
-    corpus: Path = typer.Option(Path("corpus"), help="Folder of the converted corpora (spacy project run corpora)."),
+    corpus: Path = typer.Option(Path(DEFAULT_CORPUS), help="Folder of the converted corpora (spacy project run corpora)."),
     results: Path = typer.Option(Path(DEFAULT_RESULTS), help="Runs file (JSON lines): read and appended."),
     workers: int = typer.Option(2, help="Runs at a time (each in its own process, one torch thread)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
@@ -148,7 +150,7 @@ def bench_accuracy(
             f"python -m spacy_nldm bench accuracy --datasets {','.join(sets)} --systems {','.join(names)} "
             f"--seeds {seeds} --epochs {epochs} --batch-size {batch_size}"
         )
-        if corpus != Path("corpus"):
+        if corpus != Path(DEFAULT_CORPUS):
             command += f" --corpus {corpus}"
         if results != Path(DEFAULT_RESULTS):  # the runs the table reads: a re-run with them recomputes nothing
             command += f" --results {results}"
