@@ -79,8 +79,9 @@ def _tokens_only(nlp, doc):
     return Doc(nlp.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
 
 
-def train_and_score(spec: RunSpec) -> Dict:
-    """Train one system as the module docstring says and return its accuracies and timings."""
+def train(spec: RunSpec):
+    """Train one system as the module docstring says; return ``(nlp, optimizer, held_out examples,
+    summed loss per epoch, process CPU seconds, wall seconds)``."""
     import spacy
     import torch
     from spacy.util import fix_random_seed, minibatch, registry
@@ -99,25 +100,29 @@ def train_and_score(spec: RunSpec) -> Dict:
         config.setdefault("attr", "tag")
     nlp.add_pipe(spec.factory, name="tagger", config=config)
     root = Path(spec.corpus) / info["path"]
-    train = _examples(nlp, root / "train.spacy")
+    train_examples = _examples(nlp, root / "train.spacy")
     held_out = _examples(nlp, root / f"{spec.eval_split}.spacy")
     optimizer = None
     if spec.optimizer is not None:
         optimizer = registry.resolve({"optimizer": spec.optimizer})["optimizer"]
     start = time.process_time()
     wall = time.perf_counter()
-    sgd = nlp.initialize(lambda: train, sgd=optimizer)
+    sgd = nlp.initialize(lambda: train_examples, sgd=optimizer)
     rng = random.Random(spec.seed)
     losses_per_epoch = []
     for _ in range(spec.epochs):
-        order = list(train)
+        order = list(train_examples)
         rng.shuffle(order)
         losses: Dict[str, float] = {}
         for batch in minibatch(order, size=spec.batch_size):
             nlp.update(batch, sgd=sgd, drop=spec.drop, losses=losses)
         losses_per_epoch.append(round(losses.get("tagger", 0.0), 2))
-    train_cpu = time.process_time() - start
-    train_wall = time.perf_counter() - wall
+    return nlp, sgd, held_out, losses_per_epoch, time.process_time() - start, time.perf_counter() - wall
+
+
+def train_and_score(spec: RunSpec) -> Dict:
+    """Train one system (:func:`train`) and return its accuracies and timings."""
+    nlp, sgd, held_out, losses_per_epoch, train_cpu, train_wall = train(spec)
     acc = nlp.evaluate(held_out)["tag_acc"]
     with nlp.use_params(sgd.averages):
         acc_avg = nlp.evaluate(held_out)["tag_acc"]
@@ -143,6 +148,12 @@ def train_and_score(spec: RunSpec) -> Dict:
     }
 
 
+def is_emission(name: str) -> bool:
+    """Whether a parameter of the torch head (its name in ``named_parameters``) belongs to the emission
+    layer (W, b); every other head parameter scores label interactions."""
+    return name.rsplit(".", 1)[-1] in ("W", "b")
+
+
 @contextlib.contextmanager
 def _interactions_zeroed(pipe):
     """The trained structured tagger with every parameter but the emission (W, b) at zero: a softmax
@@ -155,7 +166,7 @@ def _interactions_zeroed(pipe):
     saved = {name: p.detach().clone() for name, p in scorer.named_parameters()}
     with torch.no_grad():
         for name, p in scorer.named_parameters():
-            if name.rsplit(".", 1)[-1] not in ("W", "b"):
+            if not is_emission(name):
                 p.zero_()
     try:
         yield
