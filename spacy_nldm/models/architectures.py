@@ -20,6 +20,7 @@ def build_nldm_tagger(
     max_dist: Optional[int] = 5,
     emission: bool = True,
     distance_bias: bool = False,
+    dropout: float = 0.0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
@@ -29,12 +30,14 @@ def build_nldm_tagger(
     spaCy's tagger); ``emission = false`` drops it (the paper's pure trilinear form).
     ``distance_bias = true`` adds a learned score per arc direction and length (1..max_dist, or 1..10 and
     "longer" without max_dist), starting at 0: a prior over the latent trees that can make them
-    chain-like (the NLDM with max_dist 1 is the first-order CRF) or spread them (not in the paper)."""
+    chain-like (the NLDM with max_dist 1 is the first-order CRF) or spread them (not in the paper).
+    ``dropout``: rate of (inverted) dropout on the token vectors at the scorer's input, in training only and
+    whatever the loop's ``drop`` (0: none)."""
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
-        emission=emission, distance_bias=distance_bias, nO=nO,
+        emission=emission, distance_bias=distance_bias, dropout=dropout, nO=nO,
     )
 
 
@@ -46,13 +49,14 @@ def build_crf_tagger(
     label_dim: int = 50,
     rank: int = 400,
     emission: bool = True,
+    dropout: float = 0.0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
-    transition table to the first-order edge score); ``emission`` as for the NLDM."""
+    transition table to the first-order edge score); ``emission`` and ``dropout`` as for the NLDM."""
     return build_structured_tagger(
         tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
-        emission=emission, nO=nO,
+        emission=emission, dropout=dropout, nO=nO,
     )
 
 

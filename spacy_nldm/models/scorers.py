@@ -56,13 +56,16 @@ class Scorer(nn.Module):
     zero_init: Tuple[str, ...] = ("W", "b", "distance_bias")
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
-                 distance_lengths: int = 0):
+                 distance_lengths: int = 0, dropout: float = 0.0):
         super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
         if not emission and not self.can_drop_emission:
             raise ValueError(f"{type(self).__name__} needs its emission term (emission = true)")
         if distance_lengths and n_dirs != 2:
             raise ValueError("a distance bias needs the tree's two arc directions")
         self.emission = emission
+        self.dropout = float(dropout)
         self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0, "K": int(distance_lengths)}
         self.resize(nI, nO)
 
@@ -130,6 +133,8 @@ class Scorer(nn.Module):
         return self.label_emb, self.label_emb[1:]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., nI) -> (..., X, C, M)
+        if self.dropout and self.training:  # thinc sets training mode in begin_update, eval in predict
+            h = nn.functional.dropout(h, self.dropout)
         F = self.interaction(h)
         if F.dim() == 3:  # (X, C, M): the same for every token
             F = F.expand(*h.shape[:-1], *F.shape)
@@ -235,13 +240,14 @@ SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "tri
 
 def make_scorer(
     edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
-    distance_lengths: int = 0,
+    distance_lengths: int = 0, dropout: float = 0.0,
 ) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
-    gives a tree scorer a distance bias (2, K)."""
+    gives a tree scorer a distance bias (2, K); ``dropout`` acts on the input vectors in training mode."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
-    scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths)
+    scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths,
+                                  dropout=dropout)
     return SecondOrder(scorer) if order == 2 else scorer

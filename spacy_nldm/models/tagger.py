@@ -29,14 +29,16 @@ def build_structured_tagger(
     max_dist: Optional[int] = None,
     emission: bool = True,
     distance_bias: bool = False,
+    dropout: float = 0.0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
-    ``distance_bias`` (tree only): one learned score per arc direction and length."""
+    ``distance_bias`` (tree only): one learned score per arc direction and length; ``dropout``: on the
+    scorer's input vectors while training."""
     n_dirs = 2 if structure == "tree" else 1
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
-                         distance_lengths=lengths)
+                         distance_lengths=lengths, dropout=dropout)
     head = torch_head(scorer)
     return Model(
         f"nldm-{structure}-tagger",

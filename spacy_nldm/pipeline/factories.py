@@ -30,6 +30,7 @@ rank = 400
 max_dist = 3
 emission = true
 distance_bias = true
+dropout = 0.25
 """
     + _TOK2VEC
 )["model"]
@@ -43,6 +44,7 @@ edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
 emission = true
+dropout = 0.25
 """
     + _TOK2VEC
 )["model"]
