@@ -245,6 +245,38 @@ def test_a_fresh_scorer_starts_at_zero_scores(name):
     assert torch.equal(scorer(torch.randn(2, 3, 7)), torch.zeros(2, 3, 2, 6, 5))
 
 
+@pytest.mark.parametrize("name", sorted(SCORERS))
+@pytest.mark.parametrize("order", [1, 2])
+def test_scorer_dropout_acts_on_the_input_vectors_in_training_mode_only(name, order):
+    """``dropout`` p: in training mode the scores are those of the same weights on the input vectors with
+    torch's inverted-dropout mask (zeros, survivors scaled by 1 / (1 - p)); in eval mode (thinc's predict)
+    they are the scores without dropout."""
+    torch.manual_seed(7)
+    n_dirs = 1 if order == 2 else 2
+    dropped = make_scorer(name, n_dirs=n_dirs, label_dim=4, rank=6, order=order, dropout=0.4).double()
+    plain = make_scorer(name, n_dirs=n_dirs, label_dim=4, rank=6, order=order).double()
+    for scorer in (dropped, plain):
+        scorer.resize(7, 5)
+    for p in dropped.parameters():
+        torch.nn.init.normal_(p)
+    plain.load_state_dict(dropped.state_dict())
+    h = torch.randn(3, 6, 7, dtype=torch.float64)
+    torch.manual_seed(8)
+    got = dropped.train()(h)
+    torch.manual_seed(8)
+    mask = torch.nn.functional.dropout(torch.ones_like(h), 0.4)
+    assert 0 < int((mask == 0).sum()) < mask.numel() and torch.allclose(mask[mask > 0], torch.tensor(1 / 0.6).double())
+    torch.testing.assert_close(got, plain(h * mask))
+    assert not torch.allclose(got, plain(h))
+    torch.testing.assert_close(dropped.eval()(h), plain(h))
+
+
+@pytest.mark.parametrize("rate", [-0.1, 1.0])
+def test_scorer_dropout_outside_0_1_is_an_error(rate):
+    with pytest.raises(ValueError, match="dropout must be in"):
+        make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, dropout=rate)
+
+
 def test_pure_trilinear_has_no_emission_and_starts_random():
     pure = make_scorer("trilinear", n_dirs=2, label_dim=4, rank=6, emission=False)
     pure.resize(7, 5, keep=False)

@@ -30,7 +30,6 @@ rank = 400
 max_dist = 3
 emission = true
 distance_bias = true
-dropout = 0.25
 """
     + _TOK2VEC
 )["model"]
@@ -44,7 +43,6 @@ edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
 emission = true
-dropout = 0.25
 """
     + _TOK2VEC
 )["model"]
