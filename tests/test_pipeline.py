@@ -363,6 +363,54 @@ def test_normalized_loss_is_the_summed_loss_per_token(ark, factory):
     numpy.testing.assert_allclose(d_mean, d_total / tokens, rtol=1e-4, atol=1e-8)
 
 
+def _gradients_of_one_update(pipe, egs):
+    """{(part, i): gradient} after one ``update`` without an optimizer (part: "tok2vec" or "head"), then
+    cleared, so the next call starts from zero."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    pipe.update(egs)
+    grads = {}
+    for i, node in enumerate(pipe.model.get_ref("tok2vec").walk()):
+        for name in node.param_names:
+            if node.has_grad(name):
+                grads[("tok2vec", i, name)] = node.get_grad(name).copy()
+                node.set_grad(name, node.ops.alloc(node.get_grad(name).shape))
+    for name, param in torch_scorer(pipe.model).named_parameters():
+        grads[("head", name)] = param.grad.detach().numpy().copy()
+        param.grad = None
+    return grads
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_tok2vec_loss_scales_only_the_encoders_gradient(ark, factory):
+    """tok2vec_loss: the tok2vec's gradient is of the summed loss ("sum") or of the mean per token
+    ("mean") whatever normalize_loss says; the head's follows normalize_loss. Checked on every parameter
+    against the per-token setting, on a model trained a few steps (nonzero emission weights)."""
+    nlp, pipe = trained(factory, ark[:6], steps=3)
+    assert pipe.normalize_loss and pipe.tok2vec_loss == "sum"  # the factory defaults
+    egs = examples(nlp, ark[:6])
+    tokens = sum(len(eg.predicted) for eg in egs)
+    pipe.tok2vec_loss = "mean"
+    reference = _gradients_of_one_update(pipe, egs)
+    assert any(numpy.abs(g).max() > 0 for k, g in reference.items() if k[0] == "tok2vec")
+    for normalize_loss, tok2vec_loss in [(True, "sum"), (False, "sum"), (False, "mean"), (True, "mean")]:
+        pipe.normalize_loss, pipe.tok2vec_loss = normalize_loss, tok2vec_loss
+        grads = _gradients_of_one_update(pipe, egs)
+        assert grads.keys() == reference.keys()
+        assert pipe.model.attrs["tok2vec_grad_scale"] == 1.0  # reset after the update
+        for key, g in grads.items():
+            factor = tokens if (tok2vec_loss == "sum" if key[0] == "tok2vec" else not normalize_loss) else 1
+            expected = reference[key] * factor
+            atol = 1e-3 * float(numpy.abs(expected).max())  # float32 sums of another order; factor ~100
+            numpy.testing.assert_allclose(g, expected, rtol=1e-3, atol=atol, err_msg=str(key))
+
+
+def test_tok2vec_loss_is_checked():
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="tok2vec_loss must be one of"):
+        nlp.add_pipe("crf_tagger", config={"tok2vec_loss": "total"})
+
+
 def test_distance_bias_learns_and_round_trips(ark):
     """The NLDM's default distance bias gets its gradient from the loss (it leaves zero), is saved with
     the model, and a reloaded pipeline predicts the same tags, trees and scores."""

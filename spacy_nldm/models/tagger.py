@@ -47,8 +47,13 @@ def build_structured_tagger(
         layers=[tok2vec, head],
         refs={"tok2vec": tok2vec, "head": head},
         dims={"nO": nO},
-        attrs={"structure": structure, "order": order, "max_dist": max_dist},
+        attrs={"structure": structure, "order": order, "max_dist": max_dist, TOK2VEC_GRAD_SCALE: 1.0},
     )
+
+
+#: model attr: the factor on the gradient that backprop sends to the tok2vec (read when backprop runs; the
+#: component sets it per batch, see ``StructuredTagger.tok2vec_loss``); the head's gradients are unaffected
+TOK2VEC_GRAD_SCALE = "tok2vec_grad_scale"
 
 
 #: arc lengths with a bias of their own without max_dist (longer arcs share the last one)
@@ -91,7 +96,8 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool):
-    """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M)."""
+    """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M). Backprop returns the tok2vec's
+    gradient times ``model.attrs[TOK2VEC_GRAD_SCALE]`` (1 unless the component sets it)."""
     tok2vec, head = model.layers
     ops = model.ops
     if not any(len(doc) for doc in docs):  # nothing to encode (a listener could not answer)
@@ -106,6 +112,9 @@ def forward(model: Model, docs: List[Doc], is_train: bool):
 
     def backprop(dF):
         dX = backprop_head(dF)
+        scale = model.attrs.get(TOK2VEC_GRAD_SCALE, 1.0)
+        if scale != 1.0:
+            dX = dX * scale
         starts = numpy.cumsum(lengths) - lengths
         return backprop_vecs(
             [dX[start : start + n] if n else ops.alloc2f(*v.shape) for start, n, v in zip(starts, lengths, vecs)]

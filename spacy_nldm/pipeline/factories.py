@@ -66,6 +66,7 @@ _ASSIGNS = ["token.tag", "token.pos", "token._.nldm_head", "doc._.nldm_tree_scor
         "max_length": 256,
         "store_probs": False,
         "normalize_loss": True,
+        "tok2vec_loss": "sum",
         "scorer": _SCORER,
     },
     default_score_weights=_SCORE_WEIGHTS,
@@ -80,12 +81,14 @@ def make_nldm_tagger(
     max_length: int,
     store_probs: bool,
     normalize_loss: bool,
+    tok2vec_loss: str,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
-        store_probs=store_probs, normalize_loss=normalize_loss, scorer=scorer,
+        store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
+        scorer=scorer,
     )
 
 
@@ -99,6 +102,7 @@ def make_nldm_tagger(
         "max_length": 256,
         "store_probs": False,
         "normalize_loss": True,
+        "tok2vec_loss": "sum",
         "scorer": _SCORER,
     },
     default_score_weights=_SCORE_WEIGHTS,
@@ -112,10 +116,12 @@ def make_crf_tagger(
     max_length: int,
     store_probs: bool,
     normalize_loss: bool,
+    tok2vec_loss: str,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Linear-chain CRF tagger of order 1 or 2 (the paper's baselines)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, max_length=max_length,
-        store_probs=store_probs, normalize_loss=normalize_loss, scorer=scorer,
+        store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
+        scorer=scorer,
     )

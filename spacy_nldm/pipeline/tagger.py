@@ -22,7 +22,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
-from ..models.tagger import get_structure, resize_labels
+from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
 from .extensions import register_extensions
 
 
@@ -39,6 +39,7 @@ if hasattr(os, "register_at_fork"):  # POSIX
 ATTRS = ("tag", "pos")
 DECODERS = ("viterbi", "posterior")
 LOSSES = ("exact", "max")
+TOK2VEC_LOSSES = ("sum", "mean")
 
 
 class Predictions:
@@ -63,6 +64,11 @@ class StructuredTagger(TrainablePipe):
         optimizer): a sum over a batch of hundreds of tokens is clipped at almost every step, which
         slows learning (results/diagnosis.md); a mean per token is not. The loss shown in spaCy's
         training table is then also the mean per token.
+    tok2vec_loss: the loss whose gradient reaches the tok2vec (or, through a listener, the shared one):
+        "sum" over the batch's tokens, as spaCy's ``tagger`` sends it, or "mean" per token; the head's
+        gradient follows ``normalize_loss`` either way. With the per-token head and the summed tok2vec
+        gradient spaCy's clipping acts on the encoder at almost every step and not on the head: the best
+        of both on small and large training sets (results/diagnosis.md section 20).
 
     These settings come from the config only (attributes of the component); what is saved with the
     component (``cfg``) is what it learned: its labels. So ``spacy.load(path, config=...)`` can change
@@ -81,9 +87,11 @@ class StructuredTagger(TrainablePipe):
         max_length: int = 256,
         store_probs: bool = False,
         normalize_loss: bool = True,
+        tok2vec_loss: str = "sum",
         scorer: Optional[Callable] = None,
     ):
-        for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES)):
+        for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
+                                    ("tok2vec_loss", tok2vec_loss, TOK2VEC_LOSSES)):
             if value not in allowed:
                 raise ValueError(f"[spacy-nldm] {name}: {key} must be one of {allowed}, not {value!r}")
         if max_length < 1:
@@ -101,6 +109,7 @@ class StructuredTagger(TrainablePipe):
         self.max_length = max_length
         self.store_probs = store_probs
         self.normalize_loss = normalize_loss
+        self.tok2vec_loss = tok2vec_loss
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
@@ -217,11 +226,24 @@ class StructuredTagger(TrainablePipe):
         set_dropout_rate(self.model, drop)
         scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
         loss, d_scores = self.get_loss(examples, scores)
-        backprop(d_scores)
+        self.model.attrs[TOK2VEC_GRAD_SCALE] = self._tok2vec_grad_scale(int(scores.lengths.sum()))
+        try:
+            backprop(d_scores)
+        finally:
+            self.model.attrs[TOK2VEC_GRAD_SCALE] = 1.0
         if sgd not in (None, False):
             self.finish_update(sgd)
         losses[self.name] += loss
         return losses
+
+    def _tok2vec_grad_scale(self, n_tokens: int) -> float:
+        """Factor turning the loss of ``get_loss`` (per token or summed: ``normalize_loss``) into the
+        ``tok2vec_loss`` for the gradient sent to the tok2vec."""
+        if self.normalize_loss and self.tok2vec_loss == "sum":
+            return float(n_tokens)
+        if not self.normalize_loss and self.tok2vec_loss == "mean":
+            return 1.0 / max(1, n_tokens)
+        return 1.0
 
     def _check_finite(self, scores: TokenScores, docs: List[Doc]) -> None:
         """spaCy's E940 for our scores: say which batch, and what to look at."""
