@@ -384,8 +384,9 @@ def _gradients_of_one_update(pipe, egs):
 @pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
 def test_tok2vec_loss_scales_only_the_encoders_gradient(ark, factory):
     """tok2vec_loss: the tok2vec's gradient is of the summed loss ("sum") or of the mean per token
-    ("mean") whatever normalize_loss says; the head's follows normalize_loss. Checked on every parameter
-    against the per-token setting, on a model trained a few steps (nonzero emission weights)."""
+    ("mean") whatever normalize_loss says, or of the head's loss (None); the head's follows
+    normalize_loss. Checked on every parameter against the per-token setting, on a model trained a few
+    steps (nonzero emission weights)."""
     nlp, pipe = trained(factory, ark[:6], steps=3)
     assert pipe.normalize_loss and pipe.tok2vec_loss == "sum"  # the factory defaults
     egs = examples(nlp, ark[:6])
@@ -393,13 +394,15 @@ def test_tok2vec_loss_scales_only_the_encoders_gradient(ark, factory):
     pipe.tok2vec_loss = "mean"
     reference = _gradients_of_one_update(pipe, egs)
     assert any(numpy.abs(g).max() > 0 for k, g in reference.items() if k[0] == "tok2vec")
-    for normalize_loss, tok2vec_loss in [(True, "sum"), (False, "sum"), (False, "mean"), (True, "mean")]:
+    settings = [(True, "sum"), (False, "sum"), (False, "mean"), (True, "mean"), (True, None), (False, None)]
+    for normalize_loss, tok2vec_loss in settings:
         pipe.normalize_loss, pipe.tok2vec_loss = normalize_loss, tok2vec_loss
         grads = _gradients_of_one_update(pipe, egs)
         assert grads.keys() == reference.keys()
         assert pipe.model.attrs["tok2vec_grad_scale"] == 1.0  # reset after the update
+        summed_for_tok2vec = tok2vec_loss == "sum" or (tok2vec_loss is None and not normalize_loss)
         for key, g in grads.items():
-            factor = tokens if (tok2vec_loss == "sum" if key[0] == "tok2vec" else not normalize_loss) else 1
+            factor = tokens if (summed_for_tok2vec if key[0] == "tok2vec" else not normalize_loss) else 1
             expected = reference[key] * factor
             atol = 1e-3 * float(numpy.abs(expected).max())  # float32 sums of another order; factor ~100
             numpy.testing.assert_allclose(g, expected, rtol=1e-3, atol=atol, err_msg=str(key))

@@ -81,7 +81,7 @@ def make_nldm_tagger(
     max_length: int,
     store_probs: bool,
     normalize_loss: bool,
-    tok2vec_loss: str,
+    tok2vec_loss: Optional[str],
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
@@ -116,7 +116,7 @@ def make_crf_tagger(
     max_length: int,
     store_probs: bool,
     normalize_loss: bool,
-    tok2vec_loss: str,
+    tok2vec_loss: Optional[str],
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Linear-chain CRF tagger of order 1 or 2 (the paper's baselines)."""

@@ -39,7 +39,7 @@ if hasattr(os, "register_at_fork"):  # POSIX
 ATTRS = ("tag", "pos")
 DECODERS = ("viterbi", "posterior")
 LOSSES = ("exact", "max")
-TOK2VEC_LOSSES = ("sum", "mean")
+TOK2VEC_LOSSES = ("sum", "mean", None)
 
 
 class Predictions:
@@ -65,10 +65,11 @@ class StructuredTagger(TrainablePipe):
         slows learning (results/diagnosis.md); a mean per token is not. The loss shown in spaCy's
         training table is then also the mean per token.
     tok2vec_loss: the loss whose gradient reaches the tok2vec (or, through a listener, the shared one):
-        "sum" over the batch's tokens, as spaCy's ``tagger`` sends it, or "mean" per token; the head's
-        gradient follows ``normalize_loss`` either way. With the per-token head and the summed tok2vec
-        gradient spaCy's clipping acts on the encoder at almost every step and not on the head: the best
-        of both on small and large training sets (results/diagnosis.md section 20).
+        "sum" over the batch's tokens, as spaCy's ``tagger`` sends it, "mean" per token, or None: the
+        head's (``normalize_loss``), as before this setting existed (the paper's ``spacy train``
+        configs keep that). The head's gradient follows ``normalize_loss`` either way. With the
+        default per-token head and summed tok2vec gradient, spaCy's clipping acts on the encoder at
+        almost every step (as for its ``tagger``) and not on the head (results/diagnosis.md section 20).
 
     These settings come from the config only (attributes of the component); what is saved with the
     component (``cfg``) is what it learned: its labels. So ``spacy.load(path, config=...)`` can change
@@ -87,7 +88,7 @@ class StructuredTagger(TrainablePipe):
         max_length: int = 256,
         store_probs: bool = False,
         normalize_loss: bool = True,
-        tok2vec_loss: str = "sum",
+        tok2vec_loss: Optional[str] = "sum",
         scorer: Optional[Callable] = None,
     ):
         for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
@@ -238,7 +239,7 @@ class StructuredTagger(TrainablePipe):
 
     def _tok2vec_grad_scale(self, n_tokens: int) -> float:
         """Factor turning the loss of ``get_loss`` (per token or summed: ``normalize_loss``) into the
-        ``tok2vec_loss`` for the gradient sent to the tok2vec."""
+        ``tok2vec_loss`` for the gradient sent to the tok2vec (1 when that is None: the same loss)."""
         if self.normalize_loss and self.tok2vec_loss == "sum":
             return float(n_tokens)
         if not self.normalize_loss and self.tok2vec_loss == "mean":
