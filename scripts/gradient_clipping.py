@@ -4,7 +4,7 @@
 
 Trains the factory's default model in the plain loop (``nlp.initialize``'s default optimizer, batches of
 16 sentences, 2 epochs, seed 0) with ``normalize_loss`` false (sum) or true (mean) and ``tok2vec_loss``
-(``same``: the head's normalisation, as in section 6; sections 20), and prints the share of parameter
+(``same``: the head's normalisation, as in section 6; section 20), and prints the share of parameter
 updates whose gradient norm exceeded ``grad_clip`` (thinc clips each parameter separately), for the whole
 model and for the tok2vec and the head apart.
 """

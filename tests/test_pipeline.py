@@ -364,8 +364,8 @@ def test_normalized_loss_is_the_summed_loss_per_token(ark, factory):
 
 
 def _gradients_of_one_update(pipe, egs):
-    """{(part, i): gradient} after one ``update`` without an optimizer (part: "tok2vec" or "head"), then
-    cleared, so the next call starts from zero."""
+    """{("tok2vec", node index, name) or ("head", name): gradient} after one ``update`` without an
+    optimizer, then cleared, so the next call starts from zero."""
     from spacy_nldm.models.tagger import torch_scorer
 
     pipe.update(egs)

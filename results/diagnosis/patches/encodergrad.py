@@ -5,7 +5,7 @@ is ~T times smaller than under spaCy's summed loss (T = tokens in the batch) and
 (each parameter's gradient clipped to norm 1) almost never clips it. Section 16(c) found the encoder's final
 weights to be where the structured taggers lose to spaCy's ``tagger`` on Pl. ``summed`` multiplies the
 encoder's incoming gradient by T (the encoder then sees the summed loss and is clipped as the ``tagger``'s
-encoder is) while the head keeps the per-token loss; ``c<k>`` multiplies it by the constant k.
+encoder is) while the head keeps the per-token loss; ``sqrt`` multiplies it by the square root of T.
 """
 
 
@@ -40,7 +40,3 @@ def summed():
 
 def sqrt():
     patch(lambda n: float(n) ** 0.5)
-
-
-def c16():
-    patch(lambda n: 16.0)
