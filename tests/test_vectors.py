@@ -131,7 +131,7 @@ def _cfg(path: Path) -> Config:
     return Config().from_disk(path, interpolate=False)
 
 
-def test_glove_configs_differ_from_the_systems_only_by_the_static_vectors():
+def test_glove_configs_differ_from_the_systems_only_by_the_static_vectors_and_averaging():
     for system in SYSTEMS:
         base, glove = _cfg(ROOT / "configs" / f"{system}.cfg"), _cfg(ROOT / "configs" / "glove" / f"{system}.cfg")
         name = base["nlp"]["pipeline"][-1]
@@ -141,6 +141,8 @@ def test_glove_configs_differ_from_the_systems_only_by_the_static_vectors():
         assert glove["initialize"]["vectors"] == "${paths.vectors}"
         embed["include_static_vectors"] = base["components"][name]["model"]["tok2vec"]["embed"]["include_static_vectors"]
         glove["paths"]["vectors"] = base["paths"]["vectors"]
+        assert glove["training"]["optimizer"]["use_averages"] is True
+        glove["training"]["optimizer"]["use_averages"] = base["training"]["optimizer"]["use_averages"]
         assert glove == base, system
 
 
