@@ -40,6 +40,13 @@ def test_packed_lstm_gives_each_sequence_its_own_output_and_gradient(depth):
     assert [y.shape for y in Ys] == [(0, 8), (0, 8)] and [d.shape for d in backprop(Ys)] == [(0, 6), (0, 6)]
 
 
+def test_packed_lstm_names_both_widths_when_its_input_is_too_narrow():
+    model = packed_lstm(nO=8, nI=6)
+    model.initialize()
+    with pytest.raises(ValueError, match="width 6 but its input has width 4"):
+        model.predict(sequences(numpy.random.default_rng(0), [3, 2], 4))
+
+
 def test_spacy_padded_lstm_depends_on_the_batch_ours_does_not():
     """The reason for our encoder: spaCy's padded BiLSTM changes a short doc's vectors with a long neighbour."""
     rng = numpy.random.default_rng(0)
