@@ -26,9 +26,10 @@ def main() -> None:
         if not path.exists():
             parser.error(f"{path} does not exist")
     vectors = spacy.load(args.vectors).vocab.vectors
+    test = DocBin().from_disk(args.test)
     for model in args.models:
         nlp = spacy.load(model)
-        gold = list(DocBin().from_disk(args.test).get_docs(nlp.vocab))
+        gold = list(test.get_docs(nlp.vocab))
         predicted = nlp.pipe(Doc(nlp.vocab, words=[t.text for t in doc]) for doc in gold)
         total, right = collections.Counter(), collections.Counter()
         confusions, oov_tags, oov_errors = collections.Counter(), collections.Counter(), collections.defaultdict(list)

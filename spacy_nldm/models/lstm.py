@@ -45,13 +45,13 @@ def _forward(model: Model, Xs: List[Floats2d], is_train: bool):
     keep = [i for i, x in enumerate(Xs) if x.shape[0] > 0]
     if not keep:  # nothing to encode: (0, nO) per doc, and no gradient to pass on
         return [ops.alloc2f(0, nO) for _ in Xs], lambda dYs: [ops.alloc2f(*shape) for shape in shapes]
-    nI = model.get_dim("nI")
-    if Xs[keep[0]].shape[1] != nI:
+    nI, width = model.get_dim("nI"), Xs[keep[0]].shape[1]
+    if width != nI:
         raise ValueError(
-            f"the BiLSTM encoder reads vectors of width {nI} but its input has width {Xs[keep[0]].shape[1]}: "
+            f"the BiLSTM encoder reads vectors of width {nI} but its input has width {width}: "
             "in spacy.Tok2Vec.v2, give the embed layer the encoder's width (embed.width = encode.width)")
     lengths = [Xs[i].shape[0] for i in keep]
-    X = ops.alloc3f(max(lengths), len(keep), Xs[keep[0]].shape[1])
+    X = ops.alloc3f(max(lengths), len(keep), width)
     for b, i in enumerate(keep):
         X[: lengths[b], b] = Xs[i]
     Y, backprop_lstm = model.layers[0]((X, lengths), is_train)

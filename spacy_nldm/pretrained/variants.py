@@ -15,6 +15,7 @@ a source config. The header of each file says so.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Dict, List
 
@@ -40,6 +41,11 @@ def head_name(config: Config, where: str) -> str:
     if not pipeline or pipeline[-1] not in config.get("components", {}):
         raise VariantError(f"{where}: the last pipeline component has no [components.*] block")
     return pipeline[-1]
+
+
+def _optimizer_settings() -> str:
+    """``GLOVE_OPTIMIZER`` as config lines read: ``use_averages = true``."""
+    return ", ".join(f"{key} = {json.dumps(value)}" for key, value in GLOVE_OPTIMIZER.items())
 
 
 def glove_variant(base: Config, vectors: str = GLOVE_VECTORS, where: str = "config") -> Config:
@@ -89,7 +95,7 @@ def derive_all(configs: Path = Path("configs"), vectors: str = GLOVE_VECTORS) ->
             "rerun it, not this file). Same head, encoder and training block; the encoder's MultiHashEmbed.v2",
             "adds spacy.StaticVectors.v2 (include_static_vectors = true) over the vectors of paths.vectors,",
             f"made by `spacy project run glove-vectors` ({vectors}), and the optimizer averages its weights",
-            "(use_averages = true; results/diagnosis.md section 17). GloVe: PDDL 1.0.",
+            f"({_optimizer_settings()}; results/diagnosis.md section 17). GloVe: PDDL 1.0.",
         ])
         if system != "nldm":
             out[configs / f"{system}_trf.cfg"] = render(trf_variant(base, template, str(src)), [
