@@ -1,11 +1,13 @@
 """Thinc architectures: edge scorers (PyTorch), the structured tagger model, the paper's encoder.
 
 Registered names: ``spacy-nldm.NLDMTagger.v1``, ``spacy-nldm.CRFTagger.v1``,
-``spacy-nldm.BiLSTMEncoder.v1``, ``spacy-nldm.TorchBiLSTMEncoder.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
+``spacy-nldm.BiLSTMEncoder.v1``, ``spacy-nldm.TorchBiLSTMEncoder.v1``,
+``spacy-nldm.HashCharEmbed.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
 """
 from .architectures import (
     build_bilstm_encoder,
     build_crf_tagger,
+    build_hash_char_embed,
     build_nldm_tagger,
     build_torch_bilstm_encoder,
     minilm_path,
@@ -19,6 +21,7 @@ __all__ = [
     "build_crf_tagger",
     "build_bilstm_encoder",
     "build_torch_bilstm_encoder",
+    "build_hash_char_embed",
     "minilm_path",
     "Structure",
     "LatentTree",

@@ -3,9 +3,11 @@ from typing import List, Optional
 
 from spacy.tokens import Doc
 from spacy.util import registry
-from thinc.api import Model, chain, noop
+from spacy.ml.models.tok2vec import MultiHashEmbed
+from thinc.api import Model, chain, concatenate, noop
 from thinc.types import Floats2d
 
+from .chars import char_cnn
 from .lstm import packed_lstm
 from .segments import TokenScores
 from .tagger import build_structured_tagger
@@ -93,6 +95,31 @@ def build_torch_bilstm_encoder(width: int, depth: int, dropout: float) -> Model[
     if depth == 0:
         return noop()
     return packed_lstm(nO=width, nI=width, bi=True, depth=depth, dropout=dropout)
+
+
+@registry.architectures("spacy-nldm.HashCharEmbed.v1")
+def build_hash_char_embed(
+    width: int,
+    attrs: List[str],
+    rows: List[int],
+    include_static_vectors: bool,
+    char_width: int = 50,
+    char_dim: int = 30,
+    char_window: int = 3,
+    char_dropout: float = 0.0,
+) -> Model[List[Doc], List[Floats2d]]:
+    """spaCy's ``spacy.MultiHashEmbed.v2`` of width ``width - char_width`` (same ``attrs``, ``rows``,
+    static vectors) next to a character CNN of width ``char_width`` over each token's text (``char_dim``
+    embeddings, filters of ``char_window`` characters, max-pooled; see :mod:`.chars`): output width
+    ``width``, a drop-in for the ``embed`` of ``spacy.Tok2Vec.v2``."""
+    if not 0 < char_width < width:
+        raise ValueError(f"spacy-nldm.HashCharEmbed.v1: char_width must be in (0, width={width}), not {char_width}")
+    hashed = MultiHashEmbed(width=width - char_width, attrs=attrs, rows=rows,
+                            include_static_vectors=include_static_vectors)
+    chars = char_cnn(char_width, char_dim=char_dim, window=char_window, dropout=char_dropout)
+    model = concatenate(hashed, chars)
+    model.set_dim("nO", width)
+    return model
 
 
 @registry.misc("spacy-nldm.minilm_path.v1")
