@@ -55,6 +55,7 @@ setup(
             "spacy-nldm.BiLSTMEncoder.v1 = spacy_nldm.models:build_bilstm_encoder",
             "spacy-nldm.TorchBiLSTMEncoder.v1 = spacy_nldm.models:build_torch_bilstm_encoder",
             "spacy-nldm.HashCharEmbed.v1 = spacy_nldm.models:build_hash_char_embed",
+            "spacy-nldm.WordDropoutHashEmbed.v1 = spacy_nldm.models:build_word_dropout_hash_embed",
         ],
         "spacy_misc": [
             "spacy-nldm.minilm_path.v1 = spacy_nldm.models:minilm_path",

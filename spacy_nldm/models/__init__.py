@@ -2,7 +2,7 @@
 
 Registered names: ``spacy-nldm.NLDMTagger.v1``, ``spacy-nldm.CRFTagger.v1``,
 ``spacy-nldm.BiLSTMEncoder.v1``, ``spacy-nldm.TorchBiLSTMEncoder.v1``,
-``spacy-nldm.HashCharEmbed.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
+``spacy-nldm.HashCharEmbed.v1``, ``spacy-nldm.WordDropoutHashEmbed.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
 """
 from .architectures import (
     build_bilstm_encoder,
@@ -10,6 +10,7 @@ from .architectures import (
     build_hash_char_embed,
     build_nldm_tagger,
     build_torch_bilstm_encoder,
+    build_word_dropout_hash_embed,
     minilm_path,
 )
 from .structure import Chain, LatentTree, Structure
@@ -22,6 +23,7 @@ __all__ = [
     "build_bilstm_encoder",
     "build_torch_bilstm_encoder",
     "build_hash_char_embed",
+    "build_word_dropout_hash_embed",
     "minilm_path",
     "Structure",
     "LatentTree",

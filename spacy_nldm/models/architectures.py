@@ -9,6 +9,7 @@ from thinc.types import Floats2d
 
 from .chars import char_cnn
 from .lstm import packed_lstm
+from .word_dropout import word_id_dropout
 from .segments import TokenScores
 from .tagger import build_structured_tagger
 
@@ -120,6 +121,23 @@ def build_hash_char_embed(
     model = concatenate(hashed, chars)
     model.set_dim("nO", width)
     return model
+
+
+@registry.architectures("spacy-nldm.WordDropoutHashEmbed.v1")
+def build_word_dropout_hash_embed(
+    width: int,
+    attrs: List[str],
+    rows: List[int],
+    include_static_vectors: bool,
+    word_dropout: float = 0.1,
+) -> Model[List[Doc], List[Floats2d]]:
+    """spaCy's ``spacy.MultiHashEmbed.v2`` (same arguments, same layers and parameters) whose first attribute
+    (the word, NORM in our configs) is replaced, while training, by one shared unknown-word key for a random
+    ``word_dropout`` share of the tokens (see :mod:`.word_dropout`); prediction is MultiHashEmbed's."""
+    embed = MultiHashEmbed(width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors)
+    extractor = next(node for node in embed.walk() if node.name == "extract_features")
+    embed.replace_node(extractor, chain(extractor, word_id_dropout(word_dropout, column=0)))
+    return embed
 
 
 @registry.misc("spacy-nldm.minilm_path.v1")
