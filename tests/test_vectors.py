@@ -131,12 +131,14 @@ def _cfg(path: Path) -> Config:
     return Config().from_disk(path, interpolate=False)
 
 
-def test_glove_configs_differ_from_the_systems_only_by_the_static_vectors_and_averaging():
+def test_glove_configs_differ_from_the_systems_only_by_the_static_vectors_word_dropout_and_averaging():
     for system in SYSTEMS:
         base, glove = _cfg(ROOT / "configs" / f"{system}.cfg"), _cfg(ROOT / "configs" / "glove" / f"{system}.cfg")
         name = base["nlp"]["pipeline"][-1]
         embed = glove["components"][name]["model"]["tok2vec"]["embed"]
-        assert embed["@architectures"] == "spacy.MultiHashEmbed.v2" and embed["include_static_vectors"] is True
+        assert embed["@architectures"] == "spacy-nldm.WordDropoutHashEmbed.v1" and embed["include_static_vectors"] is True
+        assert 0 < embed.pop("word_dropout") < 1
+        embed["@architectures"] = base["components"][name]["model"]["tok2vec"]["embed"]["@architectures"]
         assert glove["paths"]["vectors"] == "assets/glove/vectors"
         assert glove["initialize"]["vectors"] == "${paths.vectors}"
         embed["include_static_vectors"] = base["components"][name]["model"]["tok2vec"]["embed"]["include_static_vectors"]
@@ -170,9 +172,10 @@ def test_derive_refuses_an_encoder_without_hash_embeddings(tmp_path):
     configs.mkdir()
     for name in ["crf1", "crf2", "nldm", "nldm_trf"]:
         (configs / f"{name}.cfg").write_text((ROOT / "configs" / f"{name}.cfg").read_text())
-    text = (ROOT / "configs" / "softmax.cfg").read_text().replace("include_static_vectors = false\n", "")
-    (configs / "softmax.cfg").write_text(text)
-    with pytest.raises(VariantError, match="softmax.cfg: .*has no include_static_vectors"):
+    text = (ROOT / "configs" / "softmax.cfg").read_text()
+    assert '"spacy.MultiHashEmbed.v2"' in text
+    (configs / "softmax.cfg").write_text(text.replace('"spacy.MultiHashEmbed.v2"', '"spacy.CharacterEmbed.v2"'))
+    with pytest.raises(VariantError, match="softmax.cfg: .*is not spacy.MultiHashEmbed.v2"):
         derive_all(configs)
 
 
