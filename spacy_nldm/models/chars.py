@@ -11,10 +11,10 @@ from typing import List
 import numpy
 import torch
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model
 from thinc.types import Floats2d, Ints2d
 
-from .shim import AveragingPyTorchShim
+from .shim import torch_layer, torch_output_to_array
 
 PAD, START, END = 0, 1, 2
 
@@ -55,8 +55,7 @@ def char_cnn(nO: int, *, char_dim: int = 30, window: int = 3, rows: int = 1000, 
         raise ValueError(f"char CNN: rows >= 4, an odd window and max_chars >= 2 are needed "
                          f"(got rows={rows}, window={window}, max_chars={max_chars})")
     module = CharCNN(rows, char_dim, nO, window, dropout)
-    cnn = PyTorchWrapper_v2(module, convert_inputs=_ids_to_torch, convert_outputs=_torch_to_array)
-    cnn.shims[0] = AveragingPyTorchShim(module)  # the optimizer's weight averages reach it (see .shim)
+    cnn = torch_layer(module, _ids_to_torch, torch_output_to_array)  # weight averages reach it (see .shim)
     return Model("char_cnn", _forward, layers=[cnn], dims={"nO": nO},
                  attrs={"rows": rows, "max_chars": max_chars})
 
@@ -82,13 +81,3 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
 def _ids_to_torch(model: Model, ids: Ints2d, is_train: bool):
     device = model.shims[0].device
     return ArgsKwargs(args=(torch.from_numpy(ids).to(device),), kwargs={}), lambda d_inputs: None
-
-
-def _torch_to_array(model: Model, inputs_outputs, is_train: bool):
-    _, Y_torch = inputs_outputs
-    device = model.shims[0].device
-
-    def backprop(dY):
-        return ArgsKwargs(args=(Y_torch,), kwargs={"grad_tensors": xp2torch(dY, device=device)})
-
-    return torch2xp(Y_torch), backprop

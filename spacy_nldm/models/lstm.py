@@ -6,13 +6,13 @@ so a doc's vectors change with its neighbours. :func:`packed_lstm` packs the bat
 (``torch.nn.utils.rnn.pack_padded_sequence``): each direction reads exactly the doc's own tokens.
 Empty docs are left out of the LSTM and get (0, nO) outputs; a batch of empty docs never reaches it.
 """
-from typing import List, Optional
+from typing import List
 
 import torch
-from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v2, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats2d
 
-from .shim import AveragingPyTorchShim
+from .shim import torch_layer, torch_output_to_array
 
 
 class PackedLSTM(torch.nn.LSTM):
@@ -31,8 +31,7 @@ def packed_lstm(nO: int, nI: int, *, bi: bool = True, depth: int = 1, dropout: f
     direction when ``bi``) over each sequence on its own (packed batch)."""
     hidden = nO // 2 if bi else nO
     module = PackedLSTM(nI, hidden, depth, bidirectional=bi, dropout=dropout)
-    lstm = PyTorchWrapper_v2(module, convert_inputs=_padded_to_torch, convert_outputs=_torch_to_padded)
-    lstm.shims[0] = AveragingPyTorchShim(module)  # the optimizer's weight averages reach it (see .shim)
+    lstm = torch_layer(module, _padded_to_torch, torch_output_to_array)  # weight averages reach it (see .shim)
     lstm.set_dim("nO", nO)
     lstm.set_dim("nI", nI)
     return Model("packed_lstm", _forward, layers=[lstm], dims={"nO": nO, "nI": nI})
@@ -81,13 +80,3 @@ def _padded_to_torch(model: Model, inputs, is_train: bool):
 
     args = (xp2torch(X, requires_grad=is_train, device=device), torch.tensor(lengths, dtype=torch.int64))
     return ArgsKwargs(args=args, kwargs={}), backprop
-
-
-def _torch_to_padded(model: Model, inputs_outputs, is_train: bool):
-    _, Y_torch = inputs_outputs
-    device: Optional[torch.device] = model.shims[0].device
-
-    def backprop(dY):
-        return ArgsKwargs(args=(Y_torch,), kwargs={"grad_tensors": xp2torch(dY, device=device)})
-
-    return torch2xp(Y_torch), backprop

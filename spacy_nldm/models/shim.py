@@ -8,7 +8,7 @@ weights. :class:`AveragingPyTorchShim` reads the keys ``finish_update`` writes.
 """
 import contextlib
 
-from thinc.api import PyTorchWrapper_v2, xp2torch
+from thinc.api import ArgsKwargs, PyTorchWrapper_v2, torch2xp, xp2torch
 from thinc.shims import PyTorchShim
 from torch import nn
 
@@ -42,8 +42,19 @@ class AveragingPyTorchShim(PyTorchShim):
             self._model.load_state_dict(backup)
 
 
-def torch_head(module: nn.Module):
-    """``PyTorchWrapper_v2(module)`` whose shim applies averaged parameters in ``use_params``."""
-    model = PyTorchWrapper_v2(module)
+def torch_layer(module: nn.Module, convert_inputs=None, convert_outputs=None):
+    """``PyTorchWrapper_v2(module, convert_inputs, convert_outputs)`` whose shim applies averaged parameters
+    in ``use_params`` (the edge scorer, the packed BiLSTM, the character CNN)."""
+    model = PyTorchWrapper_v2(module, convert_inputs=convert_inputs, convert_outputs=convert_outputs)
     model.shims[0] = AveragingPyTorchShim(module)
     return model
+
+
+def torch_output_to_array(model, inputs_outputs, is_train: bool):
+    """``convert_outputs`` for a module with one output tensor: an array, and its gradient passed back to torch."""
+    _, Y_torch = inputs_outputs
+
+    def backprop(dY):
+        return ArgsKwargs(args=(Y_torch,), kwargs={"grad_tensors": xp2torch(dY, device=model.shims[0].device)})
+
+    return torch2xp(Y_torch), backprop

@@ -14,7 +14,7 @@ from thinc.types import Floats2d
 
 from .scorers import make_scorer
 from .segments import SegmentScores, TokenScores  # noqa: F401  (SegmentScores: re-exported)
-from .shim import torch_head
+from .shim import torch_layer
 from .structure import Chain, LatentTree, Structure
 
 
@@ -39,7 +39,7 @@ def build_structured_tagger(
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
                          distance_lengths=lengths, dropout=dropout)
-    head = torch_head(scorer)
+    head = torch_layer(scorer)
     return Model(
         f"nldm-{structure}-tagger",
         forward,
