@@ -148,6 +148,20 @@ def m(**kw) -> Dict:
     return {"model": kw}
 
 
+def hash_cnn(word_dropout: float) -> Dict:
+    """The factories' (and spaCy's tagger's) default tok2vec, ``spacy.HashEmbedCNN.v2`` (width 96, depth 4,
+    embed_size 2000, subword features), written out as ``spacy.Tok2Vec.v2`` so that its MultiHashEmbed can be
+    ``spacy-nldm.WordDropoutHashEmbed.v1``; at rate 0 it is the same network."""
+    return {
+        "@architectures": "spacy.Tok2Vec.v2",
+        "embed": {"@architectures": "spacy-nldm.WordDropoutHashEmbed.v1", "width": 96,
+                  "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "rows": [2000, 1000, 1000, 1000],
+                  "include_static_vectors": False, "word_dropout": word_dropout},
+        "encode": {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": 96, "window_size": 1,
+                   "maxout_pieces": 3, "depth": 4},
+    }
+
+
 #: The row of today's factory defaults (normalize_loss = true): the runs of ``bench accuracy`` itself.
 NOW = "factory defaults now (normalize_loss = true: mean per token)"
 #: The study's starting point: the factory defaults before ``normalize_loss`` (which this study led to)
@@ -212,6 +226,15 @@ ABLATIONS: Dict[str, List[Tuple[str, str, Dict]]] = {
         ("trilinear, paper's pure form (no emission)", "n", dict(config=m(edge_scorer="trilinear", emission=False))),
     ],
 }
+#: Groups measured from today's factory defaults (the NOW row) rather than the study's starting point; their
+#: ``tok2vec`` changes apply to every system, spaCy's tagger included.
+ON_TODAY: Dict[str, List[Tuple[str, str, Dict]]] = {
+    "word_dropout": [
+        ("word dropout 0.25 (every system's tok2vec)", "scn", dict(tok2vec=hash_cnn(0.25))),
+        ("word dropout 0.4 (every system's tok2vec)", "scn", dict(tok2vec=hash_cnn(0.4))),
+    ],
+}
+ABLATIONS.update(ON_TODAY)
 FACTORIES = {"s": ("softmax", "tagger"), "c": ("crf", "crf_tagger"), "n": ("nldm", "nldm_tagger")}
 
 
@@ -219,18 +242,22 @@ def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) ->
     """(row label, system, spec) of a group; the "factory defaults" row is the spec of
     ``bench accuracy`` itself, so the two share runs."""
     out = []
-    rows = [("factory defaults", "scn", {})] + ABLATIONS[group]
+    base_label = NOW if group in ON_TODAY else "factory defaults"
+    rows = [(base_label, "scn", {})] + ABLATIONS[group]
     for label, systems, fields in rows:
         for key in systems:
             name, factory = FACTORIES[key]
             for dataset in datasets:
                 for seed in seeds:
-                    fields = dict(fields)
-                    config = fields.pop("config", {})
+                    spec_fields = dict(fields)  # a copy per run: every run of the row gets the row's config
+                    config = spec_fields.pop("config", {})
+                    tok2vec = spec_fields.pop("tok2vec", None)
                     if factory == "tagger":  # spaCy's tagger has no head settings of ours
                         config = {}
-                    elif label != NOW:
+                    elif label != NOW and group not in ON_TODAY:
                         config = {**STUDY_BASE, **config}
+                    if tok2vec is not None:
+                        config = {**config, "model": {**config.get("model", {}), "tok2vec": tok2vec}}
                     if label == NOW:
                         system = f"{name} defaults {default_signature(factory)}"
                     elif label == "factory defaults":
@@ -238,7 +265,7 @@ def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) ->
                     else:
                         system = f"{name}: {label}"
                     spec = RunSpec(dataset=dataset, system=system, factory=factory, seed=seed,
-                                   config=config, corpus=corpus, **fields)
+                                   config=config, corpus=corpus, **spec_fields)
                     out.append((label, name, spec))
     return out
 
@@ -256,7 +283,8 @@ def table(group: str, entries, done: Dict, datasets: List[str]) -> List[str]:
             acc.setdefault((label, name, spec.dataset), []).append(row.get("acc_avg") or row["acc"])
     head = ["change"] + [f"{d} {s}" for d in datasets for s in systems]
     lines = [f"### {group}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base = {(d, s): acc.get(("factory defaults", s, d)) for d in datasets for s in systems}
+    base_label = NOW if group in ON_TODAY else "factory defaults"
+    base = {(d, s): acc.get((base_label, s, d)) for d in datasets for s in systems}
     for decoder in ("viterbi", "posterior"):  # the defaults' own weights, scored with each decoder
         label = f"factory defaults, {decoder} decoding (same weights)"
         for _, name, spec in entries:

@@ -65,3 +65,26 @@ def test_accuracy_table_differences_and_wins():
 def test_unknown_dataset_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(app, ["bench", "accuracy", "--datasets", "xx", "--results", str(tmp_path / "r")])
     assert result.exit_code != 0 and "unknown dataset 'xx'" in result.output
+
+
+def test_diagnosis_rows_give_every_run_their_change():
+    """scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the row's config
+    and tok2vec, not only the first one (a shared dict was once emptied by the first run's pop)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "diagnose_accuracy.py"
+    spec = importlib.util.spec_from_file_location("diagnose_accuracy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for group in ("decode", "word_dropout"):
+        by_row = {}
+        for label, name, run in module.specs_for(group, ["tw", "en"], [0, 1], "corpus"):
+            by_row.setdefault((label, name), []).append(json.dumps(run.config, sort_keys=True))
+        for (label, name), configs in by_row.items():
+            assert len(configs) == 4 and len(set(configs)) == 1, (label, name, configs)
+        assert any("max_dist" in c or "word_dropout" in c for cs in by_row.values() for c in cs)
+    decode = module.specs_for("decode", ["tw"], [0, 1], "corpus")
+    assert all('"max_dist": 10' in json.dumps(r.config) for label, _, r in decode if label == "max_dist 10")
+    wd = module.specs_for("word_dropout", ["tw"], [0, 1], "corpus")
+    assert sum(r.config["model"]["tok2vec"]["embed"]["word_dropout"] == 0.4 for _, _, r in wd if r.config) == 6
