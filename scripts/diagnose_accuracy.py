@@ -320,18 +320,28 @@ def main(
 ) -> None:
     sets = datasets.split(",")
     seed_list = [int(s) for s in seeds.split(",")]
-    all_lines = []
+    out = ROOT / "results" / "diagnosis" / "tables.md"
+    sections = _sections(out)
     for group in groups.split(","):
         entries = specs_for(group, sets, seed_list, corpus)
         specs = [spec for _, _, spec in entries]
         done = run_all(specs, results, workers=workers, log=typer.echo) if run else _done(results)
         lines = table(group, entries, done, sets)
         typer.echo("\n".join(lines) + "\n")
-        all_lines += lines + [""]
-    out = ROOT / "results" / "diagnosis" / "tables.md"
+        sections[group] = "\n".join(lines) + "\n"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(all_lines), encoding="utf8")
-    typer.echo(f"Wrote {out}")
+    out.write_text("\n".join(sections.values()), encoding="utf8")
+    typer.echo(f"Updated the groups {groups} in {out}")
+
+
+def _sections(path: Path) -> Dict[str, str]:
+    """The tables already in ``path`` by group (its "### <group>" blocks, in order), so that a run of some
+    groups replaces their tables and keeps the others."""
+    sections: Dict[str, str] = {}
+    if path.exists():
+        for block in path.read_text(encoding="utf8").split("### ")[1:]:
+            sections[block.split("\n", 1)[0].strip()] = "### " + block.rstrip("\n") + "\n"
+    return sections
 
 
 def _done(results: Path) -> Dict:
