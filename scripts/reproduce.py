@@ -4,7 +4,7 @@
         --mirror ../shared/data [--max-epochs 30 --patience 2000 --eval-frequency 200]
 
 A run whose results/runs/<dataset>/<system>-seed<k>.json exists and was made with today's config and budget
-is skipped (its fingerprint: a hash of configs/<system>.cfg and the budget options); a record made with
+is skipped (its fingerprint: a hash of configs/<system>.cfg, or of --configs' file, and the budget options); a record made with
 another config or budget is redone. Several copies can share the queue (scripts/runs.py: one lock file per run).
 Each run: `spacy train configs/<system>.cfg` on corpus/<dataset>/train.spacy with dev for model selection,
 then `spacy evaluate model-best test.spacy --gold-preproc` (token accuracy on the given tokens). A dataset
@@ -46,7 +46,7 @@ def train_and_test(args, key: str, system: str, seed: int) -> dict:
         "training.eval_frequency": str(args.eval_frequency or _steps_per_epoch(key)),
     }
     log = out / "train.log"
-    train_s, train_cpu = spacy_train(Path(f"configs/{system}.cfg"), out, overrides, log, threads=args.threads)
+    train_s, train_cpu = spacy_train(args.configs / f"{system}.cfg", out, overrides, log, threads=args.threads)
     t1 = time.time()
     scores = spacy_evaluate(out / "model-best", corpus_file(key, "test"), out / "evaluate.log", threads=args.threads)
     eval_s = time.time() - t1
@@ -70,7 +70,7 @@ def fingerprint(system: str, args) -> str:
     """What makes a run's result: its config file and the budget options (12 hex digits of a SHA-256)."""
     budget = {"max_epochs": args.max_epochs, "max_steps": args.max_steps, "patience": args.patience,
               "eval_frequency": args.eval_frequency}
-    text = Path(f"configs/{system}.cfg").read_bytes() + json.dumps(budget, sort_keys=True).encode()
+    text = (args.configs / f"{system}.cfg").read_bytes() + json.dumps(budget, sort_keys=True).encode()
     return hashlib.sha256(text).hexdigest()[:12]
 
 
@@ -86,6 +86,8 @@ def main() -> None:
     p.add_argument("--eval-frequency", type=int, default=0, help="0: about once per epoch")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--results", type=Path, default=Path("results/runs"))
+    p.add_argument("--configs", type=Path, default=Path("configs"),
+                   help="folder of the <system>.cfg files (a variant's folder for a screen; Table 2: configs)")
     p.add_argument("--training", type=Path, default=Path("training/reproduce"))
     args = p.parse_args()
     keys = parse_list(args.datasets, list(DATASETS))
