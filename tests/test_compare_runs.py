@@ -1,0 +1,36 @@
+"""scripts/compare_runs.py: two folders of Table 2 records, the mean over common seeds and the change."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(runs: Path, dataset: str, system: str, seed: int, test: float, dev: float) -> None:
+    (runs / dataset).mkdir(parents=True, exist_ok=True)
+    record = {"dataset": dataset, "system": system, "seed": seed, "test_acc": test, "dev_acc": dev}
+    (runs / dataset / f"{system}-seed{seed}.json").write_text(json.dumps(record))
+
+
+def test_changes_over_common_seeds(tmp_path):
+    base, variant = tmp_path / "base", tmp_path / "variant"
+    write(base, "twitter", "nldm", 0, 85.0, 84.0)
+    write(base, "twitter", "nldm", 1, 86.0, 85.0)
+    write(base, "twitter", "nldm", 2, 99.0, 99.0)  # no variant run with seed 2: left out of both means
+    write(variant, "twitter", "nldm", 0, 86.0, 84.5)
+    write(variant, "twitter", "nldm", 1, 86.5, 85.5)
+    write(base, "fr", "softmax", 0, 90.0, 90.0)  # no variant run at all: blank cell
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), "--base", str(base),
+                           "--variant", str(variant)], capture_output=True, text=True, cwd=ROOT / "scripts")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| twitter"))
+    assert "85.50 → 86.25 (+0.75; dev +0.50, seeds 0,1)" in row
+    assert not any(line.startswith("| fr") for line in done.stdout.splitlines())
+    assert "test +0.75; dev +0.50 (1 datasets)" in done.stdout
+
+
+def test_missing_folder_is_an_error(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), "--base", str(tmp_path),
+                           "--variant", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT / "scripts")
+    assert done.returncode == 2 and "nothing is not a folder of records" in done.stderr
