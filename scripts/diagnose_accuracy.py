@@ -149,16 +149,22 @@ def m(**kw) -> Dict:
 
 
 def hash_cnn(word_dropout: float) -> Dict:
-    """The factories' (and spaCy's tagger's) default tok2vec, ``spacy.HashEmbedCNN.v2`` (width 96, depth 4,
-    embed_size 2000, subword features), written out as ``spacy.Tok2Vec.v2`` so that its MultiHashEmbed can be
-    ``spacy-nldm.WordDropoutHashEmbed.v1``; at rate 0 it is the same network."""
+    """The factories' (and spaCy's tagger's) default tok2vec, ``spacy.HashEmbedCNN.v2``, written out as
+    ``spacy.Tok2Vec.v2`` with the blocks HashEmbedCNN builds (subword features: NORM, PREFIX, SUFFIX, SHAPE,
+    rows embed_size and embed_size // 2), so that its MultiHashEmbed can be ``spacy-nldm.WordDropoutHashEmbed.v1``;
+    at rate 0 it is the same network. Its settings are read from the factories' default."""
+    from spacy_nldm.pipeline.factories import DEFAULT_NLDM_MODEL
+
+    cnn = DEFAULT_NLDM_MODEL["tok2vec"]
+    assert cnn["@architectures"] == "spacy.HashEmbedCNN.v2" and cnn["subword_features"] and not cnn["pretrained_vectors"]
+    width, rows = cnn["width"], cnn["embed_size"]
     return {
         "@architectures": "spacy.Tok2Vec.v2",
-        "embed": {"@architectures": "spacy-nldm.WordDropoutHashEmbed.v1", "width": 96,
-                  "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "rows": [2000, 1000, 1000, 1000],
+        "embed": {"@architectures": "spacy-nldm.WordDropoutHashEmbed.v1", "width": width,
+                  "attrs": ["NORM", "PREFIX", "SUFFIX", "SHAPE"], "rows": [rows] + [rows // 2] * 3,
                   "include_static_vectors": False, "word_dropout": word_dropout},
-        "encode": {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": 96, "window_size": 1,
-                   "maxout_pieces": 3, "depth": 4},
+        "encode": {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": width,
+                   "window_size": cnn["window_size"], "maxout_pieces": cnn["maxout_pieces"], "depth": cnn["depth"]},
     }
 
 
@@ -238,12 +244,16 @@ ABLATIONS.update(ON_TODAY)
 FACTORIES = {"s": ("softmax", "tagger"), "c": ("crf", "crf_tagger"), "n": ("nldm", "nldm_tagger")}
 
 
+def base_label(group: str) -> str:
+    """The label of the row a group's changes are measured from (and their differences taken to)."""
+    return NOW if group in ON_TODAY else "factory defaults"
+
+
 def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) -> List[Tuple[str, str, RunSpec]]:
     """(row label, system, spec) of a group; the "factory defaults" row is the spec of
     ``bench accuracy`` itself, so the two share runs."""
     out = []
-    base_label = NOW if group in ON_TODAY else "factory defaults"
-    rows = [(base_label, "scn", {})] + ABLATIONS[group]
+    rows = [(base_label(group), "scn", {})] + ABLATIONS[group]
     for label, systems, fields in rows:
         for key in systems:
             name, factory = FACTORIES[key]
@@ -283,8 +293,7 @@ def table(group: str, entries, done: Dict, datasets: List[str]) -> List[str]:
             acc.setdefault((label, name, spec.dataset), []).append(row.get("acc_avg") or row["acc"])
     head = ["change"] + [f"{d} {s}" for d in datasets for s in systems]
     lines = [f"### {group}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    base_label = NOW if group in ON_TODAY else "factory defaults"
-    base = {(d, s): acc.get((base_label, s, d)) for d in datasets for s in systems}
+    base = {(d, s): acc.get((base_label(group), s, d)) for d in datasets for s in systems}
     for decoder in ("viterbi", "posterior"):  # the defaults' own weights, scored with each decoder
         label = f"factory defaults, {decoder} decoding (same weights)"
         for _, name, spec in entries:

@@ -62,8 +62,8 @@ def glove_variant(base: Config, vectors: str = GLOVE_VECTORS, where: str = "conf
     name = head_name(config, where)
     embed = config["components"][name].get("model", {}).get("tok2vec", {}).get("embed")
     if not isinstance(embed, dict) or embed.get("@architectures") not in HASH_EMBEDS:
-        raise VariantError(f"{where}: [components.{name}.model.tok2vec.embed] is not spacy.MultiHashEmbed.v2 "
-                           f"or {WORD_DROPOUT_EMBED} (the GloVe variant adds static vectors and word dropout to it)")
+        raise VariantError(f"{where}: [components.{name}.model.tok2vec.embed] is not {' or '.join(HASH_EMBEDS)} "
+                           "(the GloVe variant adds static vectors and word dropout to it)")
     embed["@architectures"] = WORD_DROPOUT_EMBED
     embed["include_static_vectors"] = True
     embed["word_dropout"] = GLOVE_WORD_DROPOUT
