@@ -1,5 +1,7 @@
 """Two sets of Table 2 records side by side: per dataset and system, the mean test (and dev) accuracy of each
-over the seeds both have, and the change; then the average change per system over the datasets both have.
+over the seeds both have, and the change; then the average change per system over the datasets both have, and
+for pairs of systems the difference of their test changes (mean over the datasets with both, its standard error
+from the spread over datasets: whether one system gained more than another beyond the datasets' noise).
 
     python scripts/compare_runs.py --base results/runs --variant results/diagnosis/table2_wd/runs
 
@@ -16,6 +18,8 @@ from typing import Dict, Tuple
 from datasets import DATASETS, SYSTEMS
 
 Scores = Dict[Tuple[str, str], Dict[int, Tuple[float, float]]]
+#: (system, other): "did system gain more than other?"
+PAIRS = [("nldm", "crf1"), ("nldm", "crf2"), ("nldm", "softmax"), ("crf1", "softmax"), ("crf2", "softmax")]
 
 
 def load(runs: Path) -> Scores:
@@ -39,6 +43,7 @@ def main() -> None:
     print("| dataset | " + " | ".join(f"{s}: base → variant (test change; dev change)" for s in SYSTEMS) + " |")
     print("|---|" + "---|" * len(SYSTEMS))
     changes = defaultdict(list)
+    test_change: Dict[Tuple[str, str], float] = {}
     for dataset in DATASETS:
         cells = []
         for system in SYSTEMS:
@@ -49,6 +54,7 @@ def main() -> None:
             b_test, b_dev = (statistics.mean(base[dataset, system][k][i] for k in seeds) for i in (0, 1))
             v_test, v_dev = (statistics.mean(variant[dataset, system][k][i] for k in seeds) for i in (0, 1))
             changes[system].append((v_test - b_test, v_dev - b_dev))
+            test_change[dataset, system] = v_test - b_test
             note = f", seeds {','.join(map(str, seeds))}"
             cells.append(f"{b_test:.2f} → {v_test:.2f} ({v_test - b_test:+.2f}; dev {v_dev - b_dev:+.2f}{note})")
         if any(cells):
@@ -59,6 +65,26 @@ def main() -> None:
         cells.append(f"test {statistics.mean(r[0] for r in rows):+.2f}; dev {statistics.mean(r[1] for r in rows):+.2f} "
                      f"({len(rows)} datasets)" if rows else "")
     print("| **mean change** | " + " | ".join(cells) + " |")
+    print_pairs(test_change)
+
+
+def print_pairs(test_change: Dict[Tuple[str, str], float]) -> None:
+    """Per pair of systems: test change of the first minus the second, per dataset, mean and standard error."""
+    lines = []
+    for system, other in PAIRS:
+        diffs = [(d, test_change[d, system] - test_change[d, other]) for d in DATASETS
+                 if (d, system) in test_change and (d, other) in test_change]
+        if len(diffs) < 2:
+            continue
+        values = [v for _, v in diffs]
+        se = statistics.stdev(values) / len(values) ** 0.5
+        per_dataset = ", ".join(f"{d} {v:+.2f}" for d, v in diffs)
+        lines.append(f"| {system} − {other} | {statistics.mean(values):+.2f} ± {se:.2f} | {len(values)} | {per_dataset} |")
+    if lines:
+        print()
+        print("| test change of a − change of b | mean ± standard error | datasets | per dataset |")
+        print("|---|---|---|---|")
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

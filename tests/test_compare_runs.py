@@ -30,6 +30,23 @@ def test_changes_over_common_seeds(tmp_path):
     assert "test +0.75; dev +0.50 (1 datasets)" in done.stdout
 
 
+def test_difference_of_two_systems_changes(tmp_path):
+    base, variant = tmp_path / "base", tmp_path / "variant"
+    for dataset, nldm_change, crf_change in [("twitter", 1.0, 0.5), ("fr", 0.0, 0.5), ("en", 0.5, 0.0)]:
+        write(base, dataset, "nldm", 0, 90.0, 90.0)
+        write(base, dataset, "crf1", 0, 90.0, 90.0)
+        write(variant, dataset, "nldm", 0, 90.0 + nldm_change, 90.0)
+        write(variant, dataset, "crf1", 0, 90.0 + crf_change, 90.0)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), "--base", str(base),
+                           "--variant", str(variant)], capture_output=True, text=True, cwd=ROOT / "scripts")
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| nldm − crf1"))
+    # differences +0.5, -0.5, +0.5: mean +0.17, sample sd 0.577, standard error 0.577 / sqrt(3) = 0.33
+    assert "| +0.17 ± 0.33 | 3 |" in row
+    assert "twitter +0.50" in row and "fr -0.50" in row and "en +0.50" in row
+    assert not any(line.startswith("| nldm − softmax") for line in done.stdout.splitlines())  # no softmax runs
+
+
 def test_missing_folder_is_an_error(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), "--base", str(tmp_path),
                            "--variant", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT / "scripts")
