@@ -259,7 +259,8 @@ def test_cli_end_to_end_writes_a_trainable_tuned_config_and_the_table(tmp_path):
     assert "| tiny | softmax |" in table and "| hidden_size | one of {8, 16} |" in table
     study = optuna.load_study(study_name="tiny-softmax", storage=f"sqlite:///{tmp_path / 'studies' / 'tiny-softmax.db'}")
     best = study.best_trial
-    assert f"| tiny | softmax | {best.value:.2f} |" in table
+    # each row names the config its trials started from (--configs/<system>.cfg)
+    assert f"| tiny | softmax | `{ROOT / 'configs' / 'softmax.cfg'}` | {best.value:.2f} |" in table
 
     # the tuned config is a full config that spacy train accepts: the best trial's values, the dataset's paths
     from spacy.training.initialize import init_nlp

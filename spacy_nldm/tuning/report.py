@@ -42,12 +42,14 @@ def render(rows: Sequence[Dict[str, Any]], space: Optional[Space] = None, comman
            pruner: str = "") -> str:
     """The Markdown report."""
     lines = [
-        "# Hyper-parameter search on dev (`spacy project run tune`)",
+        "# Hyper-parameter search on dev (`python -m spacy_nldm tune`)",
         "",
         "Dev token accuracy (%, `tag_acc`, the best evaluation of each trial). Each trial is one `spacy train` "
         "run of the system's config with the trial's overrides, a fixed step budget and seed; the test sets "
         "are not used. The first trial of each study is the shipped config's own values (column "
-        "*Shipped*). *Trials* counts finished trials (complete + pruned), the same number for every system.",
+        "*Shipped*). *Trials* counts finished trials (complete + pruned), the same number for every system; "
+        "*Failed* counts trials that stopped with an error or were interrupted (an interrupted trial is run "
+        "again with the same parameters when the search resumes).",
         "",
     ]
     if command:
@@ -55,21 +57,21 @@ def render(rows: Sequence[Dict[str, Any]], space: Optional[Space] = None, comman
     if pruner:
         lines += [f"Pruning: {pruner}.", ""]
     lines += [
-        "| Dataset | System | Best dev acc. | Shipped | Trials | Pruned | Failed | Steps (eval every) | "
-        "Trial minutes | Best trial | Best parameters |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| Dataset | System | Base config | Best dev acc. | Shipped | Trials | Pruned | Failed | "
+        "Steps (eval every) | Trial minutes | Best trial | Best parameters |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         s = r["settings"]
         params = ", ".join(f"{k}={_fmt_value(v)}" for k, v in r["best_params"].items()) or "–"
         lines.append(
-            f"| {s.get('dataset', '?')} | {s.get('system', '?')} | {_acc(r['best_value'])} | "
+            f"| {s.get('dataset', '?')} | {s.get('system', '?')} | `{s.get('config', '?')}` | {_acc(r['best_value'])} | "
             f"{_acc(r['baseline_value'])} | {r['finished']} | {r['pruned']} | {r['failed']} | "
             f"{s.get('steps', '?')} ({s.get('eval_frequency', '?')}) | {r['minutes']} | "
             f"{'–' if r['best_number'] is None else r['best_number']} | {params} |"
         )
     if not rows:
-        lines.append("| – | – | – | – | 0 | 0 | 0 | – | – | – | no study found |")
+        lines.append("| – | – | – | – | – | 0 | 0 | 0 | – | – | – | no study found |")
     if space is not None:
         lines += ["", f"## Search space (`{space.path}`)", "",
                   "| Parameter | Distribution | Systems | When | Sets |", "|---|---|---|---|---|"]
