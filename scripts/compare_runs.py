@@ -42,8 +42,7 @@ def main() -> None:
     base, variant = load(args.base), load(args.variant)
     print("| dataset | " + " | ".join(f"{s}: base → variant (test change; dev change)" for s in SYSTEMS) + " |")
     print("|---|" + "---|" * len(SYSTEMS))
-    changes = defaultdict(list)
-    test_change: Dict[Tuple[str, str], float] = {}
+    changes: Dict[Tuple[str, str], Tuple[float, float]] = {}  # (dataset, system) -> (test change, dev change)
     for dataset in DATASETS:
         cells = []
         for system in SYSTEMS:
@@ -53,27 +52,26 @@ def main() -> None:
                 continue
             b_test, b_dev = (statistics.mean(base[dataset, system][k][i] for k in seeds) for i in (0, 1))
             v_test, v_dev = (statistics.mean(variant[dataset, system][k][i] for k in seeds) for i in (0, 1))
-            changes[system].append((v_test - b_test, v_dev - b_dev))
-            test_change[dataset, system] = v_test - b_test
+            changes[dataset, system] = (v_test - b_test, v_dev - b_dev)
             note = f", seeds {','.join(map(str, seeds))}"
             cells.append(f"{b_test:.2f} → {v_test:.2f} ({v_test - b_test:+.2f}; dev {v_dev - b_dev:+.2f}{note})")
         if any(cells):
             print(f"| {dataset} | " + " | ".join(cells) + " |")
     cells = []
     for system in SYSTEMS:
-        rows = changes[system]
+        rows = [change for (_, s), change in changes.items() if s == system]
         cells.append(f"test {statistics.mean(r[0] for r in rows):+.2f}; dev {statistics.mean(r[1] for r in rows):+.2f} "
                      f"({len(rows)} datasets)" if rows else "")
     print("| **mean change** | " + " | ".join(cells) + " |")
-    print_pairs(test_change)
+    print_pairs(changes)
 
 
-def print_pairs(test_change: Dict[Tuple[str, str], float]) -> None:
+def print_pairs(changes: Dict[Tuple[str, str], Tuple[float, float]]) -> None:
     """Per pair of systems: test change of the first minus the second, per dataset, mean and standard error."""
     lines = []
     for system, other in PAIRS:
-        diffs = [(d, test_change[d, system] - test_change[d, other]) for d in DATASETS
-                 if (d, system) in test_change and (d, other) in test_change]
+        diffs = [(d, changes[d, system][0] - changes[d, other][0]) for d in DATASETS
+                 if (d, system) in changes and (d, other) in changes]
         if len(diffs) < 2:
             continue
         values = [v for _, v in diffs]
