@@ -1,0 +1,79 @@
+"""Is one group of trained taggers more accurate than another beyond the test set's sampling noise?
+
+    python scripts/paired_bootstrap.py \
+        --a training/glove-tuned/twitter/nldm/seed{0,1,2}/model-best \
+        --b training/glove-transfer/softmax/seed{0,1,2}/model-best --test corpus/twitter/test.spacy
+
+Each group is one system's models (one per seed). Every model tags the test sentences (their gold tokens, as
+``spacy evaluate --gold-preproc``); per sentence, a group's correct tokens are averaged over its models. The
+difference of the two groups' token accuracies is then resampled over test sentences (paired bootstrap,
+Koehn 2004): the script prints each group's accuracy, the difference A - B, its 95% interval and the share of
+resamples in which the sign of the difference flips (a one-sided p-value).
+
+The seeds' spread (the ± of the result tables) says how much a difference depends on training's randomness;
+this says how much it depends on which sentences the test set happened to hold. A difference that is consistent
+over seeds can still be a handful of sentences. Used by results/diagnosis.md section 27.
+"""
+import argparse
+from pathlib import Path
+from typing import List, Sequence, Tuple
+
+import numpy
+import spacy
+from spacy.tokens import Doc, DocBin
+
+
+def correct_per_sentence(models: Sequence[Path], test: Path, attr: str) -> Tuple[numpy.ndarray, numpy.ndarray]:
+    """(mean correct tokens over the models, tokens) per test sentence: two float arrays of shape (n_sentences,)."""
+    correct: List[numpy.ndarray] = []
+    lengths = None
+    for path in models:
+        nlp = spacy.load(path)
+        gold = list(DocBin().from_disk(test).get_docs(nlp.vocab))
+        words = (Doc(nlp.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc]) for doc in gold)
+        right = [sum(getattr(g, attr) == getattr(p, attr) for g, p in zip(g_doc, p_doc))
+                 for g_doc, p_doc in zip(gold, nlp.pipe(words))]
+        correct.append(numpy.asarray(right, dtype=float))
+        lengths = numpy.asarray([len(doc) for doc in gold], dtype=float)
+    return numpy.mean(correct, axis=0), lengths
+
+
+def paired_bootstrap(correct_a: numpy.ndarray, correct_b: numpy.ndarray, lengths: numpy.ndarray,
+                     samples: int = 10_000, seed: int = 0) -> Tuple[float, float, float, float]:
+    """Token accuracy difference A - B in points, its 95% percentile interval and the share of resamples whose
+    difference has the other sign (or is zero) than the observed one. Inputs: per sentence, shape (n,)."""
+    rng = numpy.random.default_rng(seed)
+    delta = correct_a - correct_b
+    observed = 100 * delta.sum() / lengths.sum()
+    picks = rng.integers(0, len(lengths), size=(samples, len(lengths)))
+    resampled = 100 * delta[picks].sum(axis=1) / lengths[picks].sum(axis=1)
+    low, high = numpy.percentile(resampled, [2.5, 97.5])
+    flipped = float(numpy.mean(resampled <= 0 if observed > 0 else resampled >= 0))
+    return float(observed), float(low), float(high), flipped
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--a", nargs="+", type=Path, required=True, help="group A: trained pipelines (model-best)")
+    parser.add_argument("--b", nargs="+", type=Path, required=True, help="group B: trained pipelines")
+    parser.add_argument("--test", type=Path, default=Path("corpus/twitter/test.spacy"))
+    parser.add_argument("--attr", default="tag_", choices=["tag_", "pos_"], help="the token attribute scored")
+    parser.add_argument("--samples", type=int, default=10_000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the resampling")
+    args = parser.parse_args()
+    for path in [args.test, *args.a, *args.b]:
+        if not path.exists():
+            parser.error(f"{path} does not exist")
+    correct_a, lengths = correct_per_sentence(args.a, args.test, args.attr)
+    correct_b, _ = correct_per_sentence(args.b, args.test, args.attr)
+    diff, low, high, flipped = paired_bootstrap(correct_a, correct_b, lengths, args.samples, args.seed)
+    total = lengths.sum()
+    print(f"A ({len(args.a)} models): {100 * correct_a.sum() / total:.2f}; "
+          f"B ({len(args.b)} models): {100 * correct_b.sum() / total:.2f} "
+          f"({len(lengths)} sentences, {int(total)} tokens)")
+    print(f"A - B: {diff:+.2f} points, 95% interval [{low:+.2f}, {high:+.2f}], "
+          f"sign flips in {100 * flipped:.1f}% of {args.samples} resamples over sentences")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""scripts/paired_bootstrap.py: the difference of two groups' accuracies, resampled over test sentences."""
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from paired_bootstrap import paired_bootstrap  # noqa: E402
+
+
+def test_identical_predictions_have_no_difference():
+    lengths = numpy.full(50, 10.0)
+    correct = numpy.random.default_rng(1).integers(5, 11, size=50).astype(float)
+    diff, low, high, flipped = paired_bootstrap(correct, correct, lengths, samples=500)
+    assert diff == low == high == 0.0
+    assert flipped == 1.0  # no resample is above zero: nothing supports A > B
+
+
+def test_interval_matches_the_normal_approximation():
+    """Equal-length sentences: the accuracy difference is a mean of per-sentence differences, whose standard
+    error is sd / sqrt(n); the bootstrap's 95% interval must be about observed ± 1.96 standard errors."""
+    rng = numpy.random.default_rng(0)
+    n, length = 2000, 10.0
+    lengths = numpy.full(n, length)
+    correct_b = rng.integers(6, 11, size=n).astype(float)
+    correct_a = numpy.clip(correct_b + rng.choice([-1.0, 0.0, 0.0, 1.0, 1.0], size=n), 0, length)
+    diff, low, high, flipped = paired_bootstrap(correct_a, correct_b, lengths, samples=4000, seed=3)
+    per_sentence = 100 * (correct_a - correct_b) / length
+    assert abs(diff - per_sentence.mean()) < 1e-9
+    standard_error = per_sentence.std(ddof=1) / numpy.sqrt(n)
+    assert abs((high - low) / 2 - 1.96 * standard_error) < 0.1 * 1.96 * standard_error
+    assert low < diff < high
+    assert (flipped < 0.025) == (low > 0)
+
+
+def test_a_small_difference_on_few_sentences_is_not_significant():
+    """One extra correct token in 20 sentences of 10: 0.5 points, but most of the sign rests on one sentence."""
+    lengths = numpy.full(20, 10.0)
+    correct_b = numpy.full(20, 9.0)
+    correct_a = correct_b.copy()
+    correct_a[0] += 1
+    diff, low, high, flipped = paired_bootstrap(correct_a, correct_b, lengths, samples=4000)
+    assert diff == 0.5
+    assert low == 0.0  # about a third of the resamples miss sentence 0
+    assert 0.3 < flipped < 0.4  # (19/20)^20 = 0.358
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "no"),
+                           "--b", str(tmp_path / "no"), "--test", str(tmp_path / "test.spacy")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
+
+
+def test_correct_tokens_per_sentence_from_saved_pipelines(tmp_path):
+    """Two rule-based pipelines saved to disk (every token tagged N; every token V) on a gold test file."""
+    import spacy
+    from spacy.tokens import Doc, DocBin
+
+    from paired_bootstrap import correct_per_sentence
+
+    models = []
+    for tag in ("N", "V"):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("attribute_ruler").add([[{}]], {"TAG": tag})
+        nlp.to_disk(tmp_path / tag)
+        models.append(tmp_path / tag)
+    vocab = spacy.blank("en").vocab
+    gold = [Doc(vocab, words=["dogs", "bark", "loudly"], tags=["N", "V", "R"]),
+            Doc(vocab, words=["cats", "purr"], tags=["N", "N"])]
+    DocBin(docs=gold).to_disk(tmp_path / "test.spacy")
+    only_n, lengths = correct_per_sentence(models[:1], tmp_path / "test.spacy", "tag_")
+    assert only_n.tolist() == [1.0, 2.0] and lengths.tolist() == [3.0, 2.0]
+    mean_of_both, _ = correct_per_sentence(models, tmp_path / "test.spacy", "tag_")
+    assert mean_of_both.tolist() == [1.0, 1.0]  # V: [1, 0]; averaged with N's [1, 2]
