@@ -25,16 +25,16 @@ from spacy.tokens import Doc, DocBin
 
 def correct_per_sentence(models: Sequence[Path], test: Path, attr: str) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """(mean correct tokens over the models, tokens) per test sentence: two float arrays of shape (n_sentences,)."""
+    test_docs = DocBin().from_disk(test)  # read once; each model reads the docs into its own vocab
     correct: List[numpy.ndarray] = []
-    lengths = None
     for path in models:
         nlp = spacy.load(path)
-        gold = list(DocBin().from_disk(test).get_docs(nlp.vocab))
+        gold = list(test_docs.get_docs(nlp.vocab))
         words = (Doc(nlp.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc]) for doc in gold)
         right = [sum(getattr(g, attr) == getattr(p, attr) for g, p in zip(g_doc, p_doc))
                  for g_doc, p_doc in zip(gold, nlp.pipe(words))]
         correct.append(numpy.asarray(right, dtype=float))
-        lengths = numpy.asarray([len(doc) for doc in gold], dtype=float)
+    lengths = numpy.asarray([len(doc) for doc in gold], dtype=float)  # the same test sentences for every model
     return numpy.mean(correct, axis=0), lengths
 
 
