@@ -12,23 +12,41 @@ resamples in which the sign of the difference flips (a one-sided p-value).
 
 The seeds' spread (the ± of the result tables) says how much a difference depends on training's randomness;
 this says how much it depends on which sentences the test set happened to hold. A difference that is consistent
-over seeds can still be a handful of sentences. Used by results/diagnosis.md section 27.
+over seeds can still be a handful of sentences. ``--decode-a`` / ``--decode-b`` load a group's structured
+components (``crf_tagger``, ``nldm_tagger``) with another decoder than they were trained with (``viterbi`` or
+``posterior``; a load-time setting, no retraining), e.g. the CRF decoded like the NLDM. Used by
+results/diagnosis.md sections 27 and 28.
 """
 import argparse
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy
 import spacy
 from spacy.tokens import Doc, DocBin
 
 
-def correct_per_sentence(models: Sequence[Path], test: Path, attr: str) -> Tuple[numpy.ndarray, numpy.ndarray]:
+STRUCTURED_FACTORIES = ("crf_tagger", "nldm_tagger")
+
+
+def load_pipeline(path: Path, decode: Optional[str] = None) -> spacy.Language:
+    """The trained pipeline at ``path``; with ``decode``, every structured component decodes that way instead."""
+    if decode is None:
+        return spacy.load(path)
+    components = spacy.util.load_config(path / "config.cfg")["components"]
+    names = [name for name, block in components.items() if block.get("factory") in STRUCTURED_FACTORIES]
+    if not names:
+        raise ValueError(f"{path}: no {' or '.join(STRUCTURED_FACTORIES)} component whose decoder could be set")
+    return spacy.load(path, config={"components": {name: {"decode": decode} for name in names}})
+
+
+def correct_per_sentence(models: Sequence[Path], test: Path, attr: str,
+                         decode: Optional[str] = None) -> Tuple[numpy.ndarray, numpy.ndarray]:
     """(mean correct tokens over the models, tokens) per test sentence: two float arrays of shape (n_sentences,)."""
     test_docs = DocBin().from_disk(test)  # read once; each model reads the docs into its own vocab
     correct: List[numpy.ndarray] = []
     for path in models:
-        nlp = spacy.load(path)
+        nlp = load_pipeline(path, decode)
         gold = list(test_docs.get_docs(nlp.vocab))
         words = (Doc(nlp.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc]) for doc in gold)
         right = [sum(getattr(g, attr) == getattr(p, attr) for g, p in zip(g_doc, p_doc))
@@ -58,14 +76,20 @@ def main() -> None:
     parser.add_argument("--b", nargs="+", type=Path, required=True, help="group B: trained pipelines")
     parser.add_argument("--test", type=Path, default=Path("corpus/twitter/test.spacy"))
     parser.add_argument("--attr", default="tag_", choices=["tag_", "pos_"], help="the token attribute scored")
+    for group in ("a", "b"):
+        parser.add_argument(f"--decode-{group}", choices=["viterbi", "posterior"], default=None,
+                            help=f"decode group {group.upper()}'s structured components this way (default: as trained)")
     parser.add_argument("--samples", type=int, default=10_000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="seed of the resampling")
     args = parser.parse_args()
     for path in [args.test, *args.a, *args.b]:
         if not path.exists():
             parser.error(f"{path} does not exist")
-    correct_a, lengths = correct_per_sentence(args.a, args.test, args.attr)
-    correct_b, _ = correct_per_sentence(args.b, args.test, args.attr)
+    try:
+        correct_a, lengths = correct_per_sentence(args.a, args.test, args.attr, args.decode_a)
+        correct_b, _ = correct_per_sentence(args.b, args.test, args.attr, args.decode_b)
+    except ValueError as error:
+        parser.error(str(error))
     diff, low, high, flipped = paired_bootstrap(correct_a, correct_b, lengths, args.samples, args.seed)
     total = lengths.sum()
     print(f"A ({len(args.a)} models): {100 * correct_a.sum() / total:.2f}; "

@@ -77,3 +77,38 @@ def test_correct_tokens_per_sentence_from_saved_pipelines(tmp_path):
     assert only_n.tolist() == [1.0, 2.0] and lengths.tolist() == [3.0, 2.0]
     mean_of_both, _ = correct_per_sentence(models, tmp_path / "test.spacy", "tag_")
     assert mean_of_both.tolist() == [1.0, 1.0]  # V: [1, 0]; averaged with N's [1, 2]
+
+
+def test_decoder_set_at_load_decodes_the_label_marginals(tmp_path):
+    """A CRF trained and saved with Viterbi, loaded with ``posterior``: its tags are the arg-max of the label
+    marginals it stores (the same pipeline, no retraining); a pipeline without a structured head is an error."""
+    import pytest
+    import spacy
+    from spacy.tokens import Doc
+    from spacy.training import Example
+
+    from paired_bootstrap import load_pipeline
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("crf_tagger", config={"attr": "tag", "decode": "viterbi", "store_probs": True})
+    rows = [("I love this song !", "O V D N ,"), ("you are so funny lol", "O V R A !"),
+            ("this song is so good", "D N V R A")]
+    examples = [Example.from_dict(Doc(nlp.vocab, words=w.split()), {"tags": t.split()}) for w, t in rows]
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):  # under-trained on purpose: marginals far from one-hot
+        nlp.update(examples, sgd=optimizer)
+    nlp.to_disk(tmp_path / "crf")
+
+    assert load_pipeline(tmp_path / "crf").get_pipe("crf_tagger").decode == "viterbi"
+    posterior = load_pipeline(tmp_path / "crf", "posterior")
+    pipe = posterior.get_pipe("crf_tagger")
+    assert pipe.decode == "posterior" and posterior.config["components"]["crf_tagger"]["decode"] == "posterior"
+    for doc in posterior.pipe(["you love this song", "so good lol !", "I are funny"]):
+        argmax = [pipe.labels[i] for i in doc._.nldm_probs.argmax(axis=1)]
+        assert [t.tag_ for t in doc] == argmax
+
+    plain = spacy.blank("en")
+    plain.add_pipe("attribute_ruler")
+    plain.to_disk(tmp_path / "plain")
+    with pytest.raises(ValueError, match="no crf_tagger or nldm_tagger"):
+        load_pipeline(tmp_path / "plain", "posterior")
