@@ -25,6 +25,8 @@ import numpy
 import spacy
 from spacy.tokens import Doc, DocBin
 
+from spacy_nldm.pipeline.tagger import DECODERS
+
 
 STRUCTURED_FACTORIES = ("crf_tagger", "nldm_tagger")
 
@@ -77,7 +79,7 @@ def main() -> None:
     parser.add_argument("--test", type=Path, default=Path("corpus/twitter/test.spacy"))
     parser.add_argument("--attr", default="tag_", choices=["tag_", "pos_"], help="the token attribute scored")
     for group in ("a", "b"):
-        parser.add_argument(f"--decode-{group}", choices=["viterbi", "posterior"], default=None,
+        parser.add_argument(f"--decode-{group}", choices=DECODERS, default=None,
                             help=f"decode group {group.upper()}'s structured components this way (default: as trained)")
     parser.add_argument("--samples", type=int, default=10_000, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=0, help="seed of the resampling")
