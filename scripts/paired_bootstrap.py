@@ -31,15 +31,20 @@ from spacy_nldm.pipeline.tagger import DECODERS
 STRUCTURED_FACTORIES = ("crf_tagger", "nldm_tagger")
 
 
-def load_pipeline(path: Path, decode: Optional[str] = None) -> spacy.Language:
-    """The trained pipeline at ``path``; with ``decode``, every structured component decodes that way instead."""
-    if decode is None:
-        return spacy.load(path)
+def structured_components(path: Path) -> List[str]:
+    """Names of the trained pipeline's structured components, read from its config.cfg; raises ValueError if none."""
     components = spacy.util.load_config(path / "config.cfg")["components"]
     names = [name for name, block in components.items() if block.get("factory") in STRUCTURED_FACTORIES]
     if not names:
         raise ValueError(f"{path}: no {' or '.join(STRUCTURED_FACTORIES)} component whose decoder could be set")
-    return spacy.load(path, config={"components": {name: {"decode": decode} for name in names}})
+    return names
+
+
+def load_pipeline(path: Path, decode: Optional[str] = None) -> spacy.Language:
+    """The trained pipeline at ``path``; with ``decode``, every structured component decodes that way instead."""
+    if decode is None:
+        return spacy.load(path)
+    return spacy.load(path, config={"components": {name: {"decode": decode} for name in structured_components(path)}})
 
 
 def correct_per_sentence(models: Sequence[Path], test: Path, attr: str,
@@ -87,11 +92,14 @@ def main() -> None:
     for path in [args.test, *args.a, *args.b]:
         if not path.exists():
             parser.error(f"{path} does not exist")
-    try:
-        correct_a, lengths = correct_per_sentence(args.a, args.test, args.attr, args.decode_a)
-        correct_b, _ = correct_per_sentence(args.b, args.test, args.attr, args.decode_b)
-    except ValueError as error:
-        parser.error(str(error))
+    for models, decode in ((args.a, args.decode_a), (args.b, args.decode_b)):
+        for path in models if decode else []:  # before any tagging: a bad group B fails at once, not after A
+            try:
+                structured_components(path)
+            except ValueError as error:
+                parser.error(str(error))
+    correct_a, lengths = correct_per_sentence(args.a, args.test, args.attr, args.decode_a)
+    correct_b, _ = correct_per_sentence(args.b, args.test, args.attr, args.decode_b)
     diff, low, high, flipped = paired_bootstrap(correct_a, correct_b, lengths, args.samples, args.seed)
     total = lengths.sum()
     print(f"A ({len(args.a)} models): {100 * correct_a.sum() / total:.2f}; "

@@ -112,3 +112,18 @@ def test_decoder_set_at_load_decodes_the_label_marginals(tmp_path):
     plain.to_disk(tmp_path / "plain")
     with pytest.raises(ValueError, match="no crf_tagger or nldm_tagger"):
         load_pipeline(tmp_path / "plain", "posterior")
+
+
+def test_decoder_for_a_group_without_structured_head_is_a_clear_error(tmp_path):
+    import spacy
+    from spacy.tokens import DocBin
+
+    plain = spacy.blank("en")
+    plain.add_pipe("attribute_ruler")
+    plain.to_disk(tmp_path / "plain")
+    DocBin().to_disk(tmp_path / "test.spacy")
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "plain"),
+                           "--b", str(tmp_path / "plain"), "--decode-b", "posterior",
+                           "--test", str(tmp_path / "test.spacy")], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "no crf_tagger or nldm_tagger component" in done.stderr
