@@ -87,6 +87,23 @@ def test_sgd_choice_replaces_the_optimizer_block_and_keeps_its_learning_rate():
     assert fold_overrides([("a.b", {"c": 1}), ("a.b.d.e", 2)]) == {"a.b": {"c": 1, "d": {"e": 2}}}
 
 
+def test_a_base_config_on_sgd_at_another_rate_starts_from_sgd_at_that_rate():
+    """The SGD choice's block says learn_rate 0.1, but the learning rate is a parameter of its own: a config
+    on SGD at 0.03 is the SGD choice at 0.03 (it was read as Adam, so trial 0 was not the base config)."""
+    from thinc.api import Config
+
+    space = load_space(ROOT / "configs" / "tuned" / "space.yml")
+    sgd = space.params[0].set_by_choice["sgd"]["training.optimizer"]
+    for rate in (0.03, 0.1, 0.3):
+        config = Config().from_disk(ROOT / "configs" / "crf1.cfg", interpolate=False)
+        config["training"]["optimizer"] = {**sgd, "learn_rate": rate}
+        base = space.baseline("crf1", config, "crf")
+        assert base["optimizer"] == "sgd" and base["sgd_learn_rate"] == rate and "adam_learn_rate" not in base
+        assert space.overrides(base, "crf")["training.optimizer"] == config["training"]["optimizer"]
+    config["training"]["optimizer"] = {**sgd, "learn_rate": 0.3, "grad_clip": 1.0}  # another SGD: not the choice
+    assert space.baseline("crf1", config, "crf")["optimizer"] == "adam"
+
+
 @pytest.mark.parametrize("params, message", [
     ({"x": {"type": "float", "low": 1, "high": 0, "set": "a.b"}}, "must be below"),
     ({"x": {"type": "gauss", "set": "a.b"}}, "`type` must be one of"),

@@ -150,10 +150,14 @@ class Space:
         for p in self.for_system(system, config, component):
             if not all(values.get(k, _MISSING) in allowed for k, allowed in p.when.items()):
                 continue
-            value = _read_back(p, config, component)
+            value = _read_back(p, config, component, self._paths_set(component, but=p))
             if value is not _MISSING and p.contains(value):
                 values[p.name] = value
         return values
+
+    def _paths_set(self, component: str, but: Param) -> frozenset:
+        """The config paths that the parameters other than ``but`` set."""
+        return frozenset(fill_path(path, component) for q in self.params if q is not but for path in q.set)
 
     def fingerprint(self) -> str:
         """A canonical JSON of the space (stored with a study: a resumed study must search the same space)."""
@@ -267,12 +271,14 @@ def _applies_static(p: Param, system: str, config: Mapping, component: str) -> b
     return True
 
 
-def _read_back(p: Param, config: Mapping, component: str) -> Any:
-    """The parameter value that the base config holds (inverse of :meth:`Param.overrides`)."""
+def _read_back(p: Param, config: Mapping, component: str, set_elsewhere: frozenset = frozenset()) -> Any:
+    """The parameter value that the base config holds (inverse of :meth:`Param.overrides`). A choice's
+    overrides are compared without the paths that other parameters set (``set_elsewhere``): SGD at a
+    learning rate of 0.3 is still the SGD choice, whose block says 0.1."""
     if p.set_by_choice:
         # the choice whose overrides the config already has; a choice with no overrides matches any config
         matching = [c for c in p.choices or [] if all(
-            _equal(get_path(config, fill_path(k, component), _MISSING), v)
+            _holds(config, fill_path(k, component), v, set_elsewhere)
             for k, v in p.set_by_choice.get(str(c), {}).items())]
         non_empty = [c for c in matching if p.set_by_choice.get(str(c))]
         if non_empty or matching:
@@ -287,9 +293,13 @@ def _read_back(p: Param, config: Mapping, component: str) -> Any:
                                                and all(isinstance(c, int) for c in p.choices or [])) else value
 
 
-def _equal(have: Any, want: Any) -> bool:
+def _holds(config: Mapping, path: str, want: Any, skip: frozenset) -> bool:
+    """Whether ``config`` has ``want`` at ``path`` (a mapping: key by key), paths in ``skip`` aside."""
+    if path in skip:
+        return True
+    have = get_path(config, path, _MISSING)
     if isinstance(want, Mapping):
-        return isinstance(have, Mapping) and all(_equal(have.get(k, _MISSING), v) for k, v in want.items())
+        return isinstance(have, Mapping) and all(_holds(config, f"{path}.{k}", v, skip) for k, v in want.items())
     return have == want
 
 
