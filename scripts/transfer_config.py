@@ -31,7 +31,7 @@ def transfer(space: Space, values: Dict[str, object], base: Path, system: str) -
     component = tagging_component(config, base)
     applied: Dict[str, object] = {}
     for param in space.for_system(system, config, component):
-        if param.name in values and all(applied.get(k, object()) in allowed for k, allowed in param.when.items()):
+        if param.name in values and param.applies_given(applied):
             applied[param.name] = values[param.name]
     space.check_against(system, config, component, str(base))
     overrides = space.overrides(applied, component)

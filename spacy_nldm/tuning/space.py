@@ -70,6 +70,10 @@ class Param:
         step = f" step {self.step:g}" if self.step else ""
         return f"{kind} [{self.low:g}, {self.high:g}]{step}"
 
+    def applies_given(self, values: Mapping[str, Any]) -> bool:
+        """Whether ``when`` holds for the values of the parameters before it (a missing one: it does not)."""
+        return all(values.get(k, _MISSING) in allowed for k, allowed in self.when.items())
+
     def suggest(self, trial) -> Any:
         """Sample this parameter on an Optuna trial."""
         if self.type == "float":
@@ -116,7 +120,7 @@ class Space:
         ``when`` holds)."""
         values: Dict[str, Any] = {}
         for p in self.for_system(system, config, component):
-            if all(values.get(k, _MISSING) in allowed for k, allowed in p.when.items()):
+            if p.applies_given(values):
                 values[p.name] = p.suggest(trial)
         return values
 
@@ -148,7 +152,7 @@ class Space:
         baseline trial: tuning then never ends below the shipped config at the same budget)."""
         values: Dict[str, Any] = {}
         for p in self.for_system(system, config, component):
-            if not all(values.get(k, _MISSING) in allowed for k, allowed in p.when.items()):
+            if not p.applies_given(values):
                 continue
             value = _read_back(p, config, component, self._paths_set(component, but=p))
             if value is not _MISSING and p.contains(value):
