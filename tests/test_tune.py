@@ -293,3 +293,81 @@ def test_cli_end_to_end_writes_a_trainable_tuned_config_and_the_table(tmp_path):
     res = CliRunner().invoke(app, args)  # resumed: nothing left to do
     assert res.exit_code == 0 and "2/2 trials finished before this run" in res.output
     assert " trial 2" not in res.output
+
+
+# ---------------------------------------------------------------- sharing the best trials between systems
+
+
+def test_a_shared_proposal_takes_the_peers_values_and_fills_the_rest_from_the_study():
+    from thinc.api import Config
+
+    from spacy_nldm.tuning.sharing import proposal
+
+    space = load_space(ROOT / "configs" / "glove_bilstm" / "space.yml")
+    config = Config().from_disk(ROOT / "configs" / "glove_bilstm" / "nldm.cfg", interpolate=False)
+    # a softmax trial: no label_dim or max_dist, and a D_h this space does not have
+    peer = {"optimizer": "sgd", "sgd_learn_rate": 0.3, "dropout": 0.1, "word_dropout": 0.2, "embed_width": 100,
+            "hidden_size": 300}
+    own = {"optimizer": "adam", "adam_learn_rate": 0.001, "normalize_loss": True, "dropout": 0.3,
+           "word_dropout": 0.5, "embed_width": 200, "hidden_size": 200, "label_dim": 50, "max_dist": 4}
+    values = proposal(space, "nldm", config, "nldm", [peer, own, space.baseline("nldm", config, "nldm")])
+    # sgd_summed_loss: neither the peer, the study's best (Adam) nor the base config (Adam) has it: drawn later
+    assert values == {**peer, "hidden_size": 200, "label_dim": 50, "max_dist": 4}
+    assert "normalize_loss" not in values and "adam_learn_rate" not in values  # Adam's, not under SGD
+
+
+def test_each_study_runs_the_other_systems_best_trial_once_on_top_of_its_trials(spec, launches):
+    import dataclasses
+
+    from spacy_nldm.tuning.report import load_summaries, render
+    from spacy_nldm.tuning.sharing import SHARED, best_trials, share_best
+    from spacy_nldm.tuning.study import write_best_config
+
+    space = parse_space(DROPOUT_SPACE)
+    quiet = lambda m: None  # noqa: E731
+    peer = dataclasses.replace(spec, system="crf1", config=ROOT / "configs" / "crf1.cfg")
+    peer_study, _, _ = open_study(peer, space)
+    peer_study.enqueue_trial({"dropout": 0.25})  # the stand-in trainer's best value: the peer's best trial
+    run_study(peer, space, 2, train_command=FAKE_TRAIN, echo=quiet)
+    run_study(spec, space, 2, train_command=FAKE_TRAIN, echo=quiet)
+    assert 0.25 not in [t.params["dropout"] for t in load(spec).trials]
+
+    peers = best_trials(spec.study_dir, spec.dataset, ["softmax", "crf1", "crf2"])  # no crf2 study: left out
+    assert peers == {"softmax": (f"tiny-softmax#{load(spec).best_trial.number}", load(spec).best_trial.params),
+                     "crf1": ("tiny-crf1#1", {"dropout": 0.25})}
+    study, config, component = open_study(spec, space)
+    assert share_best(study, space, "softmax", config, component, peers, echo=quiet) == [{"dropout": 0.25}]
+    assert share_best(study, space, "softmax", config, component, peers, echo=quiet) == []  # queued once
+
+    n_launches = len(read_launches(launches))
+    lines = []
+    run_study(spec, space, 2, train_command=FAKE_TRAIN, echo=lines.append)  # 2 finished: only the shared one runs
+    assert "2/2 trials finished before this run, 1 shared trials queued on top" in lines[0]
+    assert [ln["overrides"]["training.dropout"] for ln in read_launches(launches)[n_launches:]] == ["0.25"]
+    trials = load(spec).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    assert trials[2].user_attrs[SHARED] == "tiny-crf1#1" and load(spec).best_trial.number == 2
+
+    # sharing again: crf1's best is already shared; the softmax's best is now crf1's own trial 1: not queued
+    peers = best_trials(spec.study_dir, spec.dataset, ["softmax", "crf1"])
+    study, config, component = open_study(spec, space)
+    assert share_best(study, space, "softmax", config, component, peers, echo=quiet) == []
+    msgs = []
+    peer_study, config, component = open_study(peer, space)
+    assert share_best(peer_study, space, "crf1", config, component, peers, echo=msgs.append) == []
+    assert msgs == ["[tune tiny-crf1] tiny-softmax#2's settings: already tried as trial 1"]
+
+    out = write_best_config(load(spec), spec, spec.study_dir / "best.cfg")
+    assert "trial 2, the settings of tiny-crf1#1; 0 pruned, 1 shared" in out.read_text()
+    table = render(load_summaries(spec.study_dir))
+    assert "| tiny | softmax | " in table and " | 2 + 1 | 0 | 0 | 4 (2) | " in table
+    assert " | 2 (tiny-crf1#1's) | dropout=0.25 |" in table
+
+
+def test_an_unknown_share_mode_is_refused():
+    from typer.testing import CliRunner
+
+    from spacy_nldm.cli import app
+
+    res = CliRunner().invoke(app, ["tune", "--share", "all"])
+    assert res.exit_code != 0 and "--share must be none or best, not 'all'" in res.output

@@ -3,7 +3,8 @@
     python -m spacy_nldm tune --datasets twitter --systems softmax,crf1,crf2,nldm --trials 20 --steps 320
 
 One resumable SQLite study per (dataset, system) in ``--study-dir`` (rerun the same command to go on; finished
-trials are kept, an interrupted one is run again); the best config of each study goes to
+trials are kept, an interrupted one is run again; ``--share best`` also runs each other system's best trial once:
+:mod:`spacy_nldm.tuning.sharing`); the best config of each study goes to
 ``--tuned-dir/<dataset>-<system>.cfg`` and the table of all studies to ``--table``. Needs ``pip install -e
 ".[tune]"`` (optuna).
 """
@@ -81,11 +82,13 @@ def tune_cli(
     prune_startup: int = typer.Option(5, "--prune-startup", help="Trials per study before pruning starts"),
     prune_warmup: int = typer.Option(2, "--prune-warmup", help="No pruning before step N x eval_frequency"),
     max_failures: int = typer.Option(3, "--max-failures", help="Stop a study after this many failed trials in a run"),
+    share: str = typer.Option("none", "--share", help="none, or best: also run, once, the best trial of every other system's study of the dataset in --study-dir (as it stands when this command starts), on top of --trials"),
 ):
     """Search hyper-parameters on dev, one resumable Optuna study per (dataset, system)."""
     try:
         from ..tuning.space import SpaceError, load_space
-        from ..tuning.study import StudySpec, TuneError, run_study, write_best_config
+        from ..tuning.sharing import best_trials, share_best
+        from ..tuning.study import StudySpec, TuneError, open_study, run_study, write_best_config
         from ..tuning.report import write_report
     except ImportError as err:  # optuna missing
         typer.echo(f"error: {err}; install the tuning extra: pip install -e '.[tune]'", err=True)
@@ -94,6 +97,8 @@ def tune_cli(
     names = _split(systems, SYSTEMS, "system")
     if (train or dev) and len(keys) != 1:
         raise typer.BadParameter("--train/--dev need exactly one dataset in --datasets")
+    if share not in ("none", "best"):
+        raise typer.BadParameter(f"--share must be none or best, not {share!r}")
     if trials < 1:
         raise typer.BadParameter("--trials must be >= 1")
     command = "python -m spacy_nldm " + shlex.join(sys.argv[1:])
@@ -102,12 +107,17 @@ def tune_cli(
         space = load_space(space_path)
         for key in keys:
             data = corpus_dir(corpus, key)
-            for system in names:
-                spec = StudySpec(dataset=key, system=system, config=configs / f"{system}.cfg",
-                                 train=train or data / "train.spacy", dev=dev or data / "dev.spacy",
-                                 lang=lang or DATASET_LANGS.get(key, "en"), steps=steps,
-                                 eval_frequency=eval_frequency, seed=seed, threads=threads, gpu_id=gpu_id,
-                                 study_dir=study_dir)
+            specs = [StudySpec(dataset=key, system=system, config=configs / f"{system}.cfg",
+                               train=train or data / "train.spacy", dev=dev or data / "dev.spacy",
+                               lang=lang or DATASET_LANGS.get(key, "en"), steps=steps,
+                               eval_frequency=eval_frequency, seed=seed, threads=threads, gpu_id=gpu_id,
+                               study_dir=study_dir) for system in names]
+            if share == "best":  # every study gets the peers' best trials as they stand now, before any runs
+                peers = best_trials(study_dir, key, SYSTEMS)
+                for spec in specs:
+                    study, config, component = open_study(spec, space)
+                    share_best(study, space, spec.system, config, component, peers, echo=lambda m: typer.echo(m))
+            for spec in specs:
                 study_pruner, pruner_text = make_pruner(pruner, prune_startup, prune_warmup, eval_frequency)
                 study = run_study(spec, space, trials, pruner=study_pruner, max_failures=max_failures,
                                   echo=lambda m: typer.echo(m))

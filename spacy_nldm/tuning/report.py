@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
-from .space import Space
+from .space import Space, format_value
 
 SYSTEM_ORDER = ["softmax", "crf1", "crf2", "nldm"]
 
@@ -30,12 +30,20 @@ def load_summaries(study_dir: Path) -> List[Dict[str, Any]]:
     return sorted(rows, key=key)
 
 
-def _fmt_value(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
 def _acc(value: Optional[float]) -> str:
     return "–" if value is None else f"{value:.2f}"
+
+
+def _trials(row: Dict[str, Any]) -> str:
+    shared = row.get("shared", 0)
+    return f"{row['finished'] - shared} + {shared}" if shared else str(row["finished"])
+
+
+def _best(row: Dict[str, Any]) -> str:
+    if row["best_number"] is None:
+        return "–"
+    origin = row.get("best_shared_from")
+    return f"{row['best_number']} ({origin}'s)" if origin else str(row["best_number"])
 
 
 def render(rows: Sequence[Dict[str, Any]], space: Optional[Space] = None, command: str = "",
@@ -47,7 +55,9 @@ def render(rows: Sequence[Dict[str, Any]], space: Optional[Space] = None, comman
         "Dev token accuracy (%, `tag_acc`, the best evaluation of each trial). Each trial is one `spacy train` "
         "run of the system's config with the trial's overrides, a fixed step budget and seed; the test sets "
         "are not used. The first trial of each study is the shipped config's own values (column "
-        "*Shipped*). *Trials* counts finished trials (complete + pruned), the same number for every system; "
+        "*Shipped*). *Trials* counts finished trials (complete + pruned), the same number for every system, and "
+        "after a `+` those that ran another system's best settings (`tune --share best`; *Best trial* names "
+        "the study and trial a shared best came from); "
         "*Failed* counts trials that stopped with an error or were interrupted (an interrupted trial is run "
         "again with the same parameters when the search resumes).",
         "",
@@ -63,12 +73,11 @@ def render(rows: Sequence[Dict[str, Any]], space: Optional[Space] = None, comman
     ]
     for r in rows:
         s = r["settings"]
-        params = ", ".join(f"{k}={_fmt_value(v)}" for k, v in r["best_params"].items()) or "–"
+        params = ", ".join(f"{k}={format_value(v)}" for k, v in r["best_params"].items()) or "–"
         lines.append(
             f"| {s.get('dataset', '?')} | {s.get('system', '?')} | `{s.get('config', '?')}` | {_acc(r['best_value'])} | "
-            f"{_acc(r['baseline_value'])} | {r['finished']} | {r['pruned']} | {r['failed']} | "
-            f"{s.get('steps', '?')} ({s.get('eval_frequency', '?')}) | {r['minutes']} | "
-            f"{'–' if r['best_number'] is None else r['best_number']} | {params} |"
+            f"{_acc(r['baseline_value'])} | {_trials(r)} | {r['pruned']} | {r['failed']} | "
+            f"{s.get('steps', '?')} ({s.get('eval_frequency', '?')}) | {r['minutes']} | {_best(r)} | {params} |"
         )
     if not rows:
         lines.append("| – | – | – | – | – | 0 | 0 | 0 | – | – | – | no study found |")

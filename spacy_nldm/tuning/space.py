@@ -171,6 +171,11 @@ class Space:
 _MISSING = object()
 
 
+def format_value(value: Any) -> str:
+    """A parameter value as the tables and logs print it (floats to 4 significant digits)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def load_space(path: Path | str) -> Space:
     """Read and check a search-space YAML file."""
     path = Path(path)

@@ -6,6 +6,7 @@
 * The study stores its settings (base config, data, budget, space); resuming with other settings is refused, so
   that every trial of a study is measured the same way.
 * The first trial of a new study is the base config's own values (see :meth:`Space.baseline`).
+* With sharing (:mod:`.sharing`), the other systems' best trials are queued and run on top of ``n_trials``.
 * When done, the best trial's config is written as a full config (``configs/tuned/<dataset>-<system>.cfg``).
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from thinc.api import Config
 
-from .space import Space
+from .sharing import SHARED, waiting_shared
+from .space import Space, format_value
 from .trial import CONSOLE_LOGGER, SPACY_TRAIN, build_command, pid_alive, run_training, training_env
 
 FINISHED = ("COMPLETE", "PRUNED")
@@ -186,8 +188,9 @@ def requeue_interrupted(study, echo: Callable[[str], None] = print) -> List[int]
 def _retry(study, number: int, params: Dict[str, Any], user_attrs: Dict[str, Any]) -> None:
     """Queue an interrupted trial again (same parameters; a baseline trial stays the baseline)."""
     attrs: Dict[str, Any] = {"retry_of": number}
-    if user_attrs.get("baseline"):
-        attrs["baseline"] = True
+    for kept in ("baseline", SHARED):  # a retried baseline stays the baseline, a shared trial stays shared
+        if user_attrs.get(kept):
+            attrs[kept] = user_attrs[kept]
     study.enqueue_trial(dict(params), user_attrs=attrs)
 
 
@@ -201,17 +204,20 @@ def count_states(study) -> Dict[str, int]:
 def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_failures: int = 3,
               train_command: Sequence[str] = SPACY_TRAIN, echo: Callable[[str], None] = print,
               sampler_seed: Optional[int] = None):
-    """Run trials until ``n_trials`` have finished (complete or pruned); return the study."""
+    """Run trials until ``n_trials`` have finished (complete or pruned) and no shared trial is queued (those run
+    on top of ``n_trials``: :mod:`.sharing`); return the study."""
     from optuna.trial import TrialState
 
     study, config, component = open_study(spec, space, pruner, sampler_seed)
     counts = count_states(study)
     done = sum(counts.get(s, 0) for s in FINISHED)
     searched = ", ".join(p.name for p in space.for_system(spec.system, config, component))
-    echo(f"[tune {spec.name}] {done}/{n_trials} trials finished before this run; {spec.steps} steps each, dev "
-         f"{spec.metric} every {spec.eval_frequency}; searching: {searched}")
+    shared = waiting_shared(study)
+    echo(f"[tune {spec.name}] {done}/{n_trials} trials finished before this run"
+         + (f", {shared} shared trials queued on top" if shared else "")
+         + f"; {spec.steps} steps each, dev {spec.metric} every {spec.eval_frequency}; searching: {searched}")
     failures = 0
-    while done < n_trials:
+    while done < n_trials or waiting_shared(study):
         trial = study.ask()
         trial.set_user_attr("owner", {"host": socket.gethostname(), "pid": os.getpid()})
         values = space.sample(trial, spec.system, config, component)
@@ -270,12 +276,8 @@ def _line(spec: StudySpec, study, number: int, done: int, n_trials: int, what: s
         best = f"best {study.best_value:.2f} (#{study.best_trial.number})"
     except ValueError:
         best = "no complete trial yet"
-    params = " ".join(f"{k}={_fmt(v)}" for k, v in values.items())
+    params = " ".join(f"{k}={format_value(v)}" for k, v in values.items())
     return (f"[tune {spec.name}] {done}/{n_trials} trial {number}: {what}, {seconds:.0f} s; {best} | {params}")
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def write_best_config(study, spec: StudySpec, output: Path, command: str = "") -> Optional[Path]:
@@ -289,19 +291,25 @@ def write_best_config(study, spec: StudySpec, output: Path, command: str = "") -
                  **best.user_attrs.get("overrides", {})}
     config = Config().from_str(base_config(spec.config).to_str(), interpolate=False, overrides=overrides)
     counts = count_states(study)
+    origin = f", the settings of {best.user_attrs[SHARED]}" if best.user_attrs.get(SHARED) else ""
     header = [
         f"# Tuned on dev: {spec.system} on {spec.dataset}, the best of "
-        f"{sum(counts.get(s, 0) for s in FINISHED)} trials (study {spec.name}, trial {best.number}; "
-        f"{counts.get('PRUNED', 0)} pruned).",
+        f"{sum(counts.get(s, 0) for s in FINISHED)} trials (study {spec.name}, trial {best.number}{origin}; "
+        f"{counts.get('PRUNED', 0)} pruned, {n_shared(study)} shared from other systems' studies).",
         f"# Base config {spec.config}; dev {spec.metric} {best.value:.2f} after at most {spec.steps} steps "
         f"(dev scored every {spec.eval_frequency}), seed {spec.seed}.",
-        "# Parameters: " + ", ".join(f"{k}={_fmt(v)}" for k, v in best.params.items()),
+        "# Parameters: " + ", ".join(f"{k}={format_value(v)}" for k, v in best.params.items()),
     ]
     if command:
         header.append(f"# Written by: {command}")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("\n".join(header) + "\n" + config.to_str() + "\n", encoding="utf8")
     return output
+
+
+def n_shared(study) -> int:
+    """Finished trials that ran another system's best settings (:mod:`.sharing`)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in FINISHED and t.user_attrs.get(SHARED))
 
 
 def summary(study) -> Dict[str, Any]:
@@ -314,12 +322,15 @@ def summary(study) -> Dict[str, Any]:
         "complete": counts.get("COMPLETE", 0),
         "pruned": counts.get("PRUNED", 0),
         "failed": counts.get("FAIL", 0),
+        "shared": n_shared(study),
+        "best_shared_from": None,
         "best_value": None, "best_params": {}, "best_number": None, "baseline_value": None,
         "minutes": round(sum(t.user_attrs.get("seconds", 0) for t in study.get_trials(deepcopy=False)) / 60, 1),
     }
     try:
         best = study.best_trial
-        out.update(best_value=best.value, best_params=best.params, best_number=best.number)
+        out.update(best_value=best.value, best_params=best.params, best_number=best.number,
+                   best_shared_from=best.user_attrs.get(SHARED))
     except ValueError:
         pass
     for t in study.get_trials(deepcopy=False):
