@@ -13,7 +13,10 @@ dataset runs, once, the best complete trial of every other system's study of tha
 A proposal is skipped when this study already has a trial with exactly these values (e.g. two studies whose
 samplers drew the same point). A shared trial is marked with the user attribute ``shared_from``
 (``<study>#<trial>``); it is queued once per peer trial, so sharing again after the peers have moved on adds
-only their new best trials. Shared trials run on top of ``--trials`` (see :func:`.study.run_study`).
+only their new best trials. Shared trials run on top of ``--trials`` (see :func:`.study.run_study`), and to
+the full budget: the pruner does not stop them. A median pruner compares a trial with the study's earlier
+trials at the same step, and in the GloVe search every shared trial on SGD was stopped at step 200, where
+SGD is still behind the Adam trials that made most of the median (SGD's best trials end ahead of them).
 """
 from __future__ import annotations
 

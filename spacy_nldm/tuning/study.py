@@ -228,9 +228,11 @@ def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_
         trial.set_user_attr("command", shlex.join(cmd))
         log_path = spec.trials_dir / f"trial{trial.number}.log"
 
+        shared = bool(trial.user_attrs.get(SHARED))  # another search's best: never pruned (see .sharing)
+
         def on_score(step: int, score: float) -> bool:
             trial.report(score, step)
-            return trial.should_prune()
+            return not shared and trial.should_prune()
 
         try:
             run = run_training(cmd, log_path=log_path, metric=spec.metric, on_score=on_score,
