@@ -372,3 +372,34 @@ def test_an_unknown_share_mode_is_refused():
 
     res = CliRunner().invoke(app, ["tune", "--share", "all"])
     assert res.exit_code != 0 and "--share must be none or best, not 'all'" in res.output
+
+
+def test_the_median_within_an_optimizer_judges_a_slow_starter_by_its_own_kind():
+    from spacy_nldm.tuning.pruning import MedianPrunerWithin
+
+    def study_with(pruner):
+        study = optuna.create_study(direction="maximize", pruner=pruner)
+        for optimizer, scores in (("adam", [88.0, 89.0, 90.0]), ("sgd", [80.0, 81.0, 82.0])):
+            for score in scores:  # completed trials: dev at step 200, then their final score
+                study.enqueue_trial({"optimizer": optimizer})
+                trial = study.ask()
+                trial.suggest_categorical("optimizer", ["adam", "sgd"])
+                trial.report(score, 200)
+                study.tell(trial, score + 1)
+        return study
+
+    def judged(study, optimizer, score, step=200):
+        study.enqueue_trial({"optimizer": optimizer})
+        trial = study.ask()
+        trial.suggest_categorical("optimizer", ["adam", "sgd"])
+        trial.report(score, step)
+        return trial.should_prune()
+
+    plain = study_with(optuna.pruners.MedianPruner(n_startup_trials=3))
+    assert judged(plain, "sgd", 81.5)  # below the median of all six (85): stopped
+    within = study_with(MedianPrunerWithin("optimizer", n_startup_trials=3, n_warmup_steps=100))
+    assert not judged(within, "sgd", 81.5)  # above SGD's median (81)
+    assert judged(within, "sgd", 80.5) and judged(within, "adam", 88.5) and not judged(within, "adam", 89.5)
+    assert not judged(within, "sgd", 10.0, step=50)  # before the warmup
+    few = study_with(MedianPrunerWithin("optimizer", n_startup_trials=4))
+    assert not judged(few, "sgd", 10.0)  # 3 completed SGD trials < 4: not judged yet

@@ -44,13 +44,22 @@ def _split(text: str, allowed: Optional[List[str]] = None, what: str = "item") -
     return items
 
 
-def make_pruner(name: str, startup: int, warmup_evals: int, eval_frequency: int):
+def make_pruner(name: str, startup: int, warmup_evals: int, eval_frequency: int, within: str = ""):
     """``median`` (Optuna's MedianPruner: stop a trial whose dev score at a step is below the median of earlier
-    trials at that step, after ``startup`` trials and from the ``warmup_evals``-th evaluation on) or ``none``."""
+    trials at that step, after ``startup`` trials and from the ``warmup_evals``-th evaluation on; with ``within``
+    a parameter's name, the median of the trials with the same value of it) or ``none``."""
     import optuna
 
     if name == "none":
         return optuna.pruners.NopPruner(), "none"
+    if name == "median" and within:
+        from ..tuning.pruning import MedianPrunerWithin
+
+        warmup = warmup_evals * eval_frequency
+        return (MedianPrunerWithin(within, n_startup_trials=startup, n_warmup_steps=warmup),
+                f"median within {within} (spacy_nldm/tuning/pruning.py: a trial stops when its dev score is below "
+                f"the median, at the same step, of the completed trials with its {within}; not before that "
+                f"{within} has {startup} completed trials, not before step {warmup})")
     if name == "median":
         warmup = warmup_evals * eval_frequency
         return (optuna.pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup),
@@ -79,6 +88,7 @@ def tune_cli(
     threads: int = typer.Option(1, "--threads", help="Torch/BLAS threads per training process"),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU id for spacy train (-1: CPU)"),
     pruner: str = typer.Option("median", "--pruner", help="median or none"),
+    prune_within: str = typer.Option("", "--prune-within", help="With --pruner median: compare a trial only with the trials that took the same value of this parameter (e.g. optimizer)"),
     prune_startup: int = typer.Option(5, "--prune-startup", help="Trials per study before pruning starts"),
     prune_warmup: int = typer.Option(2, "--prune-warmup", help="No pruning before step N x eval_frequency"),
     max_failures: int = typer.Option(3, "--max-failures", help="Stop a study after this many failed trials in a run"),
@@ -105,6 +115,8 @@ def tune_cli(
     signal.signal(signal.SIGTERM, _interrupt)  # a killed tuner ends its trial and queues it again
     try:
         space = load_space(space_path)
+        if prune_within and prune_within not in [p.name for p in space.params]:
+            raise typer.BadParameter(f"--prune-within: {space_path} has no parameter {prune_within!r}")
         for key in keys:
             data = corpus_dir(corpus, key)
             specs = [StudySpec(dataset=key, system=system, config=configs / f"{system}.cfg",
@@ -118,7 +130,7 @@ def tune_cli(
                     study, config, component = open_study(spec, space)
                     share_best(study, space, spec.system, config, component, peers, echo=lambda m: typer.echo(m))
             for spec in specs:
-                study_pruner, pruner_text = make_pruner(pruner, prune_startup, prune_warmup, eval_frequency)
+                study_pruner, _ = make_pruner(pruner, prune_startup, prune_warmup, eval_frequency, prune_within)
                 study = run_study(spec, space, trials, pruner=study_pruner, max_failures=max_failures,
                                   echo=lambda m: typer.echo(m))
                 out = write_best_config(study, spec, tuned_dir / f"{spec.name}.cfg", command)
@@ -126,7 +138,7 @@ def tune_cli(
                            f"[tune {spec.name}] no complete trial: no config written")
         if table is not None:
             write_report(study_dir, table, space, command, make_pruner(pruner, prune_startup, prune_warmup,
-                                                                       eval_frequency)[1])
+                                                                       eval_frequency, prune_within)[1])
             typer.echo(f"table: {table}")
     except (SpaceError, TuneError) as err:
         typer.echo(f"error: {err}", err=True)

@@ -1,0 +1,36 @@
+"""A median pruner that compares a trial only with trials that took the same value of one parameter.
+
+Optuna's ``MedianPruner`` stops a trial whose dev score at a step is below the median of the study's
+completed trials at that step. When the space mixes optimisers that learn at different speeds this judges one
+against the other: in the GloVe search (results/diagnosis.md section 32) SGD trials were still 2.7-7 points
+(median) below their final dev score at step 200, Adam trials 0.2, so at step 200 the median was the Adam
+trials' and most SGD trials were stopped, among them some on course to beat the study's best.
+``MedianPrunerWithin("optimizer", ...)`` takes the median over the completed trials on the same optimiser.
+"""
+from __future__ import annotations
+
+import statistics
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+
+class MedianPrunerWithin(optuna.pruners.BasePruner):
+    """Prune when the trial's score at its last reported step is below the median, at that step, of the
+    completed trials whose parameter ``param`` has the trial's value; not before ``n_warmup_steps`` nor
+    before that group has ``n_startup_trials`` completed trials (maximised studies only)."""
+
+    def __init__(self, param: str, n_startup_trials: int = 5, n_warmup_steps: int = 0):
+        self.param = param
+        self.n_startup_trials = n_startup_trials
+        self.n_warmup_steps = n_warmup_steps
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None or step < self.n_warmup_steps or self.param not in trial.params:
+            return False
+        group = [t.intermediate_values[step] for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                 if t.params.get(self.param) == trial.params[self.param] and step in t.intermediate_values]
+        if len(group) < self.n_startup_trials:
+            return False
+        return trial.intermediate_values[step] < statistics.median(group)
