@@ -343,7 +343,7 @@ def test_each_study_runs_the_other_systems_best_trial_once_on_top_of_its_trials(
     lines = []
     prune_all = optuna.pruners.ThresholdPruner(lower=101.0)  # would stop any other trial at its first score
     run_study(spec, space, 2, pruner=prune_all, train_command=FAKE_TRAIN, echo=lines.append)  # only the shared runs
-    assert "2/2 trials finished before this run, 1 shared trials queued on top" in lines[0]
+    assert "2/2 trials finished before this run, 1 shared or re-judged trials queued on top" in lines[0]
     assert [ln["overrides"]["training.dropout"] for ln in read_launches(launches)[n_launches:]] == ["0.25"]
     trials = load(spec).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
@@ -403,3 +403,28 @@ def test_the_median_within_an_optimizer_judges_a_slow_starter_by_its_own_kind():
     assert not judged(within, "sgd", 10.0, step=50)  # before the warmup
     few = study_with(MedianPrunerWithin("optimizer", n_startup_trials=4))
     assert not judged(few, "sgd", 10.0)  # 3 completed SGD trials < 4: not judged yet
+
+
+def test_pruned_trials_the_fairer_pruner_would_keep_are_queued_again_once():
+    from spacy_nldm.tuning.pruning import REJUDGED, MedianPrunerWithin, rejudge_pruned
+    from spacy_nldm.tuning.study import queued_on_top
+
+    study = optuna.create_study(direction="maximize")
+    for optimizer, score, state in (("adam", 88.0, "C"), ("adam", 89.0, "C"), ("adam", 90.0, "C"),
+                                    ("sgd", 80.0, "C"), ("sgd", 82.0, "C"), ("sgd", 81.5, "P"), ("sgd", 79.0, "P"),
+                                    ("adam", 88.5, "P")):
+        study.enqueue_trial({"optimizer": optimizer, "dropout": score / 1000})
+        trial = study.ask()
+        trial.suggest_categorical("optimizer", ["adam", "sgd"])
+        trial.suggest_float("dropout", 0.0, 0.5)
+        trial.report(score, 200)
+        study.tell(trial, score + 1 if state == "C" else None,
+                   state=optuna.trial.TrialState.COMPLETE if state == "C" else optuna.trial.TrialState.PRUNED)
+    fairer = MedianPrunerWithin("optimizer", n_startup_trials=2)
+    # trial 5 (SGD, 81.5 > SGD's median 81) passes now; trial 6 (79.0) and trial 7 (Adam, 88.5 < 89) do not
+    assert rejudge_pruned(study, fairer, echo=lambda m: None) == [5]
+    assert queued_on_top(study) == 1
+    again = study.ask()
+    assert again.user_attrs[REJUDGED] == 5
+    assert again.suggest_float("dropout", 0.0, 0.5) == study.trials[5].params["dropout"]
+    assert rejudge_pruned(study, fairer, echo=lambda m: None) == []  # once per pruned trial

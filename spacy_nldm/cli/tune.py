@@ -92,11 +92,13 @@ def tune_cli(
     prune_startup: int = typer.Option(5, "--prune-startup", help="Trials per study before pruning starts"),
     prune_warmup: int = typer.Option(2, "--prune-warmup", help="No pruning before step N x eval_frequency"),
     max_failures: int = typer.Option(3, "--max-failures", help="Stop a study after this many failed trials in a run"),
+    rejudge_pruned: bool = typer.Option(False, "--rejudge-pruned", help="Queue again (on top of --trials) each pruned trial that this run's pruner would have let go on, e.g. after switching to --prune-within"),
     share: str = typer.Option("none", "--share", help="none, or best: also run, once, the best trial of every other system's study of the dataset in --study-dir (as it stands when this command starts), on top of --trials"),
 ):
     """Search hyper-parameters on dev, one resumable Optuna study per (dataset, system)."""
     try:
         from ..tuning.space import SpaceError, load_space
+        from ..tuning.pruning import rejudge_pruned as rejudge
         from ..tuning.sharing import best_trials, share_best
         from ..tuning.study import StudySpec, TuneError, open_study, run_study, write_best_config
         from ..tuning.report import write_report
@@ -129,6 +131,11 @@ def tune_cli(
                 for spec in specs:
                     study, config, component = open_study(spec, space)
                     share_best(study, space, spec.system, config, component, peers, echo=lambda m: typer.echo(m))
+            if rejudge_pruned:
+                for spec in specs:
+                    study, _, _ = open_study(spec, space)
+                    rejudge(study, make_pruner(pruner, prune_startup, prune_warmup, eval_frequency, prune_within)[0],
+                            echo=lambda m: typer.echo(m))
             for spec in specs:
                 study_pruner, _ = make_pruner(pruner, prune_startup, prune_warmup, eval_frequency, prune_within)
                 study = run_study(spec, space, trials, pruner=study_pruner, max_failures=max_failures,

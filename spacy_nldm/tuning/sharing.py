@@ -91,12 +91,6 @@ def share_best(study, space: Space, system: str, config: Mapping, component: str
     return queued
 
 
-def waiting_shared(study) -> int:
-    """How many shared trials are queued and not started yet."""
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.state.name == "WAITING" and t.user_attrs.get(SHARED))
-
-
 def _values(trial) -> Tuple[Optional[int], Dict[str, Any]]:
     """(number, parameter values) of a trial; a queued trial's are its fixed parameters."""
     if trial.state.name == "WAITING":

@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from thinc.api import Config
 
-from .sharing import SHARED, waiting_shared
+from .pruning import REJUDGED
+from .sharing import SHARED
 from .space import Space, format_value
 from .trial import CONSOLE_LOGGER, SPACY_TRAIN, build_command, pid_alive, run_training, training_env
 
@@ -188,8 +189,8 @@ def requeue_interrupted(study, echo: Callable[[str], None] = print) -> List[int]
 def _retry(study, number: int, params: Dict[str, Any], user_attrs: Dict[str, Any]) -> None:
     """Queue an interrupted trial again (same parameters; a baseline trial stays the baseline)."""
     attrs: Dict[str, Any] = {"retry_of": number}
-    for kept in ("baseline", SHARED):  # a retried baseline stays the baseline, a shared trial stays shared
-        if user_attrs.get(kept):
+    for kept in ("baseline", SHARED, REJUDGED):  # a retried baseline stays the baseline, and so on
+        if user_attrs.get(kept) is not None:
             attrs[kept] = user_attrs[kept]
     study.enqueue_trial(dict(params), user_attrs=attrs)
 
@@ -204,20 +205,20 @@ def count_states(study) -> Dict[str, int]:
 def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_failures: int = 3,
               train_command: Sequence[str] = SPACY_TRAIN, echo: Callable[[str], None] = print,
               sampler_seed: Optional[int] = None):
-    """Run trials until ``n_trials`` have finished (complete or pruned) and no shared trial is queued (those run
-    on top of ``n_trials``: :mod:`.sharing`); return the study."""
+    """Run trials until ``n_trials`` have finished (complete or pruned) and no shared or re-judged trial is queued
+    (those run on top of ``n_trials``: :mod:`.sharing`, :func:`.pruning.rejudge_pruned`); return the study."""
     from optuna.trial import TrialState
 
     study, config, component = open_study(spec, space, pruner, sampler_seed)
     counts = count_states(study)
     done = sum(counts.get(s, 0) for s in FINISHED)
     searched = ", ".join(p.name for p in space.for_system(spec.system, config, component))
-    shared = waiting_shared(study)
+    extra = queued_on_top(study)
     echo(f"[tune {spec.name}] {done}/{n_trials} trials finished before this run"
-         + (f", {shared} shared trials queued on top" if shared else "")
+         + (f", {extra} shared or re-judged trials queued on top" if extra else "")
          + f"; {spec.steps} steps each, dev {spec.metric} every {spec.eval_frequency}; searching: {searched}")
     failures = 0
-    while done < n_trials or waiting_shared(study):
+    while done < n_trials or queued_on_top(study):
         trial = study.ask()
         trial.set_user_attr("owner", {"host": socket.gethostname(), "pid": os.getpid()})
         values = space.sample(trial, spec.system, config, component)
@@ -307,6 +308,13 @@ def write_best_config(study, spec: StudySpec, output: Path, command: str = "") -
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("\n".join(header) + "\n" + config.to_str() + "\n", encoding="utf8")
     return output
+
+
+def queued_on_top(study) -> int:
+    """Queued trials that run on top of ``n_trials``: another system's best (:mod:`.sharing`) or a pruned trial
+    queued again (:func:`.pruning.rejudge_pruned`)."""
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.state.name == "WAITING" and (t.user_attrs.get(SHARED) or t.user_attrs.get(REJUDGED) is not None))
 
 
 def n_shared(study) -> int:
