@@ -361,7 +361,7 @@ def test_each_study_runs_the_other_systems_best_trial_once_on_top_of_its_trials(
     out = write_best_config(load(spec), spec, spec.study_dir / "best.cfg")
     assert "trial 2, the settings of tiny-crf1#1; 0 pruned, 1 shared" in out.read_text()
     table = render(load_summaries(spec.study_dir))
-    assert "| tiny | softmax | " in table and " | 2 + 1 | 0 | 0 | 4 (2) | " in table
+    assert "| tiny | softmax | " in table and " | 2 + 1 shared | 0 | 0 | 4 (2) | " in table
     assert " | 2 (tiny-crf1#1's) | dropout=0.25 |" in table
 
 

@@ -35,8 +35,9 @@ def _acc(value: Optional[float]) -> str:
 
 
 def _trials(row: Dict[str, Any]) -> str:
-    shared = row.get("shared", 0)
-    return f"{row['finished'] - shared} + {shared}" if shared else str(row["finished"])
+    shared, rejudged = row.get("shared", 0), row.get("rejudged", 0)
+    return (f"{row['finished'] - shared - rejudged}" + (f" + {shared} shared" if shared else "")
+            + (f" + {rejudged} re-judged" if rejudged else ""))
 
 
 def _best(row: Dict[str, Any]) -> str:
@@ -55,9 +56,10 @@ def render(rows: Sequence[Dict[str, Any]], space: Optional[Space] = None, comman
         "Dev token accuracy (%, `tag_acc`, the best evaluation of each trial). Each trial is one `spacy train` "
         "run of the system's config with the trial's overrides, a fixed step budget and seed; the test sets "
         "are not used. The first trial of each study is the shipped config's own values (column "
-        "*Shipped*). *Trials* counts finished trials (complete + pruned), the same number for every system, and "
-        "after a `+` those that ran another system's best settings (`tune --share best`; *Best trial* names "
-        "the study and trial a shared best came from); "
+        "*Shipped*). *Trials* counts finished trials (complete + pruned), the same number for every system, then "
+        "those that ran another system's best settings (*shared*: `tune --share best`; *Best trial* names the "
+        "study and trial a shared best came from) and pruned trials run again under a fairer pruner "
+        "(*re-judged*: `tune --rejudge-pruned`); "
         "*Failed* counts trials that stopped with an error or were interrupted (an interrupted trial is run "
         "again with the same parameters when the search resumes).",
         "",

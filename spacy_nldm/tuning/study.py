@@ -333,6 +333,8 @@ def summary(study) -> Dict[str, Any]:
         "pruned": counts.get("PRUNED", 0),
         "failed": counts.get("FAIL", 0),
         "shared": n_shared(study),
+        "rejudged": sum(1 for t in study.get_trials(deepcopy=False)
+                        if t.state.name in FINISHED and t.user_attrs.get(REJUDGED) is not None),
         "best_shared_from": None,
         "best_value": None, "best_params": {}, "best_number": None, "baseline_value": None,
         "minutes": round(sum(t.user_attrs.get("seconds", 0) for t in study.get_trials(deepcopy=False)) / 60, 1),
