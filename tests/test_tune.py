@@ -358,6 +358,13 @@ def test_each_study_runs_the_other_systems_best_trial_once_on_top_of_its_trials(
     assert share_best(peer_study, space, "crf1", config, component, peers, echo=msgs.append) == []
     assert msgs == ["[tune tiny-crf1] tiny-softmax#2's settings: already tried as trial 1"]
 
+    # two peers whose best trials are the same point: queued once, for the first of them
+    twins = {"crf1": ("tiny-crf1#7", {"dropout": 0.4}), "crf2": ("tiny-crf2#3", {"dropout": 0.4})}
+    msgs = []
+    study, config, component = open_study(spec, space)
+    assert share_best(study, space, "softmax", config, component, twins, echo=msgs.append) == [{"dropout": 0.4}]
+    assert msgs[1] == "[tune tiny-softmax] tiny-crf2#3's settings: already queued as tiny-crf1#7's"
+
     out = write_best_config(load(spec), spec, spec.study_dir / "best.cfg")
     assert "trial 2, the settings of tiny-crf1#1; 0 pruned, 1 shared" in out.read_text()
     table = render(load_summaries(spec.study_dir))

@@ -21,7 +21,7 @@ SGD is still behind the Adam trials that made most of the median (SGD's best tri
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
 from .space import Space, format_value
 
@@ -71,7 +71,7 @@ def share_best(study, space: Space, system: str, config: Mapping, component: str
     system left out) that it has not had yet; return the queued parameter sets."""
     trials = study.get_trials(deepcopy=False)
     shared = {t.user_attrs.get(SHARED) for t in trials}
-    tried = [_values(t) for t in trials if t.state.name != "FAIL"]
+    tried = [(f"tried as trial {t.number}", _params(t)) for t in trials if t.state.name != "FAIL"]
     own_best = _best_params(study)
     baseline = space.baseline(system, config, component)
     queued = []
@@ -79,23 +79,23 @@ def share_best(study, space: Space, system: str, config: Mapping, component: str
         if peer == system or tag in shared:
             continue
         values = proposal(space, system, config, component, [params, own_best, baseline])
-        match = next((n for n, v in tried if v == values), None)
+        match = next((what for what, v in tried if v == values), None)
         if match is not None:
-            echo(f"[tune {study.study_name}] {tag}'s settings: already tried as trial {match}")
+            echo(f"[tune {study.study_name}] {tag}'s settings: already {match}")
             continue
         study.enqueue_trial(values, user_attrs={SHARED: tag})
-        tried.append((None, values))
+        tried.append((f"queued as {tag}'s", values))
         queued.append(values)
         echo(f"[tune {study.study_name}] queued {tag}'s settings: "
              + " ".join(f"{k}={format_value(v)}" for k, v in values.items()))
     return queued
 
 
-def _values(trial) -> Tuple[Optional[int], Dict[str, Any]]:
-    """(number, parameter values) of a trial; a queued trial's are its fixed parameters."""
+def _params(trial) -> Dict[str, Any]:
+    """A trial's parameter values; a queued trial's are its fixed parameters."""
     if trial.state.name == "WAITING":
-        return trial.number, dict(trial.system_attrs.get("fixed_params", {}))
-    return trial.number, dict(trial.params)
+        return dict(trial.system_attrs.get("fixed_params", {}))
+    return dict(trial.params)
 
 
 def _best_params(study) -> Dict[str, Any]:
