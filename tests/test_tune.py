@@ -371,6 +371,14 @@ def test_each_study_runs_the_other_systems_best_trial_once_on_top_of_its_trials(
     assert "| tiny | softmax | " in table and " | 2 + 1 shared | 0 | 0 | 4 (2) | " in table
     assert " | 2 (tiny-crf1#1's) | dropout=0.25 |" in table
 
+    # a shared trial queued while the study is short of --trials does not count towards them
+    n_launches = len(read_launches(launches))
+    run_study(spec, space, 3, train_command=FAKE_TRAIN, echo=lines.append)  # the twins' point, then one own trial
+    assert len(read_launches(launches)) == n_launches + 2
+    assert [t.user_attrs.get(SHARED) for t in load(spec).trials[3:]] == ["tiny-crf1#7", None]
+    assert any(line.startswith("[tune tiny-softmax] shared trial 3: dev ") for line in lines)
+    assert any(line.startswith("[tune tiny-softmax] 3/3 trial 4: dev ") for line in lines)
+
 
 def test_an_unknown_share_mode_is_refused():
     from typer.testing import CliRunner

@@ -210,8 +210,7 @@ def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_
     from optuna.trial import TrialState
 
     study, config, component = open_study(spec, space, pruner, sampler_seed)
-    counts = count_states(study)
-    done = sum(counts.get(s, 0) for s in FINISHED)
+    done = sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in FINISHED and not _on_top(t))
     searched = ", ".join(p.name for p in space.for_system(spec.system, config, component))
     extra = queued_on_top(study)
     echo(f"[tune {spec.name}] {done}/{n_trials} trials finished before this run"
@@ -230,6 +229,8 @@ def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_
         log_path = spec.trials_dir / f"trial{trial.number}.log"
 
         shared = bool(trial.user_attrs.get(SHARED))  # another search's best: never pruned (see .sharing)
+        own = not _on_top(trial)  # counts towards n_trials
+        label = f"{done + 1}/{n_trials}" if own else ("shared" if shared else "re-judged")
 
         def on_score(step: int, score: float) -> bool:
             trial.report(score, step)
@@ -252,9 +253,9 @@ def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_
             trial.set_user_attr("killed", True)
             trial.set_user_attr("best_dev", run.best)
             study.tell(trial, state=TrialState.PRUNED)
-            done += 1
+            done += own
             step, score = run.scores[-1]
-            echo(_line(spec, study, trial.number, done, n_trials,
+            echo(_line(spec, study, trial.number, label,
                        f"PRUNED at step {step} (dev {score:.2f})", run.seconds, values))
             continue
         if run.returncode != 0 or run.best is None:
@@ -268,19 +269,19 @@ def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_
                 raise TuneError(f"{spec.name}: {failures} trials failed in this run; last log: {log_path}")
             continue
         study.tell(trial, run.best)
-        done += 1
-        echo(_line(spec, study, trial.number, done, n_trials, f"dev {run.best:.2f}", run.seconds, values))
+        done += own
+        echo(_line(spec, study, trial.number, label, f"dev {run.best:.2f}", run.seconds, values))
     return study
 
 
-def _line(spec: StudySpec, study, number: int, done: int, n_trials: int, what: str, seconds: float,
+def _line(spec: StudySpec, study, number: int, label: str, what: str, seconds: float,
           values: Dict[str, Any]) -> str:
     try:
         best = f"best {study.best_value:.2f} (#{study.best_trial.number})"
     except ValueError:
         best = "no complete trial yet"
     params = " ".join(f"{k}={format_value(v)}" for k, v in values.items())
-    return (f"[tune {spec.name}] {done}/{n_trials} trial {number}: {what}, {seconds:.0f} s; {best} | {params}")
+    return (f"[tune {spec.name}] {label} trial {number}: {what}, {seconds:.0f} s; {best} | {params}")
 
 
 def write_best_config(study, spec: StudySpec, output: Path, command: str = "") -> Optional[Path]:
@@ -310,11 +311,15 @@ def write_best_config(study, spec: StudySpec, output: Path, command: str = "") -
     return output
 
 
+def _on_top(trial) -> bool:
+    """Whether a trial runs on top of ``n_trials`` (shared or re-judged)."""
+    return bool(trial.user_attrs.get(SHARED)) or trial.user_attrs.get(REJUDGED) is not None
+
+
 def queued_on_top(study) -> int:
     """Queued trials that run on top of ``n_trials``: another system's best (:mod:`.sharing`) or a pruned trial
     queued again (:func:`.pruning.rejudge_pruned`)."""
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.state.name == "WAITING" and (t.user_attrs.get(SHARED) or t.user_attrs.get(REJUDGED) is not None))
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING" and _on_top(t))
 
 
 def n_shared(study) -> int:
