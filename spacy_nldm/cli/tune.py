@@ -52,16 +52,15 @@ def make_pruner(name: str, startup: int, warmup_evals: int, eval_frequency: int,
 
     if name == "none":
         return optuna.pruners.NopPruner(), "none"
+    warmup = warmup_evals * eval_frequency
     if name == "median" and within:
         from ..tuning.pruning import MedianPrunerWithin
 
-        warmup = warmup_evals * eval_frequency
         return (MedianPrunerWithin(within, n_startup_trials=startup, n_warmup_steps=warmup),
                 f"median within {within} (spacy_nldm/tuning/pruning.py: a trial stops when its dev score is below "
                 f"the median, at the same step, of the completed trials with its {within}; not before that "
                 f"{within} has {startup} completed trials, not before step {warmup})")
     if name == "median":
-        warmup = warmup_evals * eval_frequency
         return (optuna.pruners.MedianPruner(n_startup_trials=startup, n_warmup_steps=warmup),
                 f"Optuna MedianPruner (a trial stops when its dev score is below the median of earlier trials at "
                 f"the same step; not in a study's first {startup} trials, not before step {warmup})")
@@ -119,6 +118,8 @@ def tune_cli(
         space = load_space(space_path)
         if prune_within and prune_within not in [p.name for p in space.params]:
             raise typer.BadParameter(f"--prune-within: {space_path} has no parameter {prune_within!r}")
+        # Optuna's pruners keep no per-study state: one serves every study of this run
+        study_pruner, pruner_text = make_pruner(pruner, prune_startup, prune_warmup, eval_frequency, prune_within)
         for key in keys:
             data = corpus_dir(corpus, key)
             specs = [StudySpec(dataset=key, system=system, config=configs / f"{system}.cfg",
@@ -126,26 +127,23 @@ def tune_cli(
                                lang=lang or DATASET_LANGS.get(key, "en"), steps=steps,
                                eval_frequency=eval_frequency, seed=seed, threads=threads, gpu_id=gpu_id,
                                study_dir=study_dir) for system in names]
-            if share == "best":  # every study gets the peers' best trials as they stand now, before any runs
-                peers = best_trials(study_dir, key, SYSTEMS)
+            if share == "best" or rejudge_pruned:
+                # every study gets the peers' best trials as they stand now, before any of this run's trials
+                peers = best_trials(study_dir, key, SYSTEMS) if share == "best" else {}
                 for spec in specs:
                     study, config, component = open_study(spec, space)
-                    share_best(study, space, spec.system, config, component, peers, echo=lambda m: typer.echo(m))
-            if rejudge_pruned:
-                for spec in specs:
-                    study, _, _ = open_study(spec, space)
-                    rejudge(study, make_pruner(pruner, prune_startup, prune_warmup, eval_frequency, prune_within)[0],
-                            echo=lambda m: typer.echo(m))
+                    if peers:
+                        share_best(study, space, spec.system, config, component, peers, echo=lambda m: typer.echo(m))
+                    if rejudge_pruned:
+                        rejudge(study, study_pruner, echo=lambda m: typer.echo(m))
             for spec in specs:
-                study_pruner, _ = make_pruner(pruner, prune_startup, prune_warmup, eval_frequency, prune_within)
                 study = run_study(spec, space, trials, pruner=study_pruner, max_failures=max_failures,
                                   echo=lambda m: typer.echo(m))
                 out = write_best_config(study, spec, tuned_dir / f"{spec.name}.cfg", command)
                 typer.echo(f"[tune {spec.name}] best config: {out}" if out else
                            f"[tune {spec.name}] no complete trial: no config written")
         if table is not None:
-            write_report(study_dir, table, space, command, make_pruner(pruner, prune_startup, prune_warmup,
-                                                                       eval_frequency, prune_within)[1])
+            write_report(study_dir, table, space, command, pruner_text)
             typer.echo(f"table: {table}")
     except (SpaceError, TuneError) as err:
         typer.echo(f"error: {err}", err=True)

@@ -228,7 +228,7 @@ def run_study(spec: StudySpec, space: Space, n_trials: int, *, pruner=None, max_
         trial.set_user_attr("command", shlex.join(cmd))
         log_path = spec.trials_dir / f"trial{trial.number}.log"
 
-        shared = bool(trial.user_attrs.get(SHARED))  # another search's best: never pruned (see .sharing)
+        shared = _marked(trial, SHARED)  # another search's best: never pruned (see .sharing)
         own = not _on_top(trial)  # counts towards n_trials
         label = f"{done + 1}/{n_trials}" if own else ("shared" if shared else "re-judged")
 
@@ -295,11 +295,11 @@ def write_best_config(study, spec: StudySpec, output: Path, command: str = "") -
                  **best.user_attrs.get("overrides", {})}
     config = Config().from_str(base_config(spec.config).to_str(), interpolate=False, overrides=overrides)
     counts = count_states(study)
-    origin = f", the settings of {best.user_attrs[SHARED]}" if best.user_attrs.get(SHARED) else ""
+    origin = f", the settings of {best.user_attrs[SHARED]}" if _marked(best, SHARED) else ""
     header = [
         f"# Tuned on dev: {spec.system} on {spec.dataset}, the best of "
         f"{sum(counts.get(s, 0) for s in FINISHED)} trials (study {spec.name}, trial {best.number}{origin}; "
-        f"{counts.get('PRUNED', 0)} pruned, {n_shared(study)} shared from other systems' studies).",
+        f"{counts.get('PRUNED', 0)} pruned, {n_finished(study, SHARED)} shared from other systems' studies).",
         f"# Base config {spec.config}; dev {spec.metric} {best.value:.2f} after at most {spec.steps} steps "
         f"(dev scored every {spec.eval_frequency}), seed {spec.seed}.",
         "# Parameters: " + ", ".join(f"{k}={format_value(v)}" for k, v in best.params.items()),
@@ -311,9 +311,14 @@ def write_best_config(study, spec: StudySpec, output: Path, command: str = "") -
     return output
 
 
+def _marked(trial, mark: str) -> bool:
+    """Whether a trial carries ``mark`` (:data:`.sharing.SHARED` or :data:`.pruning.REJUDGED`)."""
+    return trial.user_attrs.get(mark) is not None
+
+
 def _on_top(trial) -> bool:
     """Whether a trial runs on top of ``n_trials`` (shared or re-judged)."""
-    return bool(trial.user_attrs.get(SHARED)) or trial.user_attrs.get(REJUDGED) is not None
+    return _marked(trial, SHARED) or _marked(trial, REJUDGED)
 
 
 def queued_on_top(study) -> int:
@@ -322,9 +327,10 @@ def queued_on_top(study) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name == "WAITING" and _on_top(t))
 
 
-def n_shared(study) -> int:
-    """Finished trials that ran another system's best settings (:mod:`.sharing`)."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in FINISHED and t.user_attrs.get(SHARED))
+def n_finished(study, mark: str) -> int:
+    """Finished trials that carry ``mark``: SHARED (another system's best settings, :mod:`.sharing`) or
+    REJUDGED (a pruned trial run again, :func:`.pruning.rejudge_pruned`)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.state.name in FINISHED and _marked(t, mark))
 
 
 def summary(study) -> Dict[str, Any]:
@@ -337,9 +343,8 @@ def summary(study) -> Dict[str, Any]:
         "complete": counts.get("COMPLETE", 0),
         "pruned": counts.get("PRUNED", 0),
         "failed": counts.get("FAIL", 0),
-        "shared": n_shared(study),
-        "rejudged": sum(1 for t in study.get_trials(deepcopy=False)
-                        if t.state.name in FINISHED and t.user_attrs.get(REJUDGED) is not None),
+        "shared": n_finished(study, SHARED),
+        "rejudged": n_finished(study, REJUDGED),
         "best_shared_from": None,
         "best_value": None, "best_params": {}, "best_number": None, "baseline_value": None,
         "minutes": round(sum(t.user_attrs.get("seconds", 0) for t in study.get_trials(deepcopy=False)) / 60, 1),
