@@ -20,13 +20,13 @@ from . import app
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
 
 
-def _ints(text: str) -> List[int]:
+def _ints(text: str, what: str = "seed") -> List[int]:
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise typer.BadParameter(f"expected comma-separated integers, not {text!r}")
     if not values:
-        raise typer.BadParameter("no seed given")
+        raise typer.BadParameter(f"no {what} given")
     return values
 
 
@@ -151,3 +151,49 @@ def seed_table_cli(
 
     typer.echo(write_table(results, output, title=title, systems=_systems(systems), command=command, note=note,
                            paper=paper))
+
+
+@app.command("arc-length")
+def arc_length_cli(
+    config: Path = typer.Option(..., "--config", help="An NLDM pipeline's config (one nldm_tagger component)"),
+    ks: str = typer.Option("1,2,5,10,15", "--ks", help="The values of k, the latent tree's longest arc (the paper's Figure 4: 1,2,5,10,15)"),
+    seeds: str = typer.Option("0,1,2", "--seeds"),
+    train: Path = typer.Option(Path("corpus/twitter/train.spacy"), "--train"),
+    dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev"),
+    test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test"),
+    training: Path = typer.Option(..., "--training", help="Models: <training>/k<k>/nldm/seed<s>"),
+    results: Path = typer.Option(..., "--results", help="Records: <results>/k<k>/nldm-seed<s>.json"),
+    table: Path = typer.Option(..., "--table", help="Markdown table to write"),
+    figure: Optional[Path] = typer.Option(None, "--figure", help="Figure to write (.png or .svg; needs matplotlib)"),
+    title: str = typer.Option("NLDM: accuracy against the longest arc k", "--title"),
+    command: str = typer.Option("", "--command", help="The command to print in the table"),
+    note: str = typer.Option("", "--note", help="A paragraph under the title"),
+    max_steps: int = typer.Option(0, "--max-steps", help="0: the config's own budget"),
+    eval_frequency: int = typer.Option(0, "--eval-frequency", help="0: the config's own"),
+    threads: int = typer.Option(1, "--threads"),
+    gpu_id: int = typer.Option(-1, "--gpu-id"),
+    table_only: bool = typer.Option(False, "--table-only", help="Write the table and figure from the records there are; train nothing"),
+):
+    """Train and test an NLDM config at several k over seeds (resumable), then its table and figure (Figure 4)."""
+    from ..pretrained.arc_length import nldm_component, render_table, run_arc_lengths, summarise, write_figure
+    from ..pretrained.runs import RunError
+
+    k_values, seed_values = _ints(ks, "k"), _ints(seeds)
+    try:
+        _, reference = nldm_component(config)
+        if not table_only:
+            run_arc_lengths(config, k_values, seed_values, training=training, results=results,
+                            echo=lambda m: typer.echo(m), train=train, dev=dev, test=test, max_steps=max_steps,
+                            eval_frequency=eval_frequency, threads=threads, gpu_id=gpu_id)
+    except RunError as err:
+        _fail(err)
+    rows = summarise(results, k_values)
+    if not rows:
+        _fail(RunError(f"no records under {results}/k<k>/ for k in {ks}"))
+    text = render_table(rows, title=title, command=command, note=note, reference=reference)
+    table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_text(text, encoding="utf8")
+    typer.echo(text)
+    if figure is not None:
+        write_figure(rows, figure, title)
+        typer.echo(f"wrote {table} and {figure}")
