@@ -1,0 +1,53 @@
+"""Dev and test accuracy of trained pipelines under each decoder of their structured component.
+
+Each pipeline is loaded once per decoder with the setting overridden at load time
+(``spacy.load(path, config={"components": {<name>: {"decode": ...}}})``) and scored with ``nlp.evaluate`` on the
+dev and test DocBins (gold tokenisation). Prints one row per pipeline and the means (results/diagnosis.md §33).
+
+    python scripts/decoder_scores.py training/glove_bilstm-tuned/twitter/nldm/seed{0,1,2,3,4}/model-best
+"""
+import argparse
+from pathlib import Path
+
+DECODERS = ("posterior", "viterbi")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+", type=Path, help="trained pipelines (model-best folders)")
+    p.add_argument("--corpus", type=Path, default=Path("corpus/twitter"), help="folder with dev.spacy and test.spacy")
+    p.add_argument("--component", default="nldm", help="the structured component's name in the pipelines")
+    p.add_argument("--score", default="tag_acc", help="the score to report (tag_acc, or pos_acc for attr pos)")
+    args = p.parse_args()
+
+    import spacy
+    import torch
+    from spacy.training import Corpus
+
+    import spacy_nldm  # noqa: F401  (registers the components)
+
+    torch.set_num_threads(1)
+    for split in ("dev", "test"):
+        if not (args.corpus / f"{split}.spacy").exists():
+            raise SystemExit(f"error: {args.corpus / f'{split}.spacy'} not found")
+    columns = [f"{decode} {split}" for decode in DECODERS for split in ("dev", "test")]
+    print("| model | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 1) + "|")
+    totals = [0.0] * len(columns)
+    for model in args.models:
+        row = []
+        for decode in DECODERS:
+            try:
+                nlp = spacy.load(model, config={"components": {args.component: {"decode": decode}}})
+            except (OSError, ValueError, KeyError) as err:
+                raise SystemExit(f"error: cannot load {model} with {args.component}.decode = {decode}: {err}")
+            for split in ("dev", "test"):
+                examples = list(Corpus(args.corpus / f"{split}.spacy", gold_preproc=True)(nlp))
+                row.append(100 * nlp.evaluate(examples)[args.score])
+        totals = [t + v for t, v in zip(totals, row)]
+        print(f"| {model} | " + " | ".join(f"{v:.2f}" for v in row) + " |", flush=True)
+    print(f"| mean of {len(args.models)} | " + " | ".join(f"{t / len(args.models):.2f}" for t in totals) + " |")
+
+
+if __name__ == "__main__":
+    main()
