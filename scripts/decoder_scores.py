@@ -1,7 +1,7 @@
 """Dev and test accuracy of trained pipelines under each decoder of their structured component.
 
-Each pipeline is loaded once per decoder with the setting overridden at load time
-(``spacy.load(path, config={"components": {<name>: {"decode": ...}}})``) and scored with ``nlp.evaluate`` on the
+Each pipeline is loaded once per decoder with every structured component's setting overridden at load time
+(``paired_bootstrap.load_pipeline``) and scored with ``nlp.evaluate`` on the
 dev and test DocBins (gold tokenisation). Prints one row per pipeline and the means (results/diagnosis.md §33).
 
     python scripts/decoder_scores.py training/glove_bilstm-tuned/twitter/nldm/seed{0,1,2,3,4}/model-best
@@ -16,15 +16,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", type=Path, help="trained pipelines (model-best folders)")
     p.add_argument("--corpus", type=Path, default=Path("corpus/twitter"), help="folder with dev.spacy and test.spacy")
-    p.add_argument("--component", default="nldm", help="the structured component's name in the pipelines")
     p.add_argument("--score", default="tag_acc", help="the score to report (tag_acc, or pos_acc for attr pos)")
     args = p.parse_args()
 
-    import spacy
     import torch
     from spacy.training import Corpus
 
-    import spacy_nldm  # noqa: F401  (registers the components)
+    from paired_bootstrap import load_pipeline  # this folder's; it imports spacy_nldm (the components)
 
     torch.set_num_threads(1)
     for split in ("dev", "test"):
@@ -38,9 +36,9 @@ def main() -> None:
         row = []
         for decode in DECODERS:
             try:
-                nlp = spacy.load(model, config={"components": {args.component: {"decode": decode}}})
+                nlp = load_pipeline(model, decode)
             except (OSError, ValueError, KeyError) as err:
-                raise SystemExit(f"error: cannot load {model} with {args.component}.decode = {decode}: {err}")
+                raise SystemExit(f"error: cannot load {model} with decode = {decode}: {err}")
             for split in ("dev", "test"):
                 examples = list(Corpus(args.corpus / f"{split}.spacy", gold_preproc=True)(nlp))
                 row.append(100 * nlp.evaluate(examples)[args.score])

@@ -25,6 +25,7 @@ import numpy
 import spacy
 from spacy.tokens import Doc, DocBin
 
+from spacy_nldm.pipeline.factories import components_made_by
 from spacy_nldm.pipeline.tagger import DECODERS
 
 
@@ -33,8 +34,7 @@ STRUCTURED_FACTORIES = ("crf_tagger", "nldm_tagger")
 
 def structured_components(path: Path) -> List[str]:
     """Names of the trained pipeline's structured components, read from its config.cfg; raises ValueError if none."""
-    components = spacy.util.load_config(path / "config.cfg")["components"]
-    names = [name for name, block in components.items() if block.get("factory") in STRUCTURED_FACTORIES]
+    names = components_made_by(spacy.util.load_config(path / "config.cfg"), STRUCTURED_FACTORIES)
     if not names:
         raise ValueError(f"{path}: no {' or '.join(STRUCTURED_FACTORIES)} component whose decoder could be set")
     return names

@@ -34,7 +34,7 @@ def test_each_decoder_is_applied_at_load_time_and_scored_on_both_splits(tmp_path
         docs = [Doc(nlp.vocab, words=WORDS[i], tags=TAGS[i]) for i in rows]
         DocBin(docs=docs, attrs=["TAG"]).to_disk(corpus / f"{split}.spacy")
     res = subprocess.run([sys.executable, str(ROOT / "scripts/decoder_scores.py"), str(tmp_path / "model"),
-                          "--corpus", str(corpus), "--component", "nldm_tagger"], capture_output=True, text=True)
+                          "--corpus", str(corpus)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     mean_row = [line for line in res.stdout.splitlines() if line.startswith("| mean of 1 |")][0]
     printed = [float(v) for v in mean_row.strip("| ").split(" | ")[1:]]

@@ -1,5 +1,5 @@
 """The ``nldm_tagger`` and ``crf_tagger`` factories (entry points ``spacy_factories``)."""
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Sequence
 
 from spacy.language import Language
 from thinc.api import Config, Model
@@ -125,3 +125,8 @@ def make_crf_tagger(
         store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
         scorer=scorer,
     )
+
+
+def components_made_by(config: Config, factories: Sequence[str]) -> List[str]:
+    """Names of the components in a pipeline's config (``[components]``) made by one of ``factories``, in order."""
+    return [name for name, block in config.get("components", {}).items() if block.get("factory") in factories]

@@ -15,7 +15,6 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from .runs import RunError, RunSpec, load_records, mean_std, run_all
 
 PAPER_K_RANGE = range(2, 11)  # the paper's search range for k (section 6.1)
-PAPER_FIGURE_KS = (1, 2, 5, 10, 15)  # the values of k in the paper's Figure 4
 
 
 def nldm_component(config: Path) -> Tuple[str, Optional[int]]:
@@ -23,20 +22,22 @@ def nldm_component(config: Path) -> Tuple[str, Optional[int]]:
     ``max_dist`` (None where the config leaves it to the architecture's default)."""
     from spacy.util import load_config
 
+    from ..pipeline.factories import components_made_by
+
     if not Path(config).exists():
         raise RunError(f"config not found: {config}")
-    components = load_config(config, interpolate=False).get("components", {})
-    names = [name for name, block in components.items() if block.get("factory") == "nldm_tagger"]
+    pipeline = load_config(config, interpolate=False)
+    names = components_made_by(pipeline, ["nldm_tagger"])
     if len(names) != 1:
         raise RunError(f"{config}: needs exactly one nldm_tagger component, found {len(names)} ({names})")
-    return names[0], components[names[0]].get("model", {}).get("max_dist")
+    return names[0], pipeline["components"][names[0]].get("model", {}).get("max_dist")
 
 
-def arc_length_spec(config: Path, k: int, *, training: Path, results: Path, **data_and_budget) -> RunSpec:
-    """The runs of one k: ``config`` with the NLDM's ``max_dist`` set to k (system name ``nldm``)."""
+def arc_length_spec(config: Path, component: str, k: int, *, training: Path, results: Path,
+                    **data_and_budget) -> RunSpec:
+    """The runs of one k: ``config`` with its NLDM ``component``'s ``max_dist`` set to k (system name ``nldm``)."""
     if k < 1:
         raise RunError(f"k must be at least 1, got {k}")
-    component, _ = nldm_component(config)
     return RunSpec(config_pattern=str(config), training=Path(training) / f"k{k}", results=Path(results) / f"k{k}",
                    overrides={f"components.{component}.model.max_dist": str(k)}, **data_and_budget)
 
@@ -45,7 +46,9 @@ def run_arc_lengths(config: Path, ks: Sequence[int], seeds: Sequence[int], *, tr
                     echo: Callable[[str], None] = print, **data_and_budget) -> None:
     """Train and test the NLDM of ``config`` at every k over ``seeds``, seed-major (every k has a first
     result early); ``data_and_budget``: train, dev, test, max_steps, eval_frequency, threads, gpu_id."""
-    specs = {k: arc_length_spec(config, k, training=training, results=results, **data_and_budget) for k in ks}
+    component, _ = nldm_component(config)
+    specs = {k: arc_length_spec(config, component, k, training=training, results=results, **data_and_budget)
+             for k in ks}
     for seed in seeds:
         for k, spec in specs.items():
             echo(f"-- k = {k}")
