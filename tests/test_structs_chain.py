@@ -255,6 +255,30 @@ def test_bounded_lane_at_a_realistic_size(m, std):
         assert chain._bounded_recursions(wide, lengths, False) is None
 
 
+@pytest.mark.parametrize("std", [0.0, 1.0, 5.0])
+def test_order_2_runs_in_exp_space_at_ordinary_scales(std):
+    """An order-2 chain whose scores span little (all zero, as at a model's start, or std 1-5) runs the
+    exp-space lane with no sentence sent to log space: the start state reaches only the states (0, c) after
+    the first token, and the other states' exact zero sums are no sign of underflow. (They were: every
+    order-2 sentence was redone in log space, the exp-space work thrown away.) Its log Z and marginals equal
+    the log-space recursions' and enumeration's, with padding holding anything."""
+    gen = torch.Generator().manual_seed(int(std) + 40)
+    m, n = 5, 6
+    lengths = torch.tensor([6, 4, 1, 3])
+    potentials = std * torch.randn(len(lengths), n, m, m, m, generator=gen, dtype=torch.float64)
+    potentials[1, 4:] = 1e4  # padding
+    alphas, betas, suspect = chain._exp_recursions(potentials, lengths, backward=True)
+    assert not bool(suspect.any())
+    log_alphas, log_betas = chain._log_recursions(potentials, lengths, backward=True)
+    log_z = alphas.shift[:, -1] + torch.logsumexp(alphas.rel[:, -1], 1)
+    ref_z, ref_marg = chain_reference(potentials, lengths)
+    torch.testing.assert_close(log_z, ref_z)
+    marg = chain._transition_marginals(potentials, lengths, alphas, betas, log_z)
+    log_marg = chain._transition_marginals(potentials, lengths, log_alphas, log_betas, log_z)
+    torch.testing.assert_close(marg, log_marg)
+    torch.testing.assert_close(chain._token_label_sums(marg), ref_marg)
+
+
 def test_bounded_lane_leaves_other_inputs_to_the_general_lanes():
     gen = torch.Generator().manual_seed(4)
     lengths = torch.tensor([4, 2])

@@ -348,7 +348,7 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
     if p == 1:
         ys, tops, sums = [y.view(batch, m) for y in ys], [top.view(batch, 1) for top in tops], [s.view(batch, m) for s in sums]
     alphas, suspect = _unscale(ys, tops, shift, lambda values, rows: _forward_has_terms(values, steps, real, rows),
-                               real, sums=sums or None)
+                               real, sums=sums or None, first_reachable=m)
     if not backward or bool(suspect.all()):  # every sentence is redone in log space: no backward here
         return alphas, None, suspect
     if n == 0:
@@ -377,12 +377,15 @@ def _exp_recursions(potentials: Tensor, lengths: Tensor, backward: bool):
 
 
 def _unscale(ys: list, tops: list, shift: Tensor, has_terms, real: Tensor, backward: bool = False,
-             sums: Optional[list] = None):
+             sums: Optional[list] = None, first_reachable: Optional[int] = None):
     """Log values (:class:`_Logs`, T+1 tokens) from the scaled vectors ``ys`` (in token order) and the
     maxima ``tops`` (T of them) the steps divided by, and the sentences (B,) where a step of a real token (``real``
     (B, T)) had a sum below THETA with a finite term (``has_terms(values)``, evaluated only if some
     sum is that small); the sums are ``sums`` (exp space, T of them) if given, else read from ``ys``
     and ``tops``. Padding steps copy the state (identity transitions): nothing to check there.
+    ``first_reachable`` (forward): the first step starts from the start state alone, which reaches only
+    the new states (0, c), the first M (order 1: every state); the others' sums are exact zeros with no
+    term, left out of the check (else every order-2 sentence would count as one to redo).
     Forward: value_t = log y_t + sum of (log top + m) of the steps up to t; backward: of those after t.
     The relative values log y_t (maximum 0) and the sums (the shifts) are kept apart."""
     ys = torch.stack(ys, 1)
@@ -399,6 +402,8 @@ def _unscale(ys: list, tops: list, shift: Tensor, has_terms, real: Tensor, backw
         sums = torch.stack(sums, 1).log_() if sums is not None else ys[:, 1:].log() + log_tops
     values = _Logs(ys.log(), scale.squeeze(-1))
     sums = torch.where(real[..., None], sums, 0.0)
+    if first_reachable is not None and sums.shape[1]:
+        sums[:, 0, first_reachable:] = 0.0
     return values, _suspect(sums, lambda rows: has_terms(values.rel, rows))
 
 
