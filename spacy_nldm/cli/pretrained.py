@@ -180,9 +180,9 @@ def arc_length_cli(
 
     k_values, seed_values = _ints(ks, "k"), _ints(seeds)
     try:
-        _, reference = nldm_component(config)
+        component, reference = nldm_component(config)
         if not table_only:
-            run_arc_lengths(config, k_values, seed_values, training=training, results=results,
+            run_arc_lengths(config, component, k_values, seed_values, training=training, results=results,
                             echo=lambda m: typer.echo(m), train=train, dev=dev, test=test, max_steps=max_steps,
                             eval_frequency=eval_frequency, threads=threads, gpu_id=gpu_id)
     except RunError as err:

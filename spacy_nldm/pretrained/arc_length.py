@@ -42,11 +42,11 @@ def arc_length_spec(config: Path, component: str, k: int, *, training: Path, res
                    overrides={f"components.{component}.model.max_dist": str(k)}, **data_and_budget)
 
 
-def run_arc_lengths(config: Path, ks: Sequence[int], seeds: Sequence[int], *, training: Path, results: Path,
-                    echo: Callable[[str], None] = print, **data_and_budget) -> None:
-    """Train and test the NLDM of ``config`` at every k over ``seeds``, seed-major (every k has a first
-    result early); ``data_and_budget``: train, dev, test, max_steps, eval_frequency, threads, gpu_id."""
-    component, _ = nldm_component(config)
+def run_arc_lengths(config: Path, component: str, ks: Sequence[int], seeds: Sequence[int], *, training: Path,
+                    results: Path, echo: Callable[[str], None] = print, **data_and_budget) -> None:
+    """Train and test the NLDM ``component`` of ``config`` (as :func:`nldm_component` names it) at every k over
+    ``seeds``, seed-major (every k has a first result early); ``data_and_budget``: train, dev, test,
+    max_steps, eval_frequency, threads, gpu_id."""
     specs = {k: arc_length_spec(config, component, k, training=training, results=results, **data_and_budget)
              for k in ks}
     for seed in seeds:
