@@ -44,6 +44,13 @@ def bench_structs(
         "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | fwd+bwd CPU s | peak MB | CRF-1 fwd+bwd s "
         "| NLDM/CRF-1 | reference fwd+bwd s | reference/ours |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
+    import torch
+
+    if device not in ("cpu", "cuda"):
+        raise typer.BadParameter(f"--device must be cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        typer.secho(f"error: --device cuda: torch {torch.__version__} sees no CUDA device", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=1)
     lines = [header]
     typer.echo(_machine(device, threads))
     typer.echo(header)
@@ -59,7 +66,7 @@ def bench_structs(
                 lines.append(line)
                 typer.echo(line)
     if peers or baseline is not None:
-        lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists)
+        lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists, device)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(_machine(device, threads) + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
@@ -67,8 +74,9 @@ def bench_structs(
 
 
 def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int, repeats: int,
-                 lengths: str, labels: str, max_dists: str) -> list:
-    """The --peers and --baseline tables (printed as they come), as lines."""
+                 lengths: str, labels: str, max_dists: str, device: str = "cpu") -> list:
+    """The --peers and --baseline tables (printed as they come), as lines. The peers run on ``device``
+    (timed by wall clock between synchronisations on CUDA); the baseline on the CPU."""
     import torch
 
     from . import bench_peers
@@ -94,20 +102,23 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
             emit(f"\nPeers skipped: {missing}.")
         else:
             bench_peers.quiet()
-            emit(f"\nAgainst the peers (B={batch}, float32, one process, {threads} thread(s), alternating, "
-                 "median CPU s, potentials built inside the timed call):\n")
+            where = f"{threads} thread(s)" if device == "cpu" else device
+            emit(f"\nAgainst the peers (B={batch}, float32, one process, {where}, alternating, "
+                 f"{bench_peers.unit(device)}, potentials built inside the timed call):\n")
             emit("| comparison | project s | peer s | project / peer |\n|---|---|---|---|")
-            for row, ours, theirs in bench_peers.speed_rows(batch, repeats):
+            for row, ours, theirs in bench_peers.speed_rows(batch, repeats, device):
                 emit(f"| {row} | {ours:.4f} | {theirs:.4f} | {ours / theirs:.2f} |")
-        emit(f"\nSpeed by score scale (B={batch}, n=30, M=17, float32, forward+backward of log Z, median CPU s):\n")
+        emit(f"\nSpeed by score scale (B={batch}, n=30, M=17, float32, {device}, forward+backward of log Z, "
+             f"{bench_peers.unit(device)}):\n")
         head = "| score std | tree s | chain-1 ms | ChainScores ms |" + (
             " pytorch-crf ms | chain / pytorch-crf | ChainScores / pytorch-crf |" if not missing else "")
         emit(head + "\n|---|" + "---|" * (head.count("|") - 2))
-        for scale, cells in bench_peers.scale_rows(batch, repeats, not missing):
+        for scale, cells in bench_peers.scale_rows(batch, repeats, not missing, device):
             emit(f"| {scale:g} | " + " | ".join(cells) + " |")
-        emit("\nfloat32 error against float64 (log Z: largest relative error; marginals: largest absolute error):\n")
+        emit(f"\nfloat32 error on {device} against float64 on the CPU (log Z: largest relative error; marginals: "
+             "largest absolute error):\n")
         emit(bench_peers.accuracy_header(not missing))
-        for scale, cells in bench_peers.accuracy_rows(not missing):
+        for scale, cells in bench_peers.accuracy_rows(not missing, device):
             emit(f"| {scale:g} | " + " | ".join(cells) + " |")
     return lines
 

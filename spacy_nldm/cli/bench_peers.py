@@ -37,35 +37,51 @@ def peers_available() -> Optional[str]:
     return None
 
 
-def alternate(ours: Callable, theirs: Callable, repeats: int) -> Tuple[float, float]:
-    """Median process CPU seconds of each, runs alternating (one warm-up each first)."""
+def alternate(ours: Callable, theirs: Callable, repeats: int, device: str = "cpu") -> Tuple[float, float]:
+    """Median seconds of each, runs alternating (one warm-up each first): process CPU time on the CPU,
+    wall time between two synchronisations on CUDA (the kernels run asynchronously)."""
+    cuda = torch.device(device).type == "cuda"
+    clock = time.perf_counter if cuda else time.process_time
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def timed(fn: Callable) -> float:
+        sync()
+        start = clock()
+        fn()
+        sync()
+        return clock() - start
+
     ours(), theirs()
     a, b = [], []
     for _ in range(repeats):
-        start = time.process_time()
-        ours()
-        a.append(time.process_time() - start)
-        start = time.process_time()
-        theirs()
-        b.append(time.process_time() - start)
+        a.append(timed(ours))
+        b.append(timed(theirs))
     return statistics.median(a), statistics.median(b)
+
+
+def unit(device: str) -> str:
+    """What :func:`alternate` measures on this device, for table headings."""
+    return "median wall s, synchronised" if torch.device(device).type == "cuda" else "median CPU s"
 
 
 # -- inputs, as the peers take them -------------------------------------------------------------------
 
 
-def _chain_inputs(batch: int, n: int, m: int, scale: float = 1.0, dtype=torch.float32):
+def _chain_inputs(batch: int, n: int, m: int, scale: float = 1.0, dtype=torch.float32, device: str = "cpu"):
+    """pytorch-crf's CRF module, emissions (B, n, m), gold tags, lengths and mask, on ``device`` (drawn on
+    the CPU, so that every device gets the same numbers)."""
     from torchcrf import CRF
 
     gen = torch.Generator().manual_seed(n * 100 + m)
     crf = CRF(m, batch_first=True).to(dtype)
-    emissions = (scale * torch.randn(batch, n, m, generator=gen, dtype=dtype)).requires_grad_(True)
+    emissions = scale * torch.randn(batch, n, m, generator=gen, dtype=dtype)
     if scale != 1.0:
         with torch.no_grad():
             for p in (crf.transitions, crf.start_transitions, crf.end_transitions):
                 p.copy_(scale * torch.randn(p.shape, generator=gen, dtype=dtype))
     tags = torch.randint(m, (batch, n), generator=gen)
-    return crf, emissions, tags, torch.full((batch,), n), torch.ones(batch, n, dtype=torch.bool)
+    return (crf.to(device), emissions.to(device).requires_grad_(True), tags.to(device),
+            torch.full((batch,), n, device=device), torch.ones(batch, n, dtype=torch.bool, device=device))
 
 
 def _our_potentials(crf, emissions, lengths):
@@ -89,10 +105,11 @@ def _torch_struct_chain(crf, emissions, lengths):
     return torch_struct.LinearChainCRF(edge, lengths=lengths)
 
 
-def _tree_inputs(batch: int, n: int, scale: float = 1.0, dtype=torch.float32):
+def _tree_inputs(batch: int, n: int, scale: float = 1.0, dtype=torch.float32, device: str = "cpu"):
     """Unlabelled arc scores in torch-struct's layout: (B, n, n), S[h-1, d-1] for h -> d, root on the diagonal."""
     gen = torch.Generator().manual_seed(n)
-    return (scale * torch.randn(batch, n, n, generator=gen, dtype=dtype)).requires_grad_(True), torch.full((batch,), n)
+    S = scale * torch.randn(batch, n, n, generator=gen, dtype=dtype)
+    return S.to(device).requires_grad_(True), torch.full((batch,), n, device=device)
 
 
 def _our_tree(S: torch.Tensor) -> torch.Tensor:
@@ -107,13 +124,13 @@ def _our_tree(S: torch.Tensor) -> torch.Tensor:
 # -- speed ------------------------------------------------------------------------------------------
 
 
-def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
-    """(row, project s, peer s) for each comparison of issue 12's table."""
+def speed_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, float, float]]:
+    """(row, project s, peer s) for each comparison of issue 12's table, on ``device``."""
     import torch_struct
 
     rows = []
     for m in (17, 25):
-        crf, em, tags, lengths, mask = _chain_inputs(batch, 30, m)
+        crf, em, tags, lengths, mask = _chain_inputs(batch, 30, m, device=device)
         gold = torch.nn.functional.one_hot(tags, m).bool()
 
         def log_z():
@@ -147,17 +164,17 @@ def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
         def their_struct_log_z():
             _torch_struct_chain(crf, em, lengths).partition.sum().backward()
 
-        rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, vs pytorch-crf normaliser", *alternate(log_z, their_log_z, repeats)))
-        rows.append((f"chain-1 NLL fwd+bwd, n=30, M={m}, vs pytorch-crf CRF.forward", *alternate(nll, their_nll, repeats)))
+        rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, vs pytorch-crf normaliser", *alternate(log_z, their_log_z, repeats, device)))
+        rows.append((f"chain-1 NLL fwd+bwd, n=30, M={m}, vs pytorch-crf CRF.forward", *alternate(nll, their_nll, repeats, device)))
         rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, ChainScores, vs pytorch-crf normaliser",
-                     *alternate(factored_log_z, their_log_z, repeats)))
+                     *alternate(factored_log_z, their_log_z, repeats, device)))
         rows.append((f"chain-1 NLL fwd+bwd, n=30, M={m}, ChainScores, vs pytorch-crf CRF.forward",
-                     *alternate(factored_nll, their_nll, repeats)))
-        rows.append((f"chain-1 Viterbi, n=30, M={m}, vs pytorch-crf CRF.decode", *alternate(decode, their_decode, repeats)))
+                     *alternate(factored_nll, their_nll, repeats, device)))
+        rows.append((f"chain-1 Viterbi, n=30, M={m}, vs pytorch-crf CRF.decode", *alternate(decode, their_decode, repeats, device)))
         rows.append((f"chain-1 log Z fwd+bwd, n=30, M={m}, vs torch-struct LinearChainCRF.partition",
-                     *alternate(log_z, their_struct_log_z, repeats)))
+                     *alternate(log_z, their_struct_log_z, repeats, device)))
     for n in (30, 60):
-        S, lengths = _tree_inputs(batch, n)
+        S, lengths = _tree_inputs(batch, n, device=device)
 
         def tree_log_z():
             structs.log_partition(_our_tree(S), lengths).sum().backward()
@@ -173,28 +190,29 @@ def speed_rows(batch: int, repeats: int) -> List[Tuple[str, float, float]]:
             torch_struct.DependencyCRF(S, lengths=lengths, multiroot=True).argmax
 
         rows.append((f"tree M=1 log Z fwd+bwd, n={n}, vs torch-struct DependencyCRF.partition",
-                     *alternate(tree_log_z, their_tree_log_z, repeats)))
+                     *alternate(tree_log_z, their_tree_log_z, repeats, device)))
         rows.append((f"tree M=1 Viterbi, n={n}, vs torch-struct DependencyCRF.argmax",
-                     *alternate(tree_decode, their_tree_decode, repeats)))
+                     *alternate(tree_decode, their_tree_decode, repeats, device)))
     return rows
 
 
-def scale_rows(batch: int, repeats: int, peers: bool) -> List[Tuple[float, List[str]]]:
+def scale_rows(batch: int, repeats: int, peers: bool, device: str = "cpu") -> List[Tuple[float, List[str]]]:
     """Per score std: forward+backward seconds of the tree's log Z (dense, n=30, M=17) and the chain's
     (n=30, M=17; potentials, then ChainScores), and their ratios to pytorch-crf at the same scale
-    (alternating, each against its own peer runs)."""
+    (alternating, each against its own peer runs), on ``device``."""
+
     rows = []
     for scale in (1.0, 10.0, 30.0, 100.0):
         gen = torch.Generator().manual_seed(int(scale))
-        scores = (scale * torch.randn(batch, 31, 31, 17, 17, generator=gen)).requires_grad_(True)
-        lengths = torch.full((batch,), 30)
+        scores = (scale * torch.randn(batch, 31, 31, 17, 17, generator=gen)).to(device).requires_grad_(True)
+        lengths = torch.full((batch,), 30, device=device)
 
         def tree():
             structs.log_partition(scores, lengths).sum().backward()
             scores.grad = None
 
-        tree_s, _ = alternate(tree, lambda: None, max(1, repeats // 3))
-        crf, em, _, cl, mask = _chain_inputs(batch, 30, 17, scale)
+        tree_s, _ = alternate(tree, lambda: None, max(1, repeats // 3), device)
+        crf, em, _, cl, mask = _chain_inputs(batch, 30, 17, scale, device=device)
 
         def chain():
             structs.crf_log_partition(_our_potentials(crf, em, cl), cl).sum().backward()
@@ -205,8 +223,8 @@ def scale_rows(batch: int, repeats: int, peers: bool) -> List[Tuple[float, List[
         def theirs():
             crf._compute_normalizer(em.transpose(0, 1), mask.t()).sum().backward()
 
-        chain_s, peer_s = alternate(chain, theirs if peers else (lambda: None), repeats)
-        factored_s, peer_s2 = alternate(factored, theirs if peers else (lambda: None), repeats)
+        chain_s, peer_s = alternate(chain, theirs if peers else (lambda: None), repeats, device)
+        factored_s, peer_s2 = alternate(factored, theirs if peers else (lambda: None), repeats, device)
         cells = [f"{tree_s:.3f}", f"{chain_s * 1e3:.2f}", f"{factored_s * 1e3:.2f}"]
         if peers:
             cells += [f"{peer_s * 1e3:.2f}", f"{chain_s / peer_s:.2f}", f"{factored_s / peer_s2:.2f}"]
@@ -218,15 +236,20 @@ def scale_rows(batch: int, repeats: int, peers: bool) -> List[Tuple[float, List[
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(((a.double() - b.double()).abs() / b.double().abs().clamp_min(1e-300)).max())
+    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    return float(((a - b).abs() / b.abs().clamp_min(1e-300)).max())
 
 
 def _abs(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.double() - b.double()).abs().max())
+    return float((a.detach().cpu().double() - b.detach().cpu().double()).abs().max())
 
 
-def accuracy_rows(peers: bool) -> List[Tuple[float, List[str]]]:
-    """Per scale: float32 errors against float64 references, as table cells."""
+def accuracy_rows(peers: bool, device: str = "cpu") -> List[Tuple[float, List[str]]]:
+    """Per scale: float32 errors on ``device`` against float64 references on the CPU, as table cells."""
+
+    def on(t: torch.Tensor) -> torch.Tensor:  # a float32 copy on the device under test
+        return t.detach().float().to(device)
+
     rows = []
     for scale in SCALES:
         cells = []
@@ -236,48 +259,50 @@ def accuracy_rows(peers: bool) -> List[Tuple[float, List[str]]]:
         lengths = torch.tensor([8, 6, 8, 3])
         ref = structs.log_partition(scores, lengths, semiring=structs.BroadcastLogSemiring)
         ref_marg = structs.marginals(scores, lengths).labels  # float64: exact (tested against the reference)
-        got = structs.log_partition(scores.float(), lengths)
-        cells += [f"{_rel(got, ref):.1e}", f"{_abs(structs.marginals(scores.float(), lengths).labels, ref_marg):.1e}"]
+        dl = lengths.to(device)
+        got = structs.log_partition(on(scores), dl)
+        cells += [f"{_rel(got, ref):.1e}", f"{_abs(structs.marginals(on(scores), dl).labels, ref_marg):.1e}"]
         # unlabelled tree (M=1), B=4, n=12
         S = (scale * torch.randn(4, 12, 12, generator=gen)).double()
         tl = torch.full((4,), 12)
         ref_tree = structs.log_partition(_our_tree(S), tl, semiring=structs.BroadcastLogSemiring)
         ref_tree_marg = structs.marginals(_our_tree(S), tl).arcs
-        cells += [f"{_rel(structs.log_partition(_our_tree(S.float()), tl), ref_tree):.1e}",
-                  f"{_abs(structs.marginals(_our_tree(S.float()), tl).arcs, ref_tree_marg):.1e}"]
+        dtl = tl.to(device)
+        cells += [f"{_rel(structs.log_partition(_our_tree(on(S)), dtl), ref_tree):.1e}",
+                  f"{_abs(structs.marginals(_our_tree(on(S)), dtl).arcs, ref_tree_marg):.1e}"]
         if peers:
             import torch_struct
 
             # torch-struct fails on a leaf that does not require grad
-            dist = torch_struct.DependencyCRF(S.float().requires_grad_(True), lengths=tl, multiroot=True)
+            dist = torch_struct.DependencyCRF(on(S).requires_grad_(True), lengths=dtl, multiroot=True)
             theirs = dist.partition
             their_marg = _our_tree(dist.marginals.detach())  # same layout as ours, but for the self-arcs:
             their_marg.diagonal(0, 1, 2).zero_()  # their diagonal (the root's arcs) was copied there too
-            cells += [f"{_rel(theirs.detach(), ref_tree):.1e}", f"{_abs(their_marg, ref_tree_marg):.1e}"]
+            cells += [f"{_rel(theirs, ref_tree):.1e}", f"{_abs(their_marg, ref_tree_marg):.1e}"]
         # first-order chain, B=4, n=30, M=17: reference = our log-space chain in float64 (torch-struct and
         # pytorch-crf in float64 agree with it to 1e-12)
         crf, em, _, cl, mask = _chain_inputs(4, 30, 17, scale, torch.float64)
+        dcl = cl.to(device)
         with torch.no_grad():
             pot = _our_potentials(crf, em, cl)
             ref_chain = structs.crf_log_partition(pot, cl)
             ref_chain_marg = structs.crf_marginals(pot, cl)
-            pot32 = pot.float()
-            cells += [f"{_rel(structs.crf_log_partition(pot32, cl), ref_chain):.1e}",
-                      f"{_abs(structs.crf_marginals(pot32, cl), ref_chain_marg):.1e}"]
-            factored32 = structs.ChainScores(*(x.detach().float() for x in (em, crf.transitions, crf.start_transitions,
-                                                                           crf.end_transitions)))
-            cells += [f"{_rel(structs.crf_log_partition(factored32, cl), ref_chain):.1e}",
-                      f"{_abs(structs.crf_marginals(factored32, cl), ref_chain_marg):.1e}"]
+            cells += [f"{_rel(structs.crf_log_partition(on(pot), dcl), ref_chain):.1e}",
+                      f"{_abs(structs.crf_marginals(on(pot), dcl), ref_chain_marg):.1e}"]
+            factored32 = structs.ChainScores(*(on(x) for x in (em, crf.transitions, crf.start_transitions,
+                                                               crf.end_transitions)))
+            cells += [f"{_rel(structs.crf_log_partition(factored32, dcl), ref_chain):.1e}",
+                      f"{_abs(structs.crf_marginals(factored32, dcl), ref_chain_marg):.1e}"]
         if peers:
-            crf32 = crf.float()
-            em32 = em.detach().float().requires_grad_(True)
-            z = crf32._compute_normalizer(em32.transpose(0, 1), mask.t())
+            crf32 = crf.float().to(device)
+            em32 = on(em).requires_grad_(True)
+            z = crf32._compute_normalizer(em32.transpose(0, 1), mask.to(device).t())
             (marg,) = torch.autograd.grad(z.sum(), em32)
-            cells += [f"{_rel(z.detach(), ref_chain):.1e}", f"{_abs(marg, ref_chain_marg):.1e}"]
-            dist = _torch_struct_chain(crf32, em32.detach().requires_grad_(True), cl)
+            cells += [f"{_rel(z, ref_chain):.1e}", f"{_abs(marg, ref_chain_marg):.1e}"]
+            dist = _torch_struct_chain(crf32, on(em).requires_grad_(True), dcl)
             edge_marg = dist.marginals.detach()  # (B, N-1, C, C) [current, previous]
             labels = torch.cat([edge_marg[:, :1].sum(2), edge_marg.sum(3)], 1)
-            cells += [f"{_rel(dist.partition.detach(), ref_chain):.1e}", f"{_abs(labels, ref_chain_marg):.1e}"]
+            cells += [f"{_rel(dist.partition, ref_chain):.1e}", f"{_abs(labels, ref_chain_marg):.1e}"]
         rows.append((scale, cells))
     return rows
 

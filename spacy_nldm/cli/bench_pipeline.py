@@ -5,7 +5,8 @@ and is trained for ``--epochs`` on an ARK file (the paper's training set is oct2
 ``python -m spacy_nldm bench pipeline ../shared/data/twitter_pos/oct27.traindev``) in batches of about
 ``--batch-words`` words, then tags the same tweets. Words per second are
 reported for wall time and for process CPU time (close to the wall time of a run alone on a shared
-machine when ``--threads 1``).
+machine when ``--threads 1``). ``--gpu-id 0`` trains and tags on that GPU, as ``spacy train --gpu-id 0``
+does; then only the wall-time columns measure the systems.
 """
 import platform
 import random
@@ -115,6 +116,7 @@ def bench_pipeline(
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
     warmup: int = typer.Option(3, help="Untimed training batches before the timed epochs (first-call costs)."),
     seed: int = typer.Option(0),
+    gpu_id: int = typer.Option(-1, help="GPU to train and tag on (-1: the CPU)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
 ) -> None:
     """Training and tagging words per second of nldm (k=5, none), crf (order 1, 2) and spaCy's tagger."""
@@ -125,6 +127,17 @@ def bench_pipeline(
 
     if threads:
         torch.set_num_threads(threads)
+    where = "CPU"
+    if gpu_id >= 0:  # as `spacy train --gpu-id`: thinc's ops on CuPy, one memory pool shared with torch
+        from thinc.api import require_gpu, set_gpu_allocator
+
+        try:
+            set_gpu_allocator("pytorch")
+            require_gpu(gpu_id)
+        except ValueError as err:  # thinc's reasons: no CuPy, no GPU, a torch without CUDA
+            typer.secho(f"error: --gpu-id {gpu_id}: {err}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=1)
+        where = torch.cuda.get_device_name(gpu_id)
     try:
         sents = [(s.words, s.tags) for s in read_ark(data)]
     except ConversionError as err:
@@ -138,7 +151,7 @@ def bench_pipeline(
     if unknown:
         raise typer.BadParameter(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
     head = (
-        f"{platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} torch threads; "
+        f"{platform.machine()}, {where}, torch {torch.__version__}, {torch.get_num_threads()} torch threads; "
         f"{data.name}: {len(sents)} tweets, {n_words} words; encoder MultiHashEmbed({width}) + BiLSTM({width}); "
         f"{edge_scorer} D_t={label_dim} D_r={rank}; {epochs} epoch(s), batches of ~{batch_words} words, "
         f"{warmup} untimed warm-up batches"
