@@ -120,6 +120,15 @@ def test_empty_sentences():
     assert log_z[1].item() == pytest.approx(ref_z)
 
 
+@pytest.mark.parametrize("batch, n", [(0, 4), (3, 0)])
+def test_batches_without_tokens(batch, n):
+    """No sentence, or only empty ones (no width to backtrack through): empty or zero results."""
+    scores, lengths = torch.randn(batch, n + 1, n + 1, 2, 2), torch.zeros(batch, dtype=torch.long)
+    labels, heads, best = viterbi(scores, lengths)
+    assert labels.shape == heads.shape == (batch, n) and best.shape == (batch,)
+    assert torch.all(best == 0) and torch.all(log_partition(scores, lengths) == 0)
+
+
 def test_gradient_matches_finite_differences(space):
     scores = random_scores([3], 2, seed=11)
     lengths = torch.tensor([3])

@@ -265,26 +265,26 @@ def backtrack(ins: Inside, grad_root: Tensor) -> Iterator[Tuple[int, WidthArcs]]
         right, left = incomplete_cells(outer.inc_right, outer.inc_left, w)
         left = left.transpose(-1, -2)
         yield w, WidthArcs(right, left)
-        # inner: won (B, S, a, c) over the split k
+        # inner: won (B, S, a, c) over the split k; into.right (B, S, K, a), into.left (B, S, K, c)
         won, marks = ins.inner_traces[w], right + left
         into = inner_operands(outer.right, outer.left, w)
-        b, s, a, c = _grid(won.shape, won.device)
-        into.right.index_put_((b, s, won, a), marks, accumulate=True)
-        into.left.index_put_((b, s, won, c), marks, accumulate=True)
+        into.right.add_(_scattered(won, marks, into.right.shape[2]).transpose(2, 3))  # summed over c
+        into.left.add_(_scattered(won.transpose(2, 3), marks.transpose(2, 3), into.left.shape[2]).transpose(2, 3))
 
 
 def _mark_head(won: Tensor, out: Tensor, into: HeadOperands) -> None:
     """won (B, S, F): index into the flattened (split d, label l) of the winning term of each output."""
-    labels = into.complete.shape[-1]
-    split, label = torch.div(won, labels, rounding_mode="floor"), won % labels
-    b, s, f = _grid(won.shape, won.device)
-    into.incomplete.index_put_((b, s, f, split, label), out, accumulate=True)
-    into.complete.index_put_((b, s, split, label), out, accumulate=True)
+    cells = into.complete.shape[-2] * into.complete.shape[-1]  # (split d, label l)
+    into.incomplete.add_(_scattered(won[..., None], out[..., None], cells).view(into.incomplete.shape))
+    into.complete.add_(_scattered(won, out, cells).view(into.complete.shape))  # summed over f
 
 
-def _grid(shape, device) -> Tuple[Tensor, ...]:
-    """Index tensors of every position of ``shape``, one per dimension."""
-    return torch.meshgrid(*(torch.arange(n, device=device) for n in shape), indexing="ij")
+def _scattered(index: Tensor, values: Tensor, size: int) -> Tensor:
+    """A fresh (..., size) tensor T with T[..., i] = sum of values[..., j] over the j with index[..., j]
+    = i (index and values (..., J)). A scatter-add into a contiguous buffer: on a GPU, atomic adds,
+    where ``index_put_(accumulate=True)`` sorts its indices first (several times slower)."""
+    out = values.new_zeros(*index.shape[:-1], size)
+    return out.scatter_add_(-1, index, values)
 
 
 # -- any semiring: recompute each stage under autograd -----------------------------------------------

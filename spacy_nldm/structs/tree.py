@@ -86,15 +86,45 @@ def viterbi(
         inside = Inside(MaxSemiring(), problem.arcs.detach(), problem.allowed, problem.lengths, problem.limit)
         best = torch.where(problem.impossible, float("-inf"), inside.run())
         raise_if_not_finite(best, lambda b: _bad_arc(problem, b))
-        batch, n = best.shape[0], problem.arcs.shape[1] - 1
-        heads = torch.zeros(batch, n + 1, dtype=torch.long, device=best.device)
-        labels = torch.zeros_like(heads)
+        marked = _MarkedArcs(best.shape[0], problem.arcs.shape[1], inside.limit, best.device)
         for w, marks in backtrack(inside, (best > float("-inf")).to(best.dtype)):
-            b, s, a, c = marks.right.nonzero(as_tuple=True)  # arc s -> s+w
-            heads[b, s + w], labels[b, s + w] = s, c
-            b, s, a, c = marks.left.nonzero(as_tuple=True)  # arc s+w -> s
-            heads[b, s], labels[b, s] = s + w, a
-    return Decoded(labels[:, 1:], heads[:, 1:], best)
+            marked.add(w, marks)
+        labels, heads = marked.decode(problem.arcs.shape[-1])
+    return Decoded(labels, heads, best)
+
+
+class _MarkedArcs:
+    """The arcs the backtrack marks, by dependent: for each position j (B, N+1) and each width w and
+    direction, the largest mark of the arcs into j and where it is in the (M, M) label grid. Filled by
+    whole slices, one width at a time, and decoded once: nothing waits for the device (a ``nonzero``
+    per width would stall a GPU's queue twice per width)."""
+
+    def __init__(self, batch: int, positions: int, limit: int, device):
+        # [..., 0, w-1]: the arc (j-w) -> j, from the right; [..., 1, w-1]: the arc (j+w) -> j, from the left
+        widths = max(limit, 1)  # limit 0 (no tokens): nothing is marked, every label and head 0
+        self.mark = torch.zeros(batch, positions, 2, widths, device=device)
+        self.where = torch.zeros(batch, positions, 2, widths, dtype=torch.long, device=device)
+
+    def add(self, w: int, marks) -> None:
+        """The marks (:class:`~.arcs.WidthArcs`, (B, S, M, M) [label of s, label of s+w]) of width w."""
+        spans = marks.right.shape[1]
+        for direction, marked, deps in ((0, marks.right, slice(w, w + spans)), (1, marks.left, slice(0, spans))):
+            value, index = marked.flatten(2).max(-1)  # (B, S): a tree has at most one arc per span and direction
+            self.mark[:, deps, direction, w - 1] = value
+            self.where[:, deps, direction, w - 1] = index
+
+    def decode(self, m: int):
+        """labels, heads (B, N): each token's label and head position (0 = the root), 0 where unmarked."""
+        batch, positions = self.mark.shape[:2]
+        value, pick = self.mark.flatten(2).max(-1)  # (B, N+1): the one marked (direction, width)
+        index = self.where.flatten(2).gather(2, pick[:, :, None]).squeeze(2)
+        direction, width = pick // self.mark.shape[3], pick % self.mark.shape[3] + 1
+        position = torch.arange(positions, device=value.device)
+        # from the right, the dependent is s+w: its label is c (index % M); from the left it is s: label a
+        heads = torch.where(direction == 0, position - width, position + width)
+        labels = torch.where(direction == 0, index % m, index // m)
+        marked = value > 0
+        return torch.where(marked, labels, 0)[:, 1:], torch.where(marked, heads, 0)[:, 1:]
 
 
 def marginals(
