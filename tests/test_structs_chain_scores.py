@@ -86,6 +86,25 @@ def test_the_fast_path_applies_at_tagger_scales_and_steps_aside_beyond():
     assert _working_dtype(_scores(300.0, torch.float32), lengths) is None
 
 
+@pytest.mark.parametrize("scale, bounded", [(1.0, True), (30.0, True), (300.0, False)])
+def test_the_gpu_route_through_the_potentials(monkeypatch, scale, bounded):
+    """On a GPU, ChainScores take the potentials' bounded lane where it applies (``_on_gpu`` forced here):
+    the same log Z, gradients and marginals as the fast path, in float32; wider scores keep the fast path."""
+    lengths = torch.tensor(LENGTHS)
+    scores = ChainScores(*[p.detach().float().requires_grad_(True) for p in _scores(scale, m=4, seed=int(scale))])
+    expected_z = crf_log_partition(scores, lengths)
+    expected = (expected_z.detach(), _grads(expected_z, scores), crf_marginals(scores, lengths))
+    monkeypatch.setattr(chain_scores, "_on_gpu", lambda tensor: True)
+    assert (chain_scores._potentials_on_gpu(scores, lengths) is not None) == bounded
+    log_z = crf_log_partition(scores, lengths)
+    torch.testing.assert_close(log_z.detach(), expected[0], rtol=1e-6, atol=1e-5)
+    for got, ref in zip(_grads(log_z, scores), expected[1]):
+        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(ref.abs().max())))
+    torch.testing.assert_close(crf_marginals(scores, lengths), expected[2], rtol=0, atol=1e-4)
+    monkeypatch.setattr(chain_scores, "GPU_POTENTIALS_UP_TO", 10)  # too big for the route: the fast path
+    assert chain_scores._potentials_on_gpu(scores, lengths) is None
+
+
 def test_the_general_gradient_path_agrees(monkeypatch):
     """Where the transition gradient's check fails, the gradients come from the potentials' path."""
     scores, lengths = _scores(), torch.tensor(LENGTHS)

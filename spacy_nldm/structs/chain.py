@@ -516,6 +516,28 @@ class _Bounded(NamedTuple):
 _LOG2E = 1.0 / math.log(2.0)
 
 
+def _token_spans(potentials: Tensor, real: Tensor) -> Tuple[Tensor, float]:
+    """Each token's largest potential m_t (B, N) and the largest span (max - min) of a real token's
+    (M, M) potentials (NaN for NaN or infinite scores)."""
+    flat = potentials.reshape(*potentials.shape[:2], -1)
+    top = flat.amax(-1)
+    return top, float(torch.where(real, top - flat.amin(-1), 0.0).amax())
+
+
+def bounded_lane_applies(span: float, dtype: torch.dtype) -> bool:
+    """Whether :func:`_bounded_recursions` runs on tokens spanning ``span`` nats at most: in ``dtype``, or
+    in float64 for float32."""
+    return span <= -_theta(dtype) or (dtype == torch.float32 and span <= -_theta(torch.float64))
+
+
+def runs_bounded(potentials: Tensor, lengths: Tensor) -> bool:
+    """Whether log Z of these order-1 potentials (B, N, M, M) takes the bounded exp-space lane, the
+    fastest (one matrix product per token, no check)."""
+    if potentials.dim() != 4 or potentials.numel() == 0:
+        return False
+    return bounded_lane_applies(_token_spans(potentials, _real(lengths, potentials.shape[1]))[1], potentials.dtype)
+
+
 def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> Optional[_Bounded]:
     """Order 1 in exp space with no underflow check, when every real token's potentials span at most
     -log(THETA) nats (max - min over its M x M entries): 43.7 in float32 (standard deviations up to ~5),
@@ -534,13 +556,11 @@ def _bounded_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> 
         return None
     batch, n, m, _ = potentials.shape
     real = _real(lengths, n)
-    flat = potentials.reshape(batch, n, m * m)
-    top = flat.amax(-1)  # m_t (B, N)
-    span = float(torch.where(real, top - flat.amin(-1), 0.0).amax())  # NaN for NaN or infinite scores
+    top, span = _token_spans(potentials, real)
     dtype = potentials.dtype
+    if not bounded_lane_applies(span, dtype):
+        return None
     if not span <= -_theta(dtype):
-        if dtype != torch.float32 or not span <= -_theta(torch.float64):
-            return None
         # float32 tokens spanning up to 354 nats (standard deviations up to ~40): the same lane in float64,
         # about twice the cost of float32 and still well below the general lanes'
         potentials = potentials.double()
