@@ -31,8 +31,9 @@ def test_bench_structs_against_a_baseline_checkout():
                                  "--max-dists", "2", "--repeats", "1", "--peer-repeats", "1",
                                  "--threads", "1", "--baseline", str(CHECKOUT)])
     assert result.exit_code == 0, result.output
-    lines = rows(result.output, "| tree log Z fwd+bwd")
-    assert len(lines) == 1 and float(lines[0].split("|")[-2]) > 0
+    for call in ("| tree log Z fwd+bwd", "| tree Viterbi", "| ChainScores log Z fwd+bwd"):
+        lines = rows(result.output, call)
+        assert len(lines) == 1 and float(lines[0].split("|")[-2]) > 0, call
 
 
 @pytest.mark.skipif(

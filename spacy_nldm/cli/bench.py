@@ -31,7 +31,7 @@ def bench_structs(
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
     peers: bool = typer.Option(False, help="Also compare with torch-struct and pytorch-crf: speed and float32 error."),
-    baseline: Optional[Path] = typer.Option(None, help="Also time log_partition against this other checkout's structs."),
+    baseline: Optional[Path] = typer.Option(None, help="Also time log Z, Viterbi and ChainScores against this other checkout's structs."),
     peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline)."),
 ) -> None:
     """Forward and backward time and peak memory of log_partition, with the 1st-order CRF at the same shape.
@@ -75,8 +75,8 @@ def bench_structs(
 
 def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int, repeats: int,
                  lengths: str, labels: str, max_dists: str, device: str = "cpu") -> list:
-    """The --peers and --baseline tables (printed as they come), as lines. The peers run on ``device``
-    (timed by wall clock between synchronisations on CUDA); the baseline on the CPU."""
+    """The --peers and --baseline tables (printed as they come), as lines, on ``device`` (timed by wall
+    clock between synchronisations on CUDA)."""
     import torch
 
     from . import bench_peers
@@ -90,11 +90,12 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
 
     if baseline is not None:
         other = bench_peers.load_baseline(baseline)
-        emit(f"\nlog_partition against {baseline} (one process, {threads} thread(s), alternating, median CPU s):\n")
-        emit("| shape | this checkout s | baseline s | this / baseline |\n|---|---|---|---|")
+        where = f"{threads} thread(s)" if device == "cpu" else device
+        emit(f"\nAgainst the structs of {baseline} (one process, {where}, alternating, {bench_peers.unit(device)}):\n")
+        emit("| call | this checkout s | baseline s | this / baseline |\n|---|---|---|---|")
         shapes = [(n, m, None if k.strip().lower() == "none" else int(k))
                   for n in _ints(lengths) or [30] for m in _ints(labels) or [17] for k in max_dists.split(",")]
-        for row, ours, theirs in bench_peers.baseline_rows(other, batch, shapes, repeats):
+        for row, ours, theirs in bench_peers.baseline_rows(other, batch, shapes, repeats, device):
             emit(f"| {row} | {ours:.4f} | {theirs:.4f} | {ours / theirs:.2f} |")
     if peers:
         missing = bench_peers.peers_available()

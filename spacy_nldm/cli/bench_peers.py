@@ -336,22 +336,41 @@ def load_baseline(path: Path):
         sys.path.remove(str(root))
 
 
-def baseline_rows(baseline, batch: int, shapes: List[Tuple[int, int, Optional[int]]], repeats: int):
-    """(row, project s, baseline s) for log_partition forward+backward (random scores, std 1)."""
+def baseline_rows(baseline, batch: int, shapes: List[Tuple[int, int, Optional[int]]], repeats: int,
+                  device: str = "cpu"):
+    """(row, project s, baseline s) on ``device``, random scores of std 1: per shape (n, M, max_dist), the
+    tree's log Z forward+backward and its Viterbi (the same structure asserted); per M, the factored
+    chain's (ChainScores, n) log Z forward+backward."""
     rows = []
     for n, m, k in shapes:
         gen = torch.Generator().manual_seed(0)
-        scores = torch.randn(batch, n + 1, n + 1, m, m, generator=gen).requires_grad_(True)
-        lengths = torch.full((batch,), n)
+        scores = torch.randn(batch, n + 1, n + 1, m, m, generator=gen).to(device).requires_grad_(True)
+        lengths = torch.full((batch,), n, device=device)
 
         def ours(module=structs):
             module.log_partition(scores, lengths, max_dist=k).sum().backward()
             scores.grad = None
 
-        def theirs():
-            ours(baseline)
+        def decode(module=structs):
+            return module.viterbi(scores.detach(), lengths, max_dist=k)
 
-        rows.append((f"tree log Z fwd+bwd, B={batch}, n={n}, M={m}, max_dist={k}", *alternate(ours, theirs, repeats)))
+        mine, theirs = decode(), decode(baseline)
+        if not (torch.equal(mine.labels, theirs.labels) and torch.equal(mine.heads, theirs.heads)):
+            raise AssertionError(f"Viterbi differs from the baseline's at n={n}, M={m}, max_dist={k}")
+        shape = f"B={batch}, n={n}, M={m}, max_dist={k}"
+        rows.append((f"tree log Z fwd+bwd, {shape}", *alternate(ours, lambda: ours(baseline), repeats, device)))
+        rows.append((f"tree Viterbi, {shape}", *alternate(decode, lambda: decode(baseline), repeats, device)))
+    for n, m in sorted({(n, m) for n, m, _ in shapes}):
+        gen = torch.Generator().manual_seed(m)
+        parts = [torch.randn(batch, n, m, generator=gen)] + [torch.randn(*shape, generator=gen) for shape in ((m, m), (m,), (m,))]
+        leaves = [p.to(device).requires_grad_(True) for p in parts]
+        lengths = torch.full((batch,), n, device=device)
+
+        def chain(module=structs):
+            module.crf_log_partition(module.ChainScores(*leaves), lengths).sum().backward()
+
+        rows.append((f"ChainScores log Z fwd+bwd, B={batch}, n={n}, M={m}",
+                     *alternate(chain, lambda: chain(baseline), repeats, device)))
     return rows
 
 
