@@ -115,11 +115,11 @@ class _MarkedArcs:
 
     def decode(self, m: int):
         """labels, heads (B, N): each token's label and head position (0 = the root), 0 where unmarked."""
-        batch, positions = self.mark.shape[:2]
+        widths = self.mark.shape[3]
         value, pick = self.mark.flatten(2).max(-1)  # (B, N+1): the one marked (direction, width)
         index = self.where.flatten(2).gather(2, pick[:, :, None]).squeeze(2)
-        direction, width = pick // self.mark.shape[3], pick % self.mark.shape[3] + 1
-        position = torch.arange(positions, device=value.device)
+        direction, width = pick // widths, pick % widths + 1
+        position = torch.arange(self.mark.shape[1], device=value.device)
         # from the right, the dependent is s+w: its label is c (index % M); from the left it is s: label a
         heads = torch.where(direction == 0, position - width, position + width)
         labels = torch.where(direction == 0, index % m, index // m)
