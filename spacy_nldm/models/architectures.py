@@ -108,15 +108,19 @@ def build_hash_char_embed(
     char_dim: int = 30,
     char_window: int = 3,
     char_dropout: float = 0.0,
+    word_dropout: float = 0.0,
 ) -> Model[List[Doc], List[Floats2d]]:
     """spaCy's ``spacy.MultiHashEmbed.v2`` of width ``width - char_width`` (same ``attrs``, ``rows``,
     static vectors) next to a character CNN of width ``char_width`` over each token's text (``char_dim``
     embeddings, filters of ``char_window`` characters, max-pooled; see :mod:`.chars`): output width
-    ``width``, a drop-in for the ``embed`` of ``spacy.Tok2Vec.v2``."""
+    ``width``, a drop-in for the ``embed`` of ``spacy.Tok2Vec.v2``. ``word_dropout``: as
+    ``spacy-nldm.WordDropoutHashEmbed.v1``, on the hashed part only (the characters stay)."""
     if not 0 < char_width < width:
         raise ValueError(f"spacy-nldm.HashCharEmbed.v1: char_width must be in (0, width={width}), not {char_width}")
     hashed = MultiHashEmbed(width=width - char_width, attrs=attrs, rows=rows,
                             include_static_vectors=include_static_vectors)
+    if word_dropout:  # (without it, the layers of the models saved before this option)
+        hashed = _with_word_dropout(hashed, word_dropout)
     chars = char_cnn(char_width, char_dim=char_dim, window=char_window, dropout=char_dropout)
     model = concatenate(hashed, chars)
     model.set_dim("nO", width)
@@ -135,8 +139,14 @@ def build_word_dropout_hash_embed(
     (the word, NORM in our configs) is replaced, while training, by one shared unknown-word key for a random
     ``word_dropout`` share of the tokens (see :mod:`.word_dropout`); prediction is MultiHashEmbed's."""
     embed = MultiHashEmbed(width=width, attrs=attrs, rows=rows, include_static_vectors=include_static_vectors)
+    return _with_word_dropout(embed, word_dropout)
+
+
+def _with_word_dropout(embed: Model, rate: float) -> Model:
+    """A MultiHashEmbed whose feature extractor is followed by :func:`.word_dropout.word_id_dropout` on the
+    first attribute."""
     extractor = next(node for node in embed.walk() if node.name == "extract_features")
-    embed.replace_node(extractor, chain(extractor, word_id_dropout(word_dropout, column=0)))
+    embed.replace_node(extractor, chain(extractor, word_id_dropout(rate, column=0)))
     return embed
 
 
