@@ -88,9 +88,9 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
         lines.append(line)
         typer.echo(line)
 
+    where = f"{threads} thread(s)" if device == "cpu" else device
     if baseline is not None:
         other = bench_peers.load_baseline(baseline)
-        where = f"{threads} thread(s)" if device == "cpu" else device
         emit(f"\nAgainst the structs of {baseline} (one process, {where}, alternating, {bench_peers.unit(device)}):\n")
         emit("| call | this checkout s | baseline s | this / baseline |\n|---|---|---|---|")
         shapes = [(n, m, None if k.strip().lower() == "none" else int(k))
@@ -103,7 +103,6 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
             emit(f"\nPeers skipped: {missing}.")
         else:
             bench_peers.quiet()
-            where = f"{threads} thread(s)" if device == "cpu" else device
             emit(f"\nAgainst the peers (B={batch}, float32, one process, {where}, alternating, "
                  f"{bench_peers.unit(device)}, potentials built inside the timed call):\n")
             emit("| comparison | project s | peer s | project / peer |\n|---|---|---|---|")

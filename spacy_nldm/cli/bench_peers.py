@@ -200,7 +200,6 @@ def scale_rows(batch: int, repeats: int, peers: bool, device: str = "cpu") -> Li
     """Per score std: forward+backward seconds of the tree's log Z (dense, n=30, M=17) and the chain's
     (n=30, M=17; potentials, then ChainScores), and their ratios to pytorch-crf at the same scale
     (alternating, each against its own peer runs), on ``device``."""
-
     rows = []
     for scale in (1.0, 10.0, 30.0, 100.0):
         gen = torch.Generator().manual_seed(int(scale))
@@ -235,13 +234,17 @@ def scale_rows(batch: int, repeats: int, peers: bool, device: str = "cpu") -> Li
 # -- accuracy -----------------------------------------------------------------------------------------
 
 
+def _host64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().double()
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.detach().cpu().double(), b.detach().cpu().double()
+    a, b = _host64(a), _host64(b)
     return float(((a - b).abs() / b.abs().clamp_min(1e-300)).max())
 
 
 def _abs(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.detach().cpu().double() - b.detach().cpu().double()).abs().max())
+    return float((_host64(a) - _host64(b)).abs().max())
 
 
 def accuracy_rows(peers: bool, device: str = "cpu") -> List[Tuple[float, List[str]]]:

@@ -80,6 +80,7 @@ GPU_POTENTIALS_UP_TO = 1 << 26
 
 
 def _on_gpu(tensor: Tensor) -> bool:
+    """``tensor.is_cuda``; a function of its own so that the CPU tests can force the GPU route."""
     return tensor.is_cuda
 
 
