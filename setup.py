@@ -63,6 +63,7 @@ setup(
         "spacy_scorers": [
             "spacy-nldm.tag_scorer.v1 = spacy_nldm.pipeline.scorers:make_tag_scorer",
         ],
+        "spacy_tokenizers": ["spacy-nldm.TweetTokenizer.v1 = spacy_nldm.tokenizers:create_tweet_tokenizer"],
         "console_scripts": ["spacy-nldm = spacy_nldm.cli:main"],
     },
 )

@@ -5,5 +5,6 @@ The spaCy components are registered through entry points, so ``spacy.load`` and
 ``spacy train`` find them without importing this package explicitly.
 """
 from .about import __version__
+from . import tokenizers  # noqa: F401  (registers @tokenizers "spacy-nldm.TweetTokenizer.v1")
 
 __all__ = ["__version__"]
