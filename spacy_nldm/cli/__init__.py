@@ -22,6 +22,7 @@ from . import bench_tokenizer  # noqa: E402,F401
 from . import convert  # noqa: E402,F401
 from . import synth  # noqa: E402,F401
 from . import pretrained, tune  # noqa: E402,F401
+from . import tag  # noqa: E402,F401
 
 
 def main() -> None:

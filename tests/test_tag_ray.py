@@ -1,0 +1,253 @@
+"""`python -m spacy_nldm tag`: bulk tagging on Ray Data (spacy_nldm/bulk.py), on a local Ray instance of two
+CPUs with a tiny NLDM pipeline trained here: JSONL, text and Parquet shards give what ``nlp.pipe`` gives,
+every document comes out once, malformed records go to the errors files, finished shards are skipped and a
+worker killed mid-run costs nothing."""
+import importlib.util
+import json
+import os
+import sys
+
+import numpy
+import pytest
+import spacy
+import srsly
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+from spacy.util import load_config, load_model_from_config
+from typer.testing import CliRunner
+
+from nldm_fixtures import ROOT, TWITTER
+from spacy_nldm.corpora.ark import read_ark
+
+HAS_RAY = importlib.util.find_spec("ray") is not None and importlib.util.find_spec("pyarrow") is not None
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason='Ray Data is not installed (pip install "spacy-nldm[ray]")')
+
+TWEETS = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:24]
+TEXTS = [" ".join(w) for w, _ in TWEETS] + ["", "OMG I love this song", "ikr smh he asked fir yo last name"]
+CRASH_TEXT = TEXTS[7]
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tag_ray") / "nldm"
+    nlp = load_model_from_config(load_config(ROOT / "configs" / "nldm.cfg"), auto_fill=True, validate=True)
+    egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in TWEETS]
+    optimizer = nlp.initialize(lambda: egs)
+    for _ in range(3):
+        nlp.update(egs, sgd=optimizer)
+    nlp.to_disk(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    if not HAS_RAY:
+        pytest.skip('Ray Data is not installed (pip install "spacy-nldm[ray]")')
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def expected(pipeline):
+    """tokens, tags, heads (-1: root) and label marginals of every text, from nlp.pipe."""
+    nlp = spacy.load(pipeline, config={"components": {"nldm": {"store_probs": True}}})
+    return {doc.text: ([t.text for t in doc], [t.tag_ for t in doc],
+                       [-1 if t._.nldm_head is None else t._.nldm_head for t in doc], doc._.nldm_probs)
+            for doc in nlp.pipe(TEXTS)}
+
+
+def read_parquet(path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def check_rows(rows, texts, expected, probs=False):
+    assert len(rows) == len(texts)
+    for row, text in zip(rows, texts):
+        tokens, tags, heads, marginals = expected[text]
+        assert (row["tokens"], row["tags"], row["heads"]) == (tokens, tags, heads)
+        if probs:
+            numpy.testing.assert_allclose(numpy.array(row["probs"], dtype="float32").reshape(marginals.shape),
+                                          marginals, atol=1e-5)
+
+
+def write_inputs(folder):
+    """a.jsonl: the texts with ids, a bad JSON line (line 5), a record without text (line 9), a blank line;
+    sub/b.txt: one text a line; c.parquet: the texts in two row groups, a null text at row 3."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (folder / "sub").mkdir(parents=True)
+    lines, want_a = [], []
+    for i, text in enumerate(TEXTS[:12]):
+        if len(lines) == 4:
+            lines.append('{"id": "broken", "text": "no closing quote}')
+        if len(lines) == 8:
+            lines.append(json.dumps({"id": "no-text"}))
+        if len(lines) == 10:
+            lines.append("")
+        lines.append(json.dumps({"id": i, "text": text, "tags": ["carried"]}))
+        want_a.append((i, len(lines), text))
+    (folder / "a.jsonl").write_text("\n".join(lines) + "\n", encoding="utf8")
+    txt = [t for t in TEXTS[10:] if t]
+    (folder / "sub" / "b.txt").write_text("\n".join(txt), encoding="utf8")  # no final newline
+    column = TEXTS[3:6] + [None] + TEXTS[6:20]
+    pq.write_table(pa.table({"text": column, "n": list(range(len(column)))}), folder / "c.parquet", row_group_size=8)
+    return want_a, txt, [(i, t) for i, t in enumerate(column) if t is not None]
+
+
+@needs_ray
+def test_jsonl_text_parquet_tagged_as_nlp_pipe(pipeline, ray_local, expected, tmp_path):
+    from spacy_nldm.bulk import tag_corpus
+
+    want_a, txt, want_c = write_inputs(tmp_path / "in")
+    warnings = []
+    summary = tag_corpus(str(tmp_path / "in"), tmp_path / "out", str(pipeline), workers=2, batch_size=5,
+                         probs=True, log=lambda _: None, warn=warnings.append)
+    assert (summary.done, summary.skipped, summary.errors) == (3, 0, 3)
+    assert summary.docs == len(want_a) + len(txt) + len(want_c)
+    a = read_parquet(tmp_path / "out" / "a.parquet")
+    assert [(r["id"], r["line"]) for r in a] == [(i, line) for i, line, _ in want_a]
+    assert all(r["input_tags"] == ["carried"] for r in a)  # a carried field named like an output column
+    check_rows(a, [t for _, _, t in want_a], expected, probs=True)
+    b = read_parquet(tmp_path / "out" / "sub" / "b.parquet")
+    assert [r["line"] for r in b] == list(range(1, len(txt) + 1))
+    check_rows(b, txt, expected, probs=True)
+    c = read_parquet(tmp_path / "out" / "c.parquet")
+    assert [(r["n"], r["row"]) for r in c] == [(i, i) for i, _ in want_c]
+    check_rows(c, [t for _, t in want_c], expected, probs=True)
+    import pyarrow.parquet as pq
+
+    metadata = pq.read_schema(tmp_path / "out" / "a.parquet").metadata
+    labels = json.loads(metadata[b"spacy_nldm.prob_labels"])
+    assert labels == list(spacy.load(pipeline).get_pipe("nldm").labels)
+    errors = list(srsly.read_jsonl(tmp_path / "out" / "_errors" / "a.jsonl"))
+    assert [(e["line"], e["problem"].split(":")[0]) for e in errors] == [(5, "bad JSON"), (9, "no field 'text'")]
+    assert errors[1]["record"] == '{"id": "no-text"}' and errors[0]["file"].endswith("a.jsonl")
+    assert [e["row"] for e in srsly.read_jsonl(tmp_path / "out" / "_errors" / "c.jsonl")] == [3]
+    assert not (tmp_path / "out" / "_errors" / "sub").exists()
+    assert any("a.jsonl: line 5: bad JSON" in w for w in warnings)
+    assert not [p for p in (tmp_path / "out").rglob("*.tmp")]
+
+
+@needs_ray
+def test_resume_skips_finished_shards_through_the_cli(pipeline, ray_local, expected, tmp_path):
+    from spacy_nldm.cli import app
+
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    shards = {f"s{k}.jsonl": TEXTS[k * 6:(k + 1) * 6] for k in range(4)}
+    for name, texts in shards.items():
+        srsly.write_jsonl(inputs / name, [{"text": t, "k": name} for t in texts])
+    out = tmp_path / "out"
+    args = ["tag", str(inputs / "*.jsonl"), str(out), "--model", str(pipeline), "--workers", "2", "-b", "4"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    assert "shards: 4 tagged, 0 skipped" in first.output
+    # a killed run: two shards written, one with a stray temporary file, one missing
+    (out / "s1.parquet").unlink()
+    (out / "s3.parquet").unlink()
+    (out / ".s3.parquet.abc.tmp").write_text("half written")
+    kept = {name: os.stat(out / name).st_mtime_ns for name in ("s0.parquet", "s2.parquet")}
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert "skip s0.jsonl" in second.output and "skip s2.jsonl" in second.output
+    assert "shards: 2 tagged, 2 skipped" in second.output
+    assert {name: os.stat(out / name).st_mtime_ns for name in kept} == kept
+    assert not (out / ".s3.parquet.abc.tmp").exists()
+    for name, texts in shards.items():
+        rows = read_parquet(out / name.replace(".jsonl", ".parquet"))
+        assert {r["k"] for r in rows} == {name}
+        check_rows(rows, texts, expected)
+    third = CliRunner().invoke(app, args)
+    assert third.exit_code == 0 and "nothing to do" in third.output
+
+
+def make_crashing_tagger():
+    from spacy_nldm.bulk import TaggerActor
+
+    class CrashingTagger(TaggerActor):
+        """Kills its own process when it meets CRASH_TEXT for the first time (a marker file remembers)."""
+
+        marker = None
+
+        def records(self, chunks):
+            records = super().records(chunks)
+            if any(text == CRASH_TEXT for _, _, text, _ in records) and not os.path.exists(self.marker):
+                open(self.marker, "w").close()
+                os._exit(1)
+            return records
+
+    return CrashingTagger
+
+
+@needs_ray
+def test_worker_killed_mid_run_output_complete(pipeline, ray_local, expected, tmp_path):
+    import ray.cloudpickle
+
+    from spacy_nldm.bulk import tag_corpus
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actor class travels by value
+    cls = make_crashing_tagger()
+    cls.marker = str(tmp_path / "crashed")
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    srsly.write_jsonl(inputs / "one.jsonl", [{"text": t, "i": i} for i, t in enumerate(TEXTS[:14])])
+    srsly.write_jsonl(inputs / "two.jsonl", [{"text": t, "i": i} for i, t in enumerate(TEXTS[14:])])
+    summary = tag_corpus(str(inputs), tmp_path / "out", str(pipeline), workers=2, batch_size=3, log=lambda _: None,
+                         warn=lambda _: None, actor_cls=cls)
+    assert os.path.exists(cls.marker)  # a worker did die
+    assert (summary.done, summary.docs) == (2, len(TEXTS))
+    one, two = read_parquet(tmp_path / "out" / "one.parquet"), read_parquet(tmp_path / "out" / "two.parquet")
+    assert [r["i"] for r in one] == list(range(14)) and [r["i"] for r in two] == list(range(len(TEXTS) - 14))
+    check_rows(one, TEXTS[:14], expected)
+    check_rows(two, TEXTS[14:], expected)
+
+
+@needs_ray
+def test_docbin_output(pipeline, ray_local, expected, tmp_path):
+    from spacy_nldm.bulk import tag_corpus
+
+    (tmp_path / "in.txt").write_text("\n".join(t for t in TEXTS if t) + "\n", encoding="utf8")
+    summary = tag_corpus(str(tmp_path / "in.txt"), tmp_path / "out", str(pipeline), workers=1, out_format="docbin",
+                         log=lambda _: None)
+    assert summary.done == 1
+    nlp = spacy.load(pipeline)
+    docs = list(DocBin().from_disk(tmp_path / "out" / "in.spacy").get_docs(nlp.vocab))
+    texts = [t for t in TEXTS if t]
+    assert [d.text for d in docs] == texts
+    for i, doc in enumerate(docs):
+        tokens, tags, heads, _ = expected[doc.text]
+        assert [t.tag_ for t in doc] == tags
+        assert [-1 if t._.nldm_head is None else t._.nldm_head for t in doc] == heads
+        assert doc.user_data["spacy_nldm.source"] == {"file": "in.txt", "line": i + 1, "fields": {}}
+
+
+def test_without_ray_the_error_says_what_to_install(pipeline, tmp_path, monkeypatch):
+    from spacy_nldm.cli import app
+
+    (tmp_path / "in.txt").write_text("hello world\n", encoding="utf8")
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    result = CliRunner().invoke(app, ["tag", str(tmp_path / "in.txt"), str(tmp_path / "out"), "-m", str(pipeline)])
+    assert result.exit_code == 1
+    assert 'pip install "spacy-nldm[ray]"' in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_malformed_input_options_fail_clearly(pipeline, tmp_path):
+    from spacy_nldm.bulk import BulkError, find_shards
+
+    (tmp_path / "x.csv").write_text("a,b\n")
+    with pytest.raises(BulkError, match="unknown input format"):
+        find_shards(str(tmp_path / "x.csv"), tmp_path / "out")
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "e.jsonl").write_text("{}\n")
+    (tmp_path / "d" / "e.txt").write_text("x\n")
+    with pytest.raises(BulkError, match="would both be written"):
+        find_shards(str(tmp_path / "d"), tmp_path / "out")
+    with pytest.raises(BulkError, match="not a file, a folder or a glob"):
+        find_shards(str(tmp_path / "nothing.jsonl"), tmp_path / "out")
