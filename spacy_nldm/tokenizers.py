@@ -66,7 +66,7 @@ _EASTERN = (
     r"(?<![\w])(?:[-^oO0>T=+;n<*@][_]+[-^oO0<T=+;n>*@]|[-^oO<>][.][-^oO<>]|\^-?\^|[vV]\.[vV]|;;)(?![\w])"
     r"|¯\\_+\(ツ\)_+/¯|\\m/|\\o/|o/|\\o"
 )
-_HEART = r"<+/?3+(?![\d])"
+_HEART = r"(?:<|&lt;)+/?3+(?![\d])"
 # Kaomoji: a face in brackets with at least one non-ASCII mark and no letter or digit of the Latin
 # alphabet, optionally with an arm: ("`▽´)-σ, (╯_╰), (^_^).
 _KAOMOJI = r"[(（](?=[^\s()（）]*(?:[^\x00-\x7F]|\^))[^\sA-Za-z0-9()（）]{1,12}[)）](?:-?[σゞノ☆])?"
@@ -106,7 +106,7 @@ _ARK_SPLIT = ".,!?;:\"'()\\[\\]{}<>"
 _ARK_NOT_WORD = rf"{WHITESPACE}{_ARK_SPLIT}\U0001F000-\U0001FAFF"
 _ARK_EMOJI = EMOJI.replace("\uE000-\uE5FF", "")
 _ARK_WORD = (
-    rf"(?:[^{_ARK_NOT_WORD}]"
+    rf"(?:(?!{ENTITY})[^{_ARK_NOT_WORD}]"
     r"|[(\[](?=[^\s\w@#()\[\]\"'])"  # a bracket before a symbol stays with it: "($169", "[/35"
     r"|(?<=\w)['<>](?=\w)|(?<=\d)[.,:](?=\d)|(?<=[A-Za-z])\.(?=[A-Za-z]\b)"
     r"|(?<=\w)[)\]]+(?= ?[.!?])"  # "Toronto)." -> "Toronto)" "."
@@ -126,8 +126,8 @@ ARK_PATTERN = re.compile(
             ("email", EMAIL),
             ("mention", r"[@＠]\w+(?:['’]s\b)?"),
             ("hashtag", r"[#＃]\w+(?:['’]s\b)?"),
-            ("entity", ENTITY),
             ("emoticon", EMOTICON),
+            ("entity", ENTITY),
             ("at_paren", r"\(@(?=\s|$)"),
             ("emoji", _ARK_EMOJI),
             ("abbrev", ABBREVIATION),
@@ -172,8 +172,8 @@ UD_PATTERN = re.compile(
             ("email", EMAIL),
             ("mention", r"[@＠]\w+"),
             ("hashtag", r"[#＃](?!\d(?!\w))\w+"),
-            ("entity", ENTITY),
             ("emoticon", EMOTICON),
+            ("entity", ENTITY),
             ("emoji", EMOJI),
             ("abbrev", ABBREVIATION),
             ("special", _UD_SPECIAL),
