@@ -4,8 +4,10 @@
 
 * ``"ark"``: the ARK Twitter POS data (Gimpel et al. 2011, Owoputi et al. 2013): URLs, e-mail addresses,
   @-mentions, hashtags, emoticons, emoji runs and HTML entities are single tokens; contractions stay whole
-  (``I'm``, ``don't``); hyphens, slashes, ``&`` and ``$`` stay inside words (``T-Mobile``, ``w/``, ``$200``);
-  a run of punctuation is one token (``...``, ``!!!``, ``?!``, ``..."``); other punctuation is split off.
+  (``I'm``, ``don't``); hyphens, slashes, ``&``, ``$``, ``*``, ``…`` and symbols stay inside words
+  (``T-Mobile``, ``w/``, ``$200``, ``sh*t``, ``sp…``, ``out♥``); a run of punctuation is one token (``...``,
+  ``!!!``, ``?!``, ``..."``); other punctuation (``.,!?;:"'()[]{}<>``) is split off, except a closing
+  bracket before a period (``Toronto).`` -> ``Toronto)`` ``.``), as the ARK annotators left it.
 * ``"ud"``: Tweebank v2 (Liu et al. 2018, UD English tweets): the same units, with UD's word splits on top:
   clitics (``I'm`` -> ``I 'm``, ``don't`` -> ``do n't``, ``can't`` -> ``ca n't``, ``its`` -> ``it s``,
   ``gonna`` -> ``gon na``, possessive ``'s``), hyphens between words (``Kool-Aid`` -> ``Kool - Aid``, except

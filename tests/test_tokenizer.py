@@ -217,3 +217,18 @@ def test_ud_cuts_tweebank_v2_test_as_the_gold():
     assert score.f1 >= 0.99
     spacy_en = score_tokenizer("spacy-en", nlp.tokenizer, tweets)
     assert spacy_en.f1 < score.f1
+
+
+def test_bench_tokenizer_command(tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_nldm.cli import app
+
+    path = tmp_path / "tiny.ark"
+    path.write_text("I'm\tL\nhappy\tA\n:)\tE\n\n#win\t#\ndon't\tV\n", encoding="utf8")
+    result = CliRunner().invoke(app, ["bench", "tokenizer", str(path), "--errors", "5"])
+    assert result.exit_code == 0, result.output
+    assert "| TweetTokenizer (ark) | 2 | 100.00 | 100.00 | 100.00 | 100.00 |" in result.output
+    assert "| spacy-en | 2 |" in result.output
+    result = CliRunner().invoke(app, ["bench", "tokenizer", str(path), "--conventions", "penn"])
+    assert result.exit_code != 0

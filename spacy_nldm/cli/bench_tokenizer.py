@@ -206,12 +206,14 @@ def bench_tokenizer(
     """Exact-tweet share and token P/R/F1 of the tweet tokenizer (and spaCy's English one) against gold tokens."""
     import spacy
 
-    from ..tokenizers import TweetTokenizer
+    from ..tokenizers import CONVENTIONS, TweetTokenizer
 
     fmt = fmt or ("conllu" if data.suffix == ".conllu" else "ark")
     if fmt not in ("conllu", "ark"):
         raise typer.BadParameter(f"--format must be 'conllu' or 'ark', not {fmt!r}")
     conventions = conventions or ("ud" if fmt == "conllu" else "ark")
+    if conventions not in CONVENTIONS:
+        raise typer.BadParameter(f"--conventions must be one of {', '.join(CONVENTIONS)}, not {conventions!r}")
     tweets = read_tweets(data, fmt)
     if limit:
         tweets = tweets[:limit]
