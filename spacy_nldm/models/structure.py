@@ -15,6 +15,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from .. import structs
+from .smoothing import chain_moments, tree_moments, uniform_expectation
 from .trees import canonical_heads
 
 Tensor = torch.Tensor
@@ -65,7 +66,7 @@ def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
 
 
 class Structure:
-    """Shared bucketing; subclasses implement the per-bucket ``_nll``, ``_decode``, ``_marginals``."""
+    """Shared bucketing; subclasses implement the per-bucket ``_log_z_and_s``, ``_decode``, ``_marginals``."""
 
     def __init__(self, budget: int = DEFAULT_BUDGET):
         self.budget = budget
@@ -93,15 +94,23 @@ class Structure:
         for idx, piece, lens in pieces:
             yield idx, piece[:, : int(lens.max())], lens
 
-    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact") -> Tensor:
+    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0
+            ) -> Tensor:
         """Summed -log P(y | x): log Z(x) - log S(x, y), S restricted by ``gold_mask`` (S, L, M).
 
         ``approx="max"`` replaces log S by the best tree's score (the paper's max approximation).
+        ``smoothing`` b: the loss is (1 - b) -log P(y | x) + b U(x), U the cross-entropy of the uniform
+        distribution over the outputs (:mod:`.smoothing`); 0 computes the plain loss, unchanged.
         """
         total = F.new_zeros(())
         for idx, Fb, lens in self._buckets(F, lengths):
-            total = total + self._nll(Fb, lens, gold_mask[idx, : Fb.shape[1]], approx).sum()
-        return total
+            log_z, log_s = self._log_z_and_s(Fb, lens, gold_mask[idx, : Fb.shape[1]], approx)
+            total = total + (log_z - (1.0 - smoothing) * log_s if smoothing else log_z - log_s).sum()
+        return total - smoothing * self.uniform_expectation(F, lengths) if smoothing else total
+
+    def uniform_expectation(self, F: Tensor, lengths: Tensor) -> Tensor:
+        """Summed E_u[score] + constant of the uniform distribution (see :mod:`.smoothing`)."""
+        raise NotImplementedError
 
     def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False) -> structs.Decoded:
         """Best labels (S, L), heads (S, L) (None for the chains) and score (S,), as
@@ -194,19 +203,28 @@ class LatentTree(Structure):
         scores = self.expand(dep)  # (B, N+1, N+1, M, K)
         return self._with_bias(scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), F), ok
 
-    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact") -> Tensor:
+    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0
+            ) -> Tensor:
         """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``),
         log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET``."""
         one_label = (gold_mask.sum(-1) == 1) | ~real_tokens(gold_mask, lengths)
         if approx != "exact" or not bool(one_label.all()):
-            return super().nll(F, lengths, gold_mask, approx)
+            return super().nll(F, lengths, gold_mask, approx, smoothing)
         total = F.new_zeros(())
         for _, Fb, lens in self._buckets(F, lengths):
             total = total + structs.log_partition(self.directional(Fb), lens, max_dist=self.max_dist).sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
             gold = self._with_bias(self.gold_arcs(Fb, gold_mask[idx, : Fb.shape[1]]), Fb)
-            total = total - structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
-        return total
+            log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
+            total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
+        return total - smoothing * self.uniform_expectation(F, lengths) if smoothing else total
+
+    def uniform_expectation(self, F: Tensor, lengths: Tensor) -> Tensor:
+        bias = self._bias(F)
+        lengths_of_bias = 0 if bias is None else bias.shape[1]
+        return uniform_expectation(
+            F, lengths, lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias), bias=bias
+        )
 
     @staticmethod
     def gold_arcs(F: Tensor, gold_mask: Tensor) -> Tensor:
@@ -221,14 +239,14 @@ class LatentTree(Structure):
         arcs = F[b, d - 1, (h > d).long(), head_label[:, :, None], labels[:, None, :]]  # (B, N+1, N)
         return torch.cat([arcs.new_zeros(B, N + 1, 1), arcs], dim=2)[..., None, None]  # arcs into the root: unread
 
-    def _nll(self, F, lengths, gold_mask, approx):
+    def _log_z_and_s(self, F, lengths, gold_mask, approx):
         # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels
         log_z = structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
         if approx == "max":
             labels, heads, _ = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
-            return log_z - self.tree_score(sub, labels, heads, lengths)
-        return log_z - structs.log_partition(sub, lengths, label_mask=ok, max_dist=self.max_dist)
+            return log_z, self.tree_score(sub, labels, heads, lengths)
+        return log_z, structs.log_partition(sub, lengths, label_mask=ok, max_dist=self.max_dist)
 
     @staticmethod
     def tree_score(scores: Tensor, labels: Tensor, heads: Tensor, lengths: Tensor) -> Tensor:
@@ -312,14 +330,17 @@ class Chain(Structure):
             pot = pot.gather(axis, shifted.reshape(view).expand(shape))
         return pot, ok
 
-    def _nll(self, F, lengths, gold_mask, approx):
+    def _log_z_and_s(self, F, lengths, gold_mask, approx):
         scores = self.factored(F)
         if scores is not None:
             gold = gold_mask.to(F.device)
-            return structs.crf_log_partition(scores, lengths) - structs.crf_log_partition(scores, lengths, label_mask=gold)
+            return structs.crf_log_partition(scores, lengths), structs.crf_log_partition(scores, lengths, label_mask=gold)
         sub, ok = self.restrict(F, gold_mask, lengths)
         log_z = structs.crf_log_partition(self.expand(F), lengths)
-        return log_z - structs.crf_log_partition(sub, lengths, label_mask=ok)
+        return log_z, structs.crf_log_partition(sub, lengths, label_mask=ok)
+
+    def uniform_expectation(self, F: Tensor, lengths: Tensor) -> Tensor:
+        return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, self.order))
 
     def _scores(self, F: Tensor):
         """What structs' chain functions read: :meth:`factored` where it applies, else the potentials."""
