@@ -20,9 +20,9 @@ def build_nldm_tagger(
     edge_scorer: str = "bilinear",
     label_dim: int = 50,
     rank: int = 400,
-    max_dist: Optional[int] = 5,
+    max_dist: Optional[int] = 3,
     emission: bool = True,
-    distance_bias: bool = False,
+    distance_bias: bool = True,
     dropout: float = 0.0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:

@@ -5,47 +5,13 @@ from spacy.language import Language
 from thinc.api import Config, Model
 
 from .. import models  # noqa: F401  (registers the architectures)
+from . import defaults
 from . import scorers  # noqa: F401  (registers the scorer)
 from .tagger import StructuredTagger
 
-_TOK2VEC = """
-[model.tok2vec]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
-width = 96
-depth = 4
-embed_size = 2000
-window_size = 1
-maxout_pieces = 3
-subword_features = true
-"""
-
-DEFAULT_NLDM_MODEL = Config().from_str(
-    """
-[model]
-@architectures = "spacy-nldm.NLDMTagger.v1"
-edge_scorer = "bilinear"
-label_dim = 50
-rank = 400
-max_dist = 3
-emission = true
-distance_bias = true
-"""
-    + _TOK2VEC
-)["model"]
-
-DEFAULT_CRF_MODEL = Config().from_str(
-    """
-[model]
-@architectures = "spacy-nldm.CRFTagger.v1"
-order = 1
-edge_scorer = "bilinear"
-label_dim = 50
-rank = 400
-emission = true
-"""
-    + _TOK2VEC
-)["model"]
+# the one source of the defaults (re-exported under their former names)
+DEFAULT_NLDM_MODEL = defaults.NLDM_MODEL
+DEFAULT_CRF_MODEL = defaults.CRF_MODEL
 
 _SCORER = {"@scorers": "spacy-nldm.tag_scorer.v1"}
 # The scorer reports <attr>_acc: the default attr "tag" carries the whole weight (pos_acc is left out of the
@@ -58,17 +24,7 @@ _ASSIGNS = ["token.tag", "token.pos", "token._.nldm_head", "doc._.nldm_tree_scor
 @Language.factory(
     "nldm_tagger",
     assigns=_ASSIGNS,
-    default_config={
-        "model": DEFAULT_NLDM_MODEL,
-        "attr": "tag",
-        "decode": "posterior",
-        "loss": "exact",
-        "max_length": 256,
-        "store_probs": False,
-        "normalize_loss": True,
-        "tok2vec_loss": "sum",
-        "scorer": _SCORER,
-    },
+    default_config={"model": DEFAULT_NLDM_MODEL, **defaults.NLDM, "scorer": _SCORER},
     default_score_weights=_SCORE_WEIGHTS,
 )
 def make_nldm_tagger(
@@ -82,29 +38,21 @@ def make_nldm_tagger(
     store_probs: bool,
     normalize_loss: bool,
     tok2vec_loss: Optional[str],
+    label_smoothing: float,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
         store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        scorer=scorer,
+        label_smoothing=label_smoothing, scorer=scorer,
     )
 
 
 @Language.factory(
     "crf_tagger",
     assigns=_ASSIGNS[:2] + ["doc._.nldm_probs"],
-    default_config={
-        "model": DEFAULT_CRF_MODEL,
-        "attr": "tag",
-        "decode": "viterbi",
-        "max_length": 256,
-        "store_probs": False,
-        "normalize_loss": True,
-        "tok2vec_loss": "sum",
-        "scorer": _SCORER,
-    },
+    default_config={"model": DEFAULT_CRF_MODEL, **defaults.CRF, "scorer": _SCORER},
     default_score_weights=_SCORE_WEIGHTS,
 )
 def make_crf_tagger(
@@ -117,13 +65,14 @@ def make_crf_tagger(
     store_probs: bool,
     normalize_loss: bool,
     tok2vec_loss: Optional[str],
+    label_smoothing: float,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Linear-chain CRF tagger of order 1 or 2 (the paper's baselines)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, max_length=max_length,
         store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        scorer=scorer,
+        label_smoothing=label_smoothing, scorer=scorer,
     )
 
 

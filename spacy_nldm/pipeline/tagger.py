@@ -21,8 +21,10 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 
+from ..models.smoothing import mixture_weight
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
+from .defaults import NLDM
 from .extensions import register_extensions
 
 
@@ -70,7 +72,11 @@ class StructuredTagger(TrainablePipe):
         configs keep that). The head's gradient follows ``normalize_loss`` either way. With the
         default per-token head and summed tok2vec gradient, spaCy's clipping acts on the encoder at
         almost every step (as for its ``tagger``) and not on the head (results/diagnosis.md section 20).
+    label_smoothing: as spaCy's ``tagger`` setting (each token's target keeps 1 - a on the gold label):
+        the loss mixes the gold likelihood with the uniform distribution over the outputs
+        (:mod:`spacy_nldm.models.smoothing`); 0 is the plain likelihood.
 
+    The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
     component (``cfg``) is what it learned: its labels. So ``spacy.load(path, config=...)`` can change
     any of them, and ``config.cfg`` is always the component's true configuration.
@@ -82,13 +88,14 @@ class StructuredTagger(TrainablePipe):
         model: Model,
         name: str = "nldm_tagger",
         *,
-        attr: str = "tag",
-        decode: str = "viterbi",
-        loss: str = "exact",
-        max_length: int = 256,
-        store_probs: bool = False,
-        normalize_loss: bool = True,
-        tok2vec_loss: Optional[str] = "sum",
+        attr: str = NLDM["attr"],
+        decode: str = NLDM["decode"],
+        loss: str = NLDM["loss"],
+        max_length: int = NLDM["max_length"],
+        store_probs: bool = NLDM["store_probs"],
+        normalize_loss: bool = NLDM["normalize_loss"],
+        tok2vec_loss: Optional[str] = NLDM["tok2vec_loss"],
+        label_smoothing: float = NLDM["label_smoothing"],
         scorer: Optional[Callable] = None,
     ):
         for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
@@ -97,6 +104,8 @@ class StructuredTagger(TrainablePipe):
                 raise ValueError(f"[spacy-nldm] {name}: {key} must be one of {allowed}, not {value!r}")
         if max_length < 1:
             raise ValueError(f"[spacy-nldm] {name}: max_length must be positive, not {max_length}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"[spacy-nldm] {name}: label_smoothing must be in [0, 1), not {label_smoothing}")
         if loss == "max" and model.attrs["structure"] != "tree":
             raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
         register_extensions()
@@ -111,6 +120,7 @@ class StructuredTagger(TrainablePipe):
         self.store_probs = store_probs
         self.normalize_loss = normalize_loss
         self.tok2vec_loss = tok2vec_loss
+        self.label_smoothing = label_smoothing
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
@@ -199,7 +209,8 @@ class StructuredTagger(TrainablePipe):
         F = xp2torch(segmented.scores, requires_grad=True)
         gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
-        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.loss)
+        smoothing = mixture_weight(self.label_smoothing, len(self.labels))
+        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
         if not loss.requires_grad:  # no tokens
             return 0.0, self.model.ops.alloc(scores.scores.shape, dtype="float32")
         if not bool(torch.isfinite(loss)):

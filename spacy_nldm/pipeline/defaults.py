@@ -1,0 +1,62 @@
+"""The components' default settings: the one place they are written.
+
+The factories' default configs (what ``nlp.add_pipe`` and ``spacy init config -p nldm_tagger`` give), the
+component class's keyword defaults and the registered architectures' defaults all come from here (the
+architectures' signatures are checked against :data:`NLDM_MODEL` and :data:`CRF_MODEL` by the tests). A
+config in ``configs/`` differs from them only where a comment says why.
+"""
+from thinc.api import Config
+
+#: settings of both components (see :class:`~.tagger.StructuredTagger` for their meaning)
+COMMON = {
+    "attr": "tag",
+    "max_length": 256,
+    "store_probs": False,
+    "normalize_loss": True,
+    "tok2vec_loss": "sum",
+    "label_smoothing": 0.0,
+}
+NLDM = {**COMMON, "decode": "posterior", "loss": "exact"}
+CRF = {**COMMON, "decode": "viterbi"}
+
+#: the encoder each component gets in its own config: spaCy's ``spacy.HashEmbedCNN.v2``
+TOK2VEC = """
+[model.tok2vec]
+@architectures = "spacy.HashEmbedCNN.v2"
+pretrained_vectors = null
+width = 96
+depth = 4
+embed_size = 2000
+window_size = 1
+maxout_pieces = 3
+subword_features = true
+"""
+
+NLDM_MODEL = Config().from_str(
+    """
+[model]
+@architectures = "spacy-nldm.NLDMTagger.v1"
+edge_scorer = "bilinear"
+label_dim = 50
+rank = 400
+max_dist = 3
+emission = true
+distance_bias = true
+dropout = 0.0
+"""
+    + TOK2VEC
+)["model"]
+
+CRF_MODEL = Config().from_str(
+    """
+[model]
+@architectures = "spacy-nldm.CRFTagger.v1"
+order = 1
+edge_scorer = "bilinear"
+label_dim = 50
+rank = 400
+emission = true
+dropout = 0.0
+"""
+    + TOK2VEC
+)["model"]
