@@ -67,10 +67,16 @@ def train_and_test(args, key: str, system: str, seed: int) -> dict:
 
 
 def fingerprint(system: str, args) -> str:
-    """What makes a run's result: its config file and the budget options (12 hex digits of a SHA-256)."""
+    """What makes a run's result: its config file's settings (comments and blank lines left out) and the
+    budget options (12 hex digits of a SHA-256)."""
     budget = {"max_epochs": args.max_epochs, "max_steps": args.max_steps, "patience": args.patience,
               "eval_frequency": args.eval_frequency}
-    text = (args.configs / f"{system}.cfg").read_bytes() + json.dumps(budget, sort_keys=True).encode()
+    return config_fingerprint((args.configs / f"{system}.cfg").read_text(encoding="utf8"), budget)
+
+
+def config_fingerprint(config_text: str, budget: dict) -> str:
+    settings = [line for line in config_text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    text = "\n".join(settings).encode("utf8") + json.dumps(budget, sort_keys=True).encode()
     return hashlib.sha256(text).hexdigest()[:12]
 
 
