@@ -1,0 +1,332 @@
+"""``python -m spacy_nldm bench spacy-train``: the taggers on the route spaCy users take.
+
+For each dataset, system and seed: ``spacy init config -p SYSTEM`` (spaCy's own config generator), the
+dataset's paths and ``gold_preproc = true`` (the given tokens), ``spacy train`` for ``--max-steps``
+steps at one torch thread, then ``spacy evaluate --gold-preproc`` of ``model-best`` on the test split
+(never used for selection). Two encoder settings:
+
+* ``own``: each config exactly as ``spacy init config -p SYSTEM`` writes it (our components bring their
+  own encoder; spaCy's ``tagger`` listens to a shared ``tok2vec``);
+* ``shared``: the ``tok2vec`` that ``spacy init config -p tagger`` writes, with our component listening to
+  it in place of the tagger (what a user gets by adding our component to a pipeline built around spaCy's
+  ``tok2vec``). spaCy's ``tagger`` is the same run in both settings.
+
+Runs are kept in a JSON-lines file keyed by the config's text, dataset and seed: a finished run is never
+recomputed, a changed default (which changes the generated config) makes a new one.
+"""
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import typer
+
+from . import bench_app
+
+#: dataset key -> (folder under the corpus directory, language of the generated config)
+DATASETS: Dict[str, Tuple[str, str]] = {
+    "tw": ("twitter", "en"),
+    "tb2": ("tweebank_v2", "en"),
+    "en": ("ud/en", "en"),
+    "fr": ("ud/fr", "fr"),
+    "te": ("ud/te", "te"),
+    "pl": ("ud/pl", "pl"),
+    "mt": ("ud/mt", "xx"),  # spaCy has no Maltese language class
+    "sv": ("ud/sv", "sv"),
+}
+SYSTEMS = ("tagger", "crf_tagger", "nldm_tagger")
+SETTINGS = ("own", "shared")
+SHORT = {"tagger": "tagger", "crf_tagger": "crf", "nldm_tagger": "nldm"}
+DEFAULT_RESULTS = Path("results/spacy_train/runs.jsonl")
+DEFAULT_WORKDIR = Path("training/spacy_train")
+#: spaCy's ``tagger`` reads a label starting with its ``neg_prefix`` ("!") as a negative annotation, which
+#: would lose the ARK tag "!" (interjection): the one change to its generated config, on data with such labels
+NO_NEGATIVE_PREFIX = "<no-negative-labels>"
+
+
+@dataclass
+class Run:
+    dataset: str
+    system: str
+    setting: str
+    seed: int
+    config: str  # the config's text
+    variant: str = "defaults"
+
+    @property
+    def key(self) -> str:
+        digest = hashlib.sha1(self.config.encode("utf8")).hexdigest()[:12]
+        return f"{self.dataset}/{digest}/seed{self.seed}"
+
+    @property
+    def folder(self) -> str:
+        return self.key.replace("/", "-")
+
+
+def generate_config(system: str, setting: str, lang: str, *, labels_with_bang: bool = False):
+    """The config ``spacy init config -p SYSTEM -l LANG`` writes (``setting`` "shared": our component
+    listening to the tok2vec of ``-p tagger``'s config instead)."""
+    from spacy.cli.init_config import init_config
+
+    from .. import pipeline  # noqa: F401  (registers the factories)
+
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {SETTINGS}, not {setting!r}")
+    if system == "tagger" or setting == "own":
+        config = init_config(lang=lang, pipeline=[system], optimize="efficiency", gpu=False)
+    else:
+        config = init_config(lang=lang, pipeline=["tagger"], optimize="efficiency", gpu=False)
+        ours = init_config(lang=lang, pipeline=[system], optimize="efficiency", gpu=False)
+        width = config["components"]["tok2vec"]["model"]["encode"]["width"]
+        block = ours["components"][system]
+        block["model"]["tok2vec"] = {"@architectures": "spacy.Tok2VecListener.v1", "width": width, "upstream": "*"}
+        del config["components"]["tagger"]
+        config["components"][system] = block
+        config["nlp"]["pipeline"] = ["tok2vec", system]
+        config["training"]["score_weights"] = dict(ours["training"]["score_weights"])
+    if system == "tagger" and labels_with_bang:
+        config["components"]["tagger"]["neg_prefix"] = NO_NEGATIVE_PREFIX
+    for split in ("train", "dev"):
+        config["corpora"][split]["gold_preproc"] = True
+    return config
+
+
+def _labels_with_bang(train: Path) -> bool:
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    return any(t.tag_.startswith("!") for doc in DocBin().from_disk(train).get_docs(Vocab()) for t in doc)
+
+
+def _apply(config, settings: List[str], system: str):
+    """``--set`` overrides (``section.key=value``, value as JSON, else a string) on a structured component;
+    ``{c}`` in the section stands for the component's name."""
+    if system == "tagger":
+        return config
+    for item in settings:
+        path, _, raw = item.partition("=")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        *sections, key = path.replace("{c}", system).split(".")
+        node = config
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[key] = value
+    return config
+
+
+def _one_thread_env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return env
+
+
+def execute(run: Run, corpus: Path, workdir: Path, max_steps: int) -> dict:
+    """Train and evaluate one run in a subprocess each (``spacy train``, ``spacy evaluate``); the row."""
+    folder, lang = DATASETS[run.dataset]
+    data = corpus / folder
+    out = workdir / run.folder
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.cfg").write_text(run.config, encoding="utf8")
+    train_cmd = [
+        sys.executable, "-m", "spacy", "train", str(out / "config.cfg"), "--output", str(out / "model"),
+        "--paths.train", str(data / "train.spacy"), "--paths.dev", str(data / "dev.spacy"),
+        "--training.max_steps", str(max_steps), "--system.seed", str(run.seed),
+    ]
+    start = time.perf_counter()
+    with open(out / "train.log", "w", encoding="utf8") as log:
+        done = subprocess.run(train_cmd, stdout=log, stderr=subprocess.STDOUT, env=_one_thread_env())
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"spacy train failed for {run.key} ({run.system}, {run.setting}): see {out / 'train.log'}")
+    eval_cmd = [
+        sys.executable, "-m", "spacy", "evaluate", str(out / "model" / "model-best"), str(data / "test.spacy"),
+        "--gold-preproc", "--output", str(out / "test.json"),
+    ]
+    with open(out / "evaluate.log", "w", encoding="utf8") as log:
+        done = subprocess.run(eval_cmd, stdout=log, stderr=subprocess.STDOUT, env=_one_thread_env())
+    if done.returncode != 0:
+        raise RuntimeError(f"spacy evaluate failed for {run.key}: see {out / 'evaluate.log'}")
+    scores = json.loads((out / "test.json").read_text(encoding="utf8"))
+    meta = json.loads((out / "model" / "model-best" / "meta.json").read_text(encoding="utf8"))
+    return {
+        "key": run.key, "dataset": run.dataset, "system": run.system, "setting": run.setting, "seed": run.seed,
+        "variant": run.variant, "max_steps": max_steps, "test_tag_acc": 100 * scores["tag_acc"],
+        "dev_score": 100 * meta.get("performance", {}).get("tag_acc", float("nan")),
+        "train_seconds": round(seconds, 1), "config": run.config,
+    }
+
+
+def load_rows(results: Path) -> Dict[str, dict]:
+    rows = {}
+    if results.exists():
+        for number, line in enumerate(results.read_text(encoding="utf8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{results}:{number}: not a JSON line ({err.msg})") from None
+            rows[row["key"]] = row
+    return rows
+
+
+def _mean_sd(values: List[float]) -> str:
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def route_table(cells: Dict[Tuple[str, str], List[dict]], datasets: List[str], systems: List[str]) -> List[str]:
+    """Markdown: per dataset the systems' test accuracy (mean ± sd over seeds), each structured system's
+    difference to ``tagger``, nldm − crf, and mean training seconds; then the average over the datasets
+    complete for every system."""
+    ours = [s for s in systems if s != "tagger"]
+    pairs = [(s, "tagger") for s in ours if "tagger" in systems]
+    if "crf_tagger" in ours and "nldm_tagger" in ours:
+        pairs.append(("nldm_tagger", "crf_tagger"))
+    head = (["dataset"] + [SHORT[s] for s in systems] + [f"{SHORT[a]} − {SHORT[b]}" for a, b in pairs]
+            + [f"{SHORT[s]} train s" for s in systems])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    means: Dict[str, List[float]] = {s: [] for s in systems}
+    wins = {p: 0 for p in pairs}
+    for dataset in datasets:
+        accs = {s: [r["test_tag_acc"] for r in cells.get((dataset, s), [])] for s in systems}
+        secs = {s: [r["train_seconds"] for r in cells.get((dataset, s), [])] for s in systems}
+        row = [dataset] + [_mean_sd(accs[s]) + (f" (n={len(accs[s])})" if 0 < len(accs[s]) < 3 else "")
+                           for s in systems]
+        for a, b in pairs:
+            row.append(f"{statistics.mean(accs[a]) - statistics.mean(accs[b]):+.2f}" if accs[a] and accs[b] else "—")
+        row += [f"{statistics.mean(secs[s]):.0f}" if secs[s] else "—" for s in systems]
+        lines.append("| " + " | ".join(row) + " |")
+        if all(accs[s] for s in systems):
+            for s in systems:
+                means[s].append(statistics.mean(accs[s]))
+            for a, b in pairs:
+                wins[(a, b)] += statistics.mean(accs[a]) >= statistics.mean(accs[b])
+    complete = len(next(iter(means.values()), []))
+    if complete:
+        avg = {s: statistics.mean(v) for s, v in means.items()}
+        row = [f"**average ({complete})**"] + [f"{avg[s]:.2f}" for s in systems]
+        row += [f"{avg[a] - avg[b]:+.2f}" for a, b in pairs] + [""] * len(systems)
+        lines.append("| " + " | ".join(row) + " |")
+        row = ["datasets where a ≥ b"] + [""] * len(systems) + [f"{wins[p]}/{complete}" for p in pairs]
+        lines.append("| " + " | ".join(row + [""] * len(systems)) + " |")
+    return lines
+
+
+def _split(text: str) -> List[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+@bench_app.command("spacy-train")
+def bench_spacy_train(
+    datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(DATASETS)}."),
+    systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated factories, from tagger, crf_tagger, nldm_tagger."),
+    settings: str = typer.Option(",".join(SETTINGS), help="Encoder settings: own (each config as `spacy init config` writes it), shared (our component listening to the tagger config's tok2vec)."),
+    seeds: str = typer.Option("0,1,2", help="Training seeds ([system] seed), comma-separated."),
+    max_steps: int = typer.Option(1500, help="[training] max_steps of every run."),
+    corpus: Path = typer.Option(Path("corpus"), help="Folder of the converted corpora (`spacy project run corpora`)."),
+    results: Path = typer.Option(DEFAULT_RESULTS, help="Runs file (JSON lines): read, and appended as runs finish."),
+    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where configs, logs and trained pipelines go."),
+    jobs: int = typer.Option(2, help="Runs at a time (each `spacy train` at one torch thread)."),
+    set_: List[str] = typer.Option([], "--set", help="Override on the structured components' configs, SECTION.KEY=VALUE with {c} for the component, e.g. components.{c}.label_smoothing=0.1 (repeatable)."),
+    variant: str = typer.Option("defaults", help="Name of the variant in the results (with --set)."),
+    output: Optional[Path] = typer.Option(None, help="Also write the Markdown tables here."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the runs to do (and write their configs) without training."),
+) -> None:
+    """spaCy's tagger, crf_tagger and nldm_tagger trained by `spacy train` from the configs `spacy init config`
+    writes, evaluated by `spacy evaluate --gold-preproc` on the test split: mean ± sd over seeds, differences
+    to tagger, training time. Resumable: finished runs are read from --results."""
+    from .. import about
+
+    names, sets, modes = _split(systems), _split(datasets), _split(settings)
+    for value, allowed, what in ((names, SYSTEMS, "system"), (sets, DATASETS, "dataset"), (modes, SETTINGS, "setting")):
+        unknown = [v for v in value if v not in allowed]
+        if unknown:
+            raise typer.BadParameter(f"unknown {what} {unknown[0]!r}; choose from {', '.join(allowed)}")
+    seed_list = [int(s) for s in _split(seeds)]
+    for d in sets:
+        for split in ("train", "dev", "test"):
+            path = corpus / DATASETS[d][0] / f"{split}.spacy"
+            if not path.exists():
+                raise typer.BadParameter(f"{path}: no such corpus file (run `python -m spacy project run corpora`)")
+    plan: List[Tuple[str, Run]] = []
+    for d in sets:
+        bang = _labels_with_bang(corpus / DATASETS[d][0] / "train.spacy")
+        for mode in modes:
+            for system in names:
+                config = _apply(generate_config(system, mode, DATASETS[d][1], labels_with_bang=bang), set_, system)
+                text = config.to_str()
+                for seed in seed_list:
+                    plan.append((mode, Run(d, system, mode, seed, text, variant if system != "tagger" else "defaults")))
+    done = load_rows(results)
+    todo, seen = [], set()
+    for _, run in plan:
+        if run.key not in done and run.key not in seen:
+            seen.add(run.key)
+            todo.append(run)
+    typer.echo(f"{len(plan)} cells, {len(todo)} runs to do ({len(done)} in {results}); spacy-nldm {about.__version__}")
+    if dry_run:
+        for run in todo:
+            typer.echo(f"  {run.dataset} {run.system} {run.setting} seed {run.seed} -> {workdir / run.folder}")
+        return
+    results.parent.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    start = time.perf_counter()
+    failures = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(execute, run, corpus, workdir, max_steps): run for run in todo}
+        for number, future in enumerate(as_completed(futures), start=1):
+            run = futures[future]
+            try:
+                row = future.result()
+            except RuntimeError as err:
+                failures.append(str(err))
+                typer.echo(f"[{number}/{len(todo)}] FAILED {err}", err=True)
+                continue
+            with lock, open(results, "a", encoding="utf8") as out:
+                out.write(json.dumps(row) + "\n")
+            done[row["key"]] = row
+            typer.echo(f"[{number}/{len(todo)}] {run.dataset} {run.system} {run.setting} seed {run.seed}: test "
+                       f"{row['test_tag_acc']:.2f}, {row['train_seconds']:.0f} s (elapsed {time.perf_counter() - start:.0f} s)")
+    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, variant)
+    typer.echo("\n" + text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf8")
+        typer.echo(f"Wrote {output}")
+    if failures:
+        raise typer.Exit(1)
+
+
+def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, variant) -> str:
+    command = (f"python -m spacy_nldm bench spacy-train --datasets {','.join(sets)} --systems {','.join(names)} "
+               f"--settings {','.join(modes)} --seeds {seeds} --max-steps {max_steps}"
+               + "".join(f" --set '{s}'" for s in set_) + (f" --variant {variant}" if set_ else ""))
+    parts = [f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
+             f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
+             "(gold_preproc = true); training wall seconds at one torch thread, two runs at a time.\n",
+             f"Command: `{command}`\n"]
+    for mode in modes:
+        cells: Dict[Tuple[str, str], List[dict]] = {}
+        for m, run in plan:
+            if m == mode and run.key in done:
+                cells.setdefault((run.dataset, run.system), []).append(done[run.key])
+        title = {"own": "each config as `spacy init config -p SYSTEM` writes it",
+                 "shared": "our component listening to the `tok2vec` of `spacy init config -p tagger`"}[mode]
+        parts.append(f"### Setting `{mode}`: {title}\n")
+        parts.append("\n".join(route_table(cells, sets, names)) + "\n")
+    return "\n".join(parts)

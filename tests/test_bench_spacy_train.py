@@ -1,0 +1,84 @@
+"""``bench spacy-train``: the configs it generates are spaCy's, its runs are kept and never redone, the table
+says what the rows hold."""
+import json
+
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+from typer.testing import CliRunner
+
+from spacy_nldm.cli import app
+from spacy_nldm.cli.bench_spacy_train import Run, _apply, generate_config, route_table
+
+
+def test_own_setting_is_what_init_config_writes():
+    from spacy.cli.init_config import init_config
+
+    ours = generate_config("nldm_tagger", "own", "en")
+    expected = init_config(lang="en", pipeline=["nldm_tagger"])
+    for split in ("train", "dev"):
+        assert ours["corpora"][split].pop("gold_preproc") is True
+        expected["corpora"][split].pop("gold_preproc")
+    assert ours.to_str() == expected.to_str()
+
+
+def test_shared_setting_listens_to_the_taggers_tok2vec():
+    config = generate_config("crf_tagger", "shared", "en")
+    tagger = generate_config("tagger", "own", "en")
+    assert config["nlp"]["pipeline"] == ["tok2vec", "crf_tagger"]
+    assert config["components"]["tok2vec"] == tagger["components"]["tok2vec"]
+    assert config["components"]["crf_tagger"]["model"]["tok2vec"]["@architectures"] == "spacy.Tok2VecListener.v1"
+    assert config["training"]["score_weights"]["tag_acc"] == 1.0
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)  # a valid pipeline
+    assert nlp.pipe_names == ["tok2vec", "crf_tagger"]
+
+
+def test_tagger_keeps_labels_starting_with_a_bang_only_where_needed():
+    assert generate_config("tagger", "own", "en")["components"]["tagger"]["neg_prefix"] == "!"
+    assert generate_config("tagger", "own", "en", labels_with_bang=True)["components"]["tagger"]["neg_prefix"] != "!"
+
+
+def test_overrides_reach_the_structured_component_only():
+    config = _apply(generate_config("nldm_tagger", "own", "en"), ["components.{c}.label_smoothing=0.1"], "nldm_tagger")
+    assert config["components"]["nldm_tagger"]["label_smoothing"] == 0.1
+    tagger = _apply(generate_config("tagger", "own", "en"), ["components.{c}.label_smoothing=0.1"], "tagger")
+    assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
+
+
+def test_table_means_differences_and_average():
+    rows = lambda accs: [{"test_tag_acc": a, "train_seconds": 10.0} for a in accs]  # noqa: E731
+    cells = {("a", "tagger"): rows([90, 92]), ("a", "crf_tagger"): rows([92, 92]), ("a", "nldm_tagger"): rows([93, 93]),
+             ("b", "tagger"): rows([80]), ("b", "crf_tagger"): rows([79]), ("b", "nldm_tagger"): rows([82])}
+    lines = route_table(cells, ["a", "b"], ["tagger", "crf_tagger", "nldm_tagger"])
+    assert lines[2] == "| a | 91.00 ± 1.41 (n=2) | 92.00 ± 0.00 (n=2) | 93.00 ± 0.00 (n=2) | +1.00 | +2.00 | +1.00 | 10 | 10 | 10 |"
+    average = next(line for line in lines if "average (2)" in line)
+    assert "| 85.50 | 85.50 | 87.50 | +0.00 | +2.00 | +2.00 |" in average
+    assert "| 1/2 | 2/2 | 2/2 |" in lines[-1]
+
+
+def _tiny_corpus(root):
+    nlp = spacy.blank("en")
+    words = [["I", "love", "it", "!"], ["you", "are", "so", "funny"], ["we", "like", "this", "song"]]
+    tags = [["O", "V", "O", ","], ["O", "V", "R", "A"], ["O", "V", "D", "N"]]
+    docs = [Doc(nlp.vocab, words=w, tags=t) for w, t in zip(words, tags)]
+    for split in ("train", "dev", "test"):
+        path = root / "twitter" / f"{split}.spacy"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        DocBin(docs=docs).to_disk(path)
+
+
+def test_runs_are_kept_and_not_redone(tmp_path):
+    _tiny_corpus(tmp_path / "corpus")
+    args = ["bench", "spacy-train", "--datasets", "tw", "--systems", "crf_tagger", "--settings", "own",
+            "--seeds", "0", "--max-steps", "2", "--corpus", str(tmp_path / "corpus"), "--jobs", "1",
+            "--results", str(tmp_path / "runs.jsonl"), "--workdir", str(tmp_path / "work"),
+            "--output", str(tmp_path / "table.md")]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    rows = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and 0 <= rows[0]["test_tag_acc"] <= 100 and rows[0]["system"] == "crf_tagger"
+    assert "### Setting `own`" in (tmp_path / "table.md").read_text()
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0 and "0 runs to do" in second.output
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1
+    assert Run("tw", "crf_tagger", "own", 0, rows[0]["config"]).key == rows[0]["key"]
