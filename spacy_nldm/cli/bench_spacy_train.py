@@ -63,12 +63,19 @@ class Run:
 
     @property
     def key(self) -> str:
-        digest = hashlib.sha1(self.config.encode("utf8")).hexdigest()[:12]
-        return f"{self.dataset}/{digest}/seed{self.seed}"
+        return run_key(self.dataset, self.config, self.seed)
 
     @property
     def folder(self) -> str:
         return self.key.replace("/", "-")
+
+
+def run_key(dataset: str, config_text: str, seed: int) -> str:
+    """A run's identity: dataset, seed and the config's settings (sections and keys in any order)."""
+    from thinc.api import Config
+
+    settings = json.dumps(Config().from_str(config_text, interpolate=False), sort_keys=True, default=str)
+    return f"{dataset}/{hashlib.sha1(settings.encode('utf8')).hexdigest()[:12]}/seed{seed}"
 
 
 def generate_config(system: str, setting: str, lang: str, *, labels_with_bang: bool = False):
@@ -177,6 +184,7 @@ def load_rows(results: Path) -> Dict[str, dict]:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{results}:{number}: not a JSON line ({err.msg})") from None
+            row["key"] = run_key(row["dataset"], row["config"], row["seed"])
             rows[row["key"]] = row
     return rows
 
