@@ -1,5 +1,9 @@
-"""The README's "Using the components" example runs as written, and does what it says."""
+"""The README's quick-start example runs as written and does what it says, and every figure that README.md
+and docs/ copy from a result file is in step with that file (scripts/readme_tables.py)."""
+import importlib.util
 import re
+
+import pytest
 
 from nldm_fixtures import ROOT
 
@@ -10,11 +14,18 @@ def readme_block(section: str, language: str = "python") -> str:
     return re.search(rf"```{language}\n(.*?)```", body, re.S).group(1)
 
 
-def test_using_the_components_example_runs_as_written(capsys):
-    code = readme_block("Using the components")
+def readme_tables():
+    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "scripts" / "readme_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_start_example_runs_as_written(capsys):
+    code = readme_block("Quick start")
     assert "..." not in code
     namespace = {}
-    exec(compile(code, "README.md (Using the components)", "exec"), namespace)
+    exec(compile(code, "README.md (Quick start)", "exec"), namespace)
     doc, nlp, html = namespace["doc"], namespace["nlp"], namespace["html"]
     labels = nlp.get_pipe("nldm_tagger").labels
     assert len(doc) == 4 and all(t.tag_ in labels for t in doc)
@@ -26,15 +37,41 @@ def test_using_the_components_example_runs_as_written(capsys):
     assert str([(t.text, t.tag_, t._.nldm_head) for t in doc]) in printed
 
 
-def test_readme_tables_are_in_step_with_their_files():
-    """Every table the README copies (between ``<!-- table: FILE -->`` markers) equals FILE's table."""
-    import importlib.util
+def test_the_readme_quotes_its_figures_from_the_result_tables():
+    """The headline and the results summary are checked blocks citing the tables they come from."""
+    module = readme_tables()
+    text = (ROOT / "README.md").read_text(encoding="utf8")
+    sources = {source for sources, _ in module.figure_blocks(text) for source in sources}
+    assert {"results/table2.md", "results/accuracy.md", "results/minilm.md"} <= sources
+    headline = text[:text.index("## Install")]
+    assert "<!-- figures: results/table2.md -->" in headline
 
-    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "scripts" / "readme_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found = module.blocks((ROOT / "README.md").read_text(encoding="utf8"))
-    assert {source for source, _, _ in found} >= {"results/accuracy.md", "metrics/reference/twitter.md"}
-    for source, copy, table in found:
-        assert copy == table, f"README.md's copy of {source} is out of step: python scripts/readme_tables.py"
+
+def test_docs_results_copies_the_tables_the_readme_cites():
+    module = readme_tables()
+    copied = {source for source, _, _ in module.blocks((ROOT / "docs" / "results.md").read_text(encoding="utf8"))}
+    assert {"results/table2.md", "results/accuracy.md", "metrics/reference/twitter.md", "results/glove.md",
+            "results/glove_en.md", "results/glove_bilstm_tuned.md",
+            "results/glove_bilstm_chars.md", "results/glove_bilstm_arc_length.md", "results/minilm.md",
+            "results/synthetic/table.md"} <= copied
+
+
+@pytest.mark.parametrize("path", ["README.md", "docs/results.md", "docs/reproduction.md", "docs/model.md"])
+def test_copied_tables_and_quoted_figures_are_in_step_with_their_files(path):
+    """Every table copied between ``<!-- table: FILE -->`` markers equals FILE's table, and every figure
+    between ``<!-- figures: FILE ... -->`` markers occurs in one of those files."""
+    module = readme_tables()
+    text = (ROOT / path).read_text(encoding="utf8")
+    for source, copy, table in module.blocks(text):
+        assert copy == table, f"{path}'s copy of {source} is out of step: python scripts/readme_tables.py"
         assert table.count("\n") >= 3, f"{source} has no table"
+    for sources, missing in module.figure_blocks(text):
+        assert not missing, f"{path}: figures that {' '.join(sources)} do not hold: {missing}"
+
+
+def test_the_figures_check_catches_a_figure_no_table_holds():
+    module = readme_tables()
+    block = "<!-- figures: results/table2.md -->\nNLDM 91.95 (−0.01), CRF1 91.97\n<!-- /figures -->\n"
+    assert module.figure_blocks(block) == [(["results/table2.md"], ["91.97"])]
+    assert module.numbers("0.6-0.75, −0.01, (+0.64), r2.5, 1.2.3") == [
+        ("", "0.6"), ("", "0.75"), ("-", "0.01"), ("+", "0.64")]
