@@ -105,8 +105,9 @@ def find_shards(input: str, output: Path, out_format: str = "parquet", input_for
     shards, by_output = [], {}
     for path in sorted(files):
         resolved = path.resolve()
-        if resolved == output or output in resolved.parents or path.name.startswith("."):
-            continue  # our own outputs (the output folder inside the input folder), hidden files
+        if resolved == output or output in resolved.parents or any(
+                part.startswith(".") for part in path.relative_to(root).parts):
+            continue  # our own outputs (the output folder inside the input folder), hidden files and folders
         fmt = input_format if input_format != "auto" else INPUT_FORMATS.get(path.suffix.lower())
         if fmt is None:
             if explicit:
@@ -208,10 +209,11 @@ def _scan_parquet(plan: ShardPlan, text_key: str, chunk_size: int) -> ShardPlan:
     for group in range(pf.num_row_groups):
         column = pf.read_row_group(group, columns=[text_key]).column(0)
         valid = column.is_valid().to_pylist()
-        start, count = 0, 0
+        start, count, whole = 0, 0, None
         for i, ok in enumerate(valid):
             if not ok:
-                record = pf.read_row_group(group).slice(i, 1).to_pylist()[0]
+                whole = pf.read_row_group(group) if whole is None else whole
+                record = whole.slice(i, 1).to_pylist()[0]
                 plan.errors.append({"file": str(plan.shard.path), "row": row0 + i,
                                     "problem": f"column {text_key!r} is null",
                                     "record": json.dumps(record, ensure_ascii=False, default=str)})
@@ -570,6 +572,8 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
             except BulkError:
                 raise
             except Exception as err:  # a worker or the cluster failed: the finished shards are kept
+                if _from_user_code(ray, err):  # our code (or the pipeline) raised: it would again
+                    raise BulkError(f"a worker failed (the shards written so far are kept):\n{err}") from err
                 if attempt == retries:
                     raise
                 left = sum(not shard.output.exists() for shard in todo)
@@ -580,6 +584,19 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
         if started:
             ray.shutdown()
     return summary
+
+
+def _from_user_code(ray, err: BaseException) -> bool:
+    """Whether ``err`` is an exception raised in a worker's Python code (Ray Data's UserCodeException):
+    such a run is not retried. Workers that died (a crash, a lost node) are restarted by Ray Data itself
+    (its actor pools have ``max_restarts=-1, max_task_retries=-1``); what fails all the same is retried."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, ray.exceptions.UserCodeException):
+            return True
+        err = err.__cause__
+    return False
 
 
 def _run_once(ray, shards: List[Shard], summary: Summary, facts: PipelineFacts, model: str, text_key: str,
