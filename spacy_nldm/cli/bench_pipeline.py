@@ -115,7 +115,7 @@ def bench_pipeline(
     rank: int = typer.Option(400, help="Trilinear rank D_r."),
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
     warmup: int = typer.Option(3, help="Untimed training batches before the timed epochs (first-call costs)."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="Random seed of the weights and of the batch order."),
     gpu_id: int = typer.Option(-1, help="GPU to train and tag on (-1: the CPU)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
 ) -> None:

@@ -13,10 +13,11 @@ from typing import List, Optional
 
 import typer
 
-from . import app
+from . import MARKUP, app
 
 convert_app = typer.Typer(
-    help="Convert corpora to spaCy DocBin files (.spacy), checking the input.", no_args_is_help=True
+    help="Convert corpora to spaCy DocBin files (.spacy), checking the input.", no_args_is_help=True,
+    rich_markup_mode=MARKUP,
 )
 app.add_typer(convert_app, name="convert")
 

@@ -93,7 +93,7 @@ def glove_check_cli(
 def derive_configs_cli(
     configs: Path = typer.Option(Path("configs"), "--configs", help="Folder of the source configs"),
     vectors: str = typer.Option("assets/glove/vectors", "--vectors", help="paths.vectors of the GloVe configs"),
-    check: bool = typer.Option(False, "--check", help="Only report derived configs that are out of date (exit 1)"),
+    check: bool = typer.Option(False, "--check/--no-check", help="Only report derived configs that are out of date (exit 1)"),
 ):
     """Write configs/glove/<system>.cfg and configs/<system>_trf.cfg from the four systems' configs."""
     from ..pretrained.variants import VariantError, write_all
@@ -111,17 +111,17 @@ def derive_configs_cli(
 @app.command("seed-runs")
 def seed_runs_cli(
     config: str = typer.Option(..., "--config", help="Config path pattern with {system}, e.g. configs/glove/{system}.cfg"),
-    systems: str = typer.Option(",".join(SYSTEMS), "--systems"),
-    seeds: str = typer.Option("0,1,2", "--seeds"),
-    train: Path = typer.Option(Path("corpus/twitter/train.spacy"), "--train"),
-    dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev"),
-    test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test"),
+    systems: str = typer.Option(",".join(SYSTEMS), "--systems", help=f"Comma-separated systems, from {', '.join(SYSTEMS)} ({{system}} in --config)"),
+    seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated training seeds (system.seed of spacy train)"),
+    train: Path = typer.Option(Path("corpus/twitter/train.spacy"), "--train", help="Training data (DocBin): paths.train"),
+    dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev", help="Development data (DocBin): paths.dev, picks model-best"),
+    test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test", help="Test data (DocBin): spacy evaluate --gold-preproc of model-best"),
     training: Path = typer.Option(..., "--training", help="Models: <training>/<system>/seed<k>"),
     results: Path = typer.Option(..., "--results", help="Records: <results>/<system>-seed<k>.json"),
     max_steps: int = typer.Option(0, "--max-steps", help="0: the config's own budget"),
     eval_frequency: int = typer.Option(0, "--eval-frequency", help="0: the config's own"),
-    threads: int = typer.Option(1, "--threads"),
-    gpu_id: int = typer.Option(-1, "--gpu-id"),
+    threads: int = typer.Option(1, "--threads", help="Torch/BLAS threads of each spacy train and spacy evaluate (OMP_NUM_THREADS)"),
+    gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU of spacy train and spacy evaluate; -1: CPU"),
 ):
     """Train and test each system over seeds (resumable: a run with a record is skipped)."""
     from ..pretrained.runs import RunError, RunSpec, run_all
@@ -140,8 +140,8 @@ def seed_runs_cli(
 def seed_table_cli(
     results: Path = typer.Option(..., "--results", help="Folder of the run records"),
     output: Path = typer.Option(..., "--output", "-o", help="Markdown file"),
-    title: str = typer.Option("Test accuracy over seeds", "--title"),
-    systems: str = typer.Option(",".join(SYSTEMS), "--systems"),
+    title: str = typer.Option("Test accuracy over seeds", "--title", help="Heading of the table"),
+    systems: str = typer.Option(",".join(SYSTEMS), "--systems", help=f"Comma-separated systems (rows, in this order), from {', '.join(SYSTEMS)}"),
     command: str = typer.Option("", "--command", help="The command that produced the runs (printed in the table)"),
     note: str = typer.Option("", "--note", help="A paragraph under the title"),
     paper: Optional[str] = typer.Option(None, "--paper", help="Add the paper's Table 2 column of this dataset (twitter, en; other names: no column)"),
@@ -157,22 +157,22 @@ def seed_table_cli(
 def arc_length_cli(
     config: Path = typer.Option(..., "--config", help="An NLDM pipeline's config (one nldm_tagger component)"),
     ks: str = typer.Option("1,2,5,10,15", "--ks", help="The values of k, the latent tree's longest arc (the paper's Figure 4: 1,2,5,10,15)"),
-    seeds: str = typer.Option("0,1,2", "--seeds"),
-    train: Path = typer.Option(Path("corpus/twitter/train.spacy"), "--train"),
-    dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev"),
-    test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test"),
+    seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated training seeds (system.seed of spacy train), each run at every k"),
+    train: Path = typer.Option(Path("corpus/twitter/train.spacy"), "--train", help="Training data (DocBin): paths.train"),
+    dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev", help="Development data (DocBin): paths.dev, picks model-best"),
+    test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test", help="Test data (DocBin): spacy evaluate --gold-preproc of model-best"),
     training: Path = typer.Option(..., "--training", help="Models: <training>/k<k>/nldm/seed<s>"),
     results: Path = typer.Option(..., "--results", help="Records: <results>/k<k>/nldm-seed<s>.json"),
     table: Path = typer.Option(..., "--table", help="Markdown table to write"),
     figure: Optional[Path] = typer.Option(None, "--figure", help="Figure to write (.png or .svg; needs matplotlib)"),
-    title: str = typer.Option("NLDM: accuracy against the longest arc k", "--title"),
+    title: str = typer.Option("NLDM: accuracy against the longest arc k", "--title", help="Heading of the table and title of the figure"),
     command: str = typer.Option("", "--command", help="The command to print in the table"),
     note: str = typer.Option("", "--note", help="A paragraph under the title"),
     max_steps: int = typer.Option(0, "--max-steps", help="0: the config's own budget"),
     eval_frequency: int = typer.Option(0, "--eval-frequency", help="0: the config's own"),
-    threads: int = typer.Option(1, "--threads"),
-    gpu_id: int = typer.Option(-1, "--gpu-id"),
-    table_only: bool = typer.Option(False, "--table-only", help="Write the table and figure from the records there are; train nothing"),
+    threads: int = typer.Option(1, "--threads", help="Torch/BLAS threads of each spacy train and spacy evaluate (OMP_NUM_THREADS)"),
+    gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU of spacy train and spacy evaluate; -1: CPU"),
+    table_only: bool = typer.Option(False, "--table-only/--no-table-only", help="Write the table and figure from the records there are; train nothing"),
 ):
     """Train and test an NLDM config at several k over seeds (resumable), then its table and figure (Figure 4)."""
     from ..pretrained.arc_length import nldm_component, render_table, run_arc_lengths, summarise, write_figure

@@ -34,7 +34,7 @@ def tag(
                                           "parquet"),
     out_format: str = typer.Option("parquet", "--format", "-f",
                                    help="parquet (tokens, tags, heads, probs columns) or docbin (.spacy files)"),
-    probs: bool = typer.Option(False, "--probs/--no-probs", metavar="",  # metavar: no <bool> in the help
+    probs: bool = typer.Option(False, "--probs/--no-probs",
                                help="Also output the label marginals (sets store_probs on the taggers)"),
     num_gpus: float = typer.Option(0.0, "--num-gpus",
                                    help="GPUs per worker, passed to Ray (e.g. 1, or 0.5 for two workers per GPU); "

@@ -91,7 +91,7 @@ def tune_cli(
     prune_startup: int = typer.Option(5, "--prune-startup", help="Trials per study before pruning starts"),
     prune_warmup: int = typer.Option(2, "--prune-warmup", help="No pruning before step N x eval_frequency"),
     max_failures: int = typer.Option(3, "--max-failures", help="Stop a study after this many failed trials in a run"),
-    rejudge_pruned: bool = typer.Option(False, "--rejudge-pruned", help="Queue again (on top of --trials) each pruned trial that this run's pruner would have let go on, e.g. after switching to --prune-within"),
+    rejudge_pruned: bool = typer.Option(False, "--rejudge-pruned/--no-rejudge-pruned", help="Queue again (on top of --trials) each pruned trial that this run's pruner would have let go on, e.g. after switching to --prune-within"),
     share: str = typer.Option("none", "--share", help="none, or best: also run, once, the best trial of every other system's study of the dataset in --study-dir (as it stands when this command starts), on top of --trials"),
 ):
     """Search hyper-parameters on dev, one resumable Optuna study per (dataset, system)."""
