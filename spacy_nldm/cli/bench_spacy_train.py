@@ -271,15 +271,17 @@ def bench_spacy_train(
             path = corpus / DATASETS[d][0] / f"{split}.spacy"
             if not path.exists():
                 raise typer.BadParameter(f"{path}: no such corpus file (run `python -m spacy project run corpora`)")
-    plan: List[Tuple[str, Run]] = []
+    plan: List[Tuple[str, Run]] = []  # seed by seed: a partial table has every dataset at the first seeds
+    configs = {}
     for d in sets:
         bang = _labels_with_bang(corpus / DATASETS[d][0] / "train.spacy")
         for mode in modes:
             for system in names:
                 config = _apply(generate_config(system, mode, DATASETS[d][1], labels_with_bang=bang), set_, system)
-                text = config.to_str()
-                for seed in seed_list:
-                    plan.append((mode, Run(d, system, mode, seed, text, variant if system != "tagger" else "defaults")))
+                configs[d, mode, system] = config.to_str()
+    for seed in seed_list:
+        for (d, mode, system), text in configs.items():
+            plan.append((mode, Run(d, system, mode, seed, text, variant if system != "tagger" else "defaults")))
     done = load_rows(results)
     todo, seen = [], set()
     for _, run in plan:
