@@ -149,13 +149,13 @@ def m(**kw) -> Dict:
 
 
 def hash_cnn(word_dropout: float) -> Dict:
-    """The factories' (and spaCy's tagger's) default tok2vec, ``spacy.HashEmbedCNN.v2``, written out as
+    """spaCy's ``tagger`` factory's default tok2vec, ``spacy.HashEmbedCNN.v2``, written out as
     ``spacy.Tok2Vec.v2`` with the blocks HashEmbedCNN builds (subword features: NORM, PREFIX, SUFFIX, SHAPE,
     rows embed_size and embed_size // 2), so that its MultiHashEmbed can be ``spacy-nldm.WordDropoutHashEmbed.v1``;
-    at rate 0 it is the same network. Its settings are read from the factories' default."""
-    from spacy_nldm.pipeline.factories import DEFAULT_NLDM_MODEL
+    at rate 0 it is the same network. Its settings are read from the tagger factory's default."""
+    from spacy.pipeline.tagger import DEFAULT_TAGGER_MODEL
 
-    cnn = DEFAULT_NLDM_MODEL["tok2vec"]
+    cnn = DEFAULT_TAGGER_MODEL["tok2vec"]
     assert cnn["@architectures"] == "spacy.HashEmbedCNN.v2" and cnn["subword_features"] and not cnn["pretrained_vectors"]
     width, rows = cnn["width"], cnn["embed_size"]
     return {

@@ -19,17 +19,26 @@ COMMON = {
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact"}
 CRF = {**COMMON, "decode": "viterbi"}
 
-#: the encoder each component gets in its own config: spaCy's ``spacy.HashEmbedCNN.v2``
+#: the encoder each component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger``
+#: writes for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE with rows 5000, 1000, 2500,
+#: 2500, then a MaxoutWindowEncoder), so that the components and the ``tagger`` compare on the same encoder
 TOK2VEC = """
 [model.tok2vec]
-@architectures = "spacy.HashEmbedCNN.v2"
-pretrained_vectors = null
+@architectures = "spacy.Tok2Vec.v2"
+
+[model.tok2vec.embed]
+@architectures = "spacy.MultiHashEmbed.v2"
+width = 96
+attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
+rows = [5000, 1000, 2500, 2500]
+include_static_vectors = false
+
+[model.tok2vec.encode]
+@architectures = "spacy.MaxoutWindowEncoder.v2"
 width = 96
 depth = 4
-embed_size = 2000
 window_size = 1
 maxout_pieces = 3
-subword_features = true
 """
 
 NLDM_MODEL = Config().from_str(
