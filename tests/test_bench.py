@@ -21,10 +21,13 @@ def test_bench_structs_prints_one_row_per_shape():
          "--repeats", "1", "--reference-up-to", "4", "--threads", "1"],
     )
     assert result.exit_code == 0, result.output
-    rows = [r for r in table_rows(result.output) if r.startswith("| 2 |")]
-    assert len(rows) == 4  # 2 lengths x 2 max_dists
-    cells = [c.strip() for c in rows[0].strip("|").split("|")]
-    assert float(cells[6]) > 0 and float(cells[-1]) > 0  # fwd+bwd time and the reference ratio
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in table_rows(result.output) if r.startswith("| 2 |")]
+    # one row per shape (2 lengths x 2 max_dists), in order, every column filled: none failed, and the
+    # reference and its ratio timed at both lengths (<= --reference-up-to 4)
+    assert [r[:4] for r in rows] == [["2", n, "2", k] for n in ("3", "4") for k in ("none", "2")]
+    for row in rows:
+        assert len(row) == 13 and all(cell and cell != "-" and not cell.startswith("failed") for cell in row), row
+        [float(cell) for cell in row[4:]]
 
 
 def test_bench_pipeline_compares_with_the_crf(tmp_path):

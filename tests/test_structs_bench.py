@@ -1,11 +1,17 @@
-"""The structured core's benchmark commands run end to end on tiny shapes and print their tables."""
+"""The structured core's benchmark commands run end to end on tiny shapes and print the tables they promise: a
+row per measurement, with the shape asked for, no failed measurement, the ratio columns filled where they
+apply, and a baseline compared only where it computes the same structures. (Timings themselves belong in
+the benchmark commands, not in tests.)"""
 import importlib.util
+import types
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
-from spacy_nldm.cli import app
+from spacy_nldm import structs
+from spacy_nldm.cli import app, bench_peers
 
 runner = CliRunner()
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -15,25 +21,80 @@ def rows(output: str, first: str):
     return [line for line in output.splitlines() if line.startswith(first)]
 
 
-def test_bench_long_prints_time_and_peak_memory():
+def cells(line: str):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def number(text: str) -> float:
+    assert not text.startswith("failed"), text
+    return float(text)
+
+
+def test_bench_long_prints_one_row_per_task_with_its_shape_and_writes_the_same_table(tmp_path):
+    out = tmp_path / "long.md"
     result = runner.invoke(app, ["bench", "long", "--lengths", "40", "--labels", "4", "--max-dist", "2",
-                                 "--tasks", "posterior"])
+                                 "--tasks", "viterbi,marginals", "--output", str(out)])
     assert result.exit_code == 0, result.output
-    lines = rows(result.output, "| LatentTree")
-    assert len(lines) == 1
-    cells = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert cells[1:4] == ["40", "4", "2"] and float(cells[4]) >= 0 and float(cells[5]) >= 0
+    table = [line for line in result.output.splitlines() if line.startswith("|")]
+    assert cells(table[0]) == ["what", "n", "M", "k", "seconds", "peak MB"]
+    body = table[2:]
+    assert [cells(line)[:4] for line in body] == [["LatentTree viterbi", "40", "4", "2"],
+                                                  ["LatentTree marginals", "40", "4", "2"]]
+    for line in body:  # a measurement that failed says so in its row (and the command still exits 0)
+        number(cells(line)[4]), number(cells(line)[5])
+    assert out.read_text().splitlines() == table
+
+
+def test_bench_structs_grid_has_the_ratio_columns_and_the_reference_only_up_to_its_length():
+    result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "4,6", "--labels", "3",
+                                 "--max-dists", "2", "--repeats", "1", "--reference-up-to", "4", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    header = cells(rows(result.output, "| B |")[0])
+    assert header[-3:] == ["NLDM/CRF-1", "reference fwd+bwd s", "reference/ours"]
+    short, long = (cells(rows(result.output, f"| 2 | {n} | 3 | 2 |")[0]) for n in (4, 6))
+    for row in (short, long):
+        assert len(row) == len(header)
+        number(row[4]), number(row[5]), number(row[6]), number(row[9]), number(row[10])
+    number(short[11]), number(short[12])
+    assert long[11:] == ["-", "-"]  # n = 6 > --reference-up-to 4: the reference is not timed
+
+
+def ratio_agrees(this: float, baseline: float, ratio: float, digits: int = 4) -> bool:
+    """``ratio`` (2 decimals) is this / baseline, given that both were printed with ``digits`` decimals."""
+    h = 0.5 * 10 ** -digits
+    low = max(this - h, 0.0) / (baseline + h)
+    high = (this + h) / (baseline - h) if baseline > h else float("inf")
+    return low - 0.005 <= ratio <= high + 0.005
 
 
 def test_bench_structs_against_a_baseline_checkout():
-    """--baseline loads another checkout's structs beside this one (here: this same checkout)."""
+    """--baseline loads another checkout's structs beside this one (here: this same checkout): a row per call
+    and shape, this / baseline in the last column."""
     result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "6", "--labels", "5",
                                  "--max-dists", "2", "--repeats", "1", "--peer-repeats", "1",
                                  "--threads", "1", "--baseline", str(CHECKOUT)])
     assert result.exit_code == 0, result.output
-    for call in ("| tree log Z fwd+bwd", "| tree Viterbi", "| ChainScores log Z fwd+bwd"):
+    assert cells(rows(result.output, "| call |")[0]) == ["call", "this checkout s", "baseline s", "this / baseline"]
+    for call in ("| tree log Z fwd+bwd, B=2, n=6, M=5, max_dist=2 |", "| tree Viterbi, B=2, n=6, M=5, max_dist=2 |",
+                 "| ChainScores log Z fwd+bwd, B=2, n=6, M=5 |"):
         lines = rows(result.output, call)
-        assert len(lines) == 1 and float(lines[0].split("|")[-2]) > 0, call
+        assert len(lines) == 1, call
+        _, this, baseline, ratio = cells(lines[0])
+        assert ratio_agrees(number(this), number(baseline), number(ratio)), lines[0]
+
+
+def test_a_baseline_whose_viterbi_differs_is_not_timed():
+    """The baseline comparison times the same structures: a baseline decoding other labels is refused."""
+    assert len(bench_peers.baseline_rows(structs, 2, [(6, 3, 2)], 1)) == 3
+
+    def other_viterbi(scores, lengths, max_dist=None):
+        best = structs.viterbi(scores, lengths, max_dist=max_dist)
+        return types.SimpleNamespace(labels=(best.labels + 1) % scores.shape[-1], heads=best.heads)
+
+    other = types.SimpleNamespace(**{name: getattr(structs, name) for name in dir(structs) if not name.startswith("_")})
+    other.viterbi = other_viterbi
+    with pytest.raises(AssertionError, match="Viterbi differs"):
+        bench_peers.baseline_rows(other, 2, [(6, 3, 2)], 1)
 
 
 @pytest.mark.skipif(
