@@ -7,7 +7,6 @@ import types
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from spacy_nldm import structs
