@@ -14,7 +14,7 @@ COMMON = {
     "store_probs": False,
     "normalize_loss": True,
     "tok2vec_loss": "sum",
-    "label_smoothing": 0.0,
+    "label_smoothing": 0.05,
 }
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact"}
 CRF = {**COMMON, "decode": "viterbi"}
