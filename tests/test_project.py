@@ -94,6 +94,18 @@ def test_the_four_systems_share_one_encoder_and_one_training_setup():
     assert 2 <= nldm["model"]["max_dist"] <= 10
 
 
+def test_every_spacy_train_and_evaluate_step_runs_at_the_projects_thread_count():
+    """`spacy project run` steps run at vars.threads torch threads (scripts/timed.py sets OMP_NUM_THREADS):
+    at torch's default, a `spacy evaluate` beside another step oversubscribed the cores (SPEED 92 words/s
+    instead of 2,131)."""
+    project = srsly.read_yaml(ROOT / "project.yml")
+    scripts = [line for command in project["commands"] for line in command.get("script", [])]
+    steps = [line for line in scripts if re.search(r"-m spacy (train|evaluate)\b", line)]
+    assert sum(" spacy evaluate " in line for line in steps) >= 5 and sum(" spacy train " in line for line in steps) >= 5
+    for line in steps:
+        assert line.startswith("python scripts/timed.py --threads ${vars.threads} --record "), line
+
+
 def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     """The project's own commands (spacy project run) on the miniature mirror; softmax trains a few steps."""
     mirror = MIRROR
@@ -127,6 +139,8 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     run("evaluate-softmax")
     scores = srsly.read_json(proj / "metrics/twitter/softmax.json")
     assert 0.0 <= scores["tag_acc"] <= 1.0
+    timing = srsly.read_json(proj / "training/twitter/softmax/evaluate_time.json")
+    assert timing["threads"] == 1 and timing["returncode"] == 0 and "evaluate" in timing["command"]
 
     # Table 2's queue (scripts/reproduce.py on scripts/runs.py): one tiny run, then the table
     out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
