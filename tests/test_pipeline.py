@@ -10,6 +10,7 @@ import spacy
 import srsly
 from spacy.tokens import Doc
 from spacy.training import Example
+from thinc.api import fix_random_seed
 
 from nldm_fixtures import TWITTER
 from spacy_nldm.corpora.ark import read_ark
@@ -89,6 +90,30 @@ def test_pipe_with_worker_processes_tags_like_one_process():
     assert out.stdout.strip() == "ok"
 
 
+def test_importing_registers_no_fork_hook_and_the_first_component_registers_one():
+    """The fork hook (one torch thread in nlp.pipe's forked workers) is registered by the first component
+    made in a process, once; importing the package registers nothing."""
+    code = (
+        "import os\n"
+        "calls = []\n"
+        "register = os.register_at_fork\n"
+        "def recorded(**hooks):\n"
+        "    mine = [(when, getattr(f, '__module__', None) or '') for when, f in hooks.items()]\n"
+        "    calls.extend((when, module) for when, module in mine if module.startswith('spacy_nldm'))\n"
+        "    register(**hooks)\n"
+        "os.register_at_fork = recorded\n"
+        "import spacy, spacy_nldm, spacy_nldm.pipeline.tagger\n"
+        "assert calls == [], calls\n"
+        "nlp = spacy.blank('en')\n"
+        "nlp.add_pipe('nldm_tagger'); nlp.add_pipe('crf_tagger', name='crf')\n"
+        "spacy.blank('en').add_pipe('nldm_tagger')\n"
+        "print(calls)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[('after_in_child', 'spacy_nldm.pipeline.tagger')]"
+
+
 def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     nlp, pipe = trained("nldm_tagger", ark, steps=1)
     want = sorted({t for _, tags in ark for t in tags})
@@ -104,7 +129,39 @@ def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     assert all(t.tag_ in pipe.labels for t in doc)
     assert all(t._.nldm_head is None or 0 <= t._.nldm_head < len(doc) for t in doc)
     assert isinstance(doc._.nldm_tree_score, float)
-    assert pipe.score(examples(nlp, ark[:5]))["tag_acc"] is not None
+
+
+# A tiny learnable task: each word has one tag wherever it stands (5 tags, 6 orders of the same 5 words).
+LEARNABLE_WORDS = {"zorp": "N", "blicks": "V", "the": "D", "@mia": "@", "#tbt": "#"}
+LEARNABLE = [(list(order), [LEARNABLE_WORDS[w] for w in order]) for order in (
+    ["zorp", "blicks", "the", "@mia", "#tbt"], ["the", "zorp", "blicks", "#tbt", "@mia"],
+    ["@mia", "the", "zorp", "blicks", "#tbt"], ["#tbt", "@mia", "the", "zorp", "blicks"],
+    ["blicks", "#tbt", "@mia", "the", "zorp"], ["the", "#tbt", "blicks", "zorp", "@mia"],
+)]
+FLOOR = 0.6  # 5 balanced tags: a model that has not learnt the words is far below
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+def test_the_scorer_reports_the_accuracy_that_training_lifts_above_a_floor(factory):
+    """pipe.score on the component's own predictions: an untrained component is below the floor, a few
+    training steps on the tiny learnable task lift it above, and nlp.evaluate reports the same figure."""
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe(factory, config={"model": small_model(factory)})
+    egs = examples(nlp, LEARNABLE)
+    optimizer = nlp.initialize(lambda: egs)
+
+    def accuracy():
+        tagged = [Example(nlp(Doc(nlp.vocab, words=w)), eg.reference) for (w, _), eg in zip(LEARNABLE, egs)]
+        acc = pipe.score(tagged)["tag_acc"]
+        assert nlp.evaluate(egs)["tag_acc"] == pytest.approx(acc)
+        return acc
+
+    untrained = accuracy()
+    assert untrained < FLOOR
+    for _ in range(15):
+        nlp.update(egs, sgd=optimizer)
+    assert accuracy() > FLOOR
 
 
 def test_add_label_after_initialize_keeps_the_trained_scores(ark):

@@ -35,8 +35,19 @@ def _one_torch_thread_after_fork() -> None:
     torch.set_num_threads(1)
 
 
-if hasattr(os, "register_at_fork"):  # POSIX
+_fork_hook_registered = False
+
+
+def _register_fork_hook() -> None:
+    """Register :func:`_one_torch_thread_after_fork` for this process, once: called when a component is
+    made (before any ``nlp.pipe(n_process=...)`` can fork), so that importing the package registers nothing.
+    A forked child inherits both the hook and the flag."""
+    global _fork_hook_registered
+    if _fork_hook_registered or not hasattr(os, "register_at_fork"):  # registered, or not POSIX
+        return
     os.register_at_fork(after_in_child=_one_torch_thread_after_fork)
+    _fork_hook_registered = True
+
 
 ATTRS = ("tag", "pos")
 DECODERS = ("viterbi", "posterior")
@@ -109,6 +120,7 @@ class StructuredTagger(TrainablePipe):
         if loss == "max" and model.attrs["structure"] != "tree":
             raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
         register_extensions()
+        _register_fork_hook()
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -340,19 +352,3 @@ class StructuredTagger(TrainablePipe):
     def score(self, examples: Iterable[Example], **kwargs):
         """The scorer's figures for ``attr`` (spaCy passes ``cfg`` to it; our settings live apart)."""
         return super().score(examples, **{"attr": self.attr, **kwargs})
-
-    # ---------------------------------------------------------- serialization
-    # Only the labels are read back from ``cfg``: pipelines saved by spacy-nldm 0.1 also stored the
-    # settings there, and the config (``config.cfg``, or what spacy.load was given) wins over them.
-    def _keep_learned_state(self) -> None:
-        self.cfg = {"labels": list(self.cfg.get("labels", []))}
-
-    def from_bytes(self, bytes_data, *, exclude=tuple()):
-        super().from_bytes(bytes_data, exclude=exclude)
-        self._keep_learned_state()
-        return self
-
-    def from_disk(self, path, *, exclude=tuple()):
-        super().from_disk(path, exclude=exclude)
-        self._keep_learned_state()
-        return self
