@@ -23,6 +23,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -573,7 +574,8 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
                 raise
             except Exception as err:  # a worker or the cluster failed: the finished shards are kept
                 if _from_user_code(ray, err):  # our code (or the pipeline) raised: it would again
-                    raise BulkError(f"a worker failed (the shards written so far are kept):\n{err}") from err
+                    raise BulkError(f"a worker failed: {_worker_error(err)} (the shards written so far are kept; "
+                                    "Ray's log above has the worker's traceback)") from err
                 if attempt == retries:
                     raise
                 left = sum(not shard.output.exists() for shard in todo)
@@ -597,6 +599,14 @@ def _from_user_code(ray, err: BaseException) -> bool:
             return True
         err = err.__cause__
     return False
+
+
+def _worker_error(err: BaseException) -> str:
+    """The worker's own exception line (``ValueError: ...``) from the traceback text Ray passes on."""
+    lines = [line.strip() for line in str(err).splitlines()]
+    found = [line for line in lines if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Exit)\b[^:]*: ", line)
+             and not line.startswith("ray.")]
+    return found[0] if found else f"{type(err).__name__}: {lines[0] if lines else ''}"
 
 
 def _run_once(ray, shards: List[Shard], summary: Summary, facts: PipelineFacts, model: str, text_key: str,

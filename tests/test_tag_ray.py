@@ -209,6 +209,28 @@ def test_worker_killed_mid_run_output_complete(pipeline, ray_local, expected, tm
 
 
 @needs_ray
+def test_error_in_worker_code_stops_the_run_once(pipeline, ray_local, tmp_path):
+    """An exception in the workers' code would come again: the run stops (no retry), nothing is written."""
+    import ray.cloudpickle
+
+    from spacy_nldm.bulk import BulkError, TaggerActor, tag_corpus
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    class Broken(TaggerActor):
+        def records(self, chunks):
+            raise ValueError("this pipeline cannot read")
+
+    (tmp_path / "in.txt").write_text("hello world\n", encoding="utf8")
+    warnings = []
+    with pytest.raises(BulkError, match="a worker failed: ValueError: this pipeline cannot read"):
+        tag_corpus(str(tmp_path / "in.txt"), tmp_path / "out", str(pipeline), log=lambda _: None,
+                   warn=warnings.append, actor_cls=Broken)
+    assert not warnings  # not run again
+    assert not (tmp_path / "out" / "in.parquet").exists()
+
+
+@needs_ray
 def test_docbin_output(pipeline, ray_local, expected, tmp_path):
     from spacy_nldm.bulk import tag_corpus
 
