@@ -322,7 +322,10 @@ class TaggerActor:
                  taggers: Tuple[str, ...] = ()):
         import spacy
 
-        if use_gpu:
+        if use_gpu:  # Ray set CUDA_VISIBLE_DEVICES to this worker's GPU: device 0 is ours
+            from thinc.api import set_gpu_allocator
+
+            set_gpu_allocator("pytorch")  # as `spacy train`: one memory pool shared by CuPy and torch
             spacy.require_gpu()
         try:
             import torch
