@@ -136,9 +136,9 @@ def test_uniform_term_against_enumeration(name):
     structure = STRUCTURES[name](bias)
     max_dist = getattr(structure, "max_dist", None)
     expected = _enumerate_uniform_ce(name, F[0], n, bias, max_dist)
-    # b = 1: the loss is the uniform term alone
-    everything = torch.ones(1, n, m, dtype=torch.bool)
-    ours = structure.nll(F, torch.tensor([n]), everything, smoothing=1.0)
+    # b = 1: the loss is the uniform term alone, whatever the (known) gold labels
+    gold = torch.nn.functional.one_hot(torch.tensor([[1, 0, 1]]), m).bool()
+    ours = structure.nll(F, torch.tensor([n]), gold, smoothing=1.0)
     assert float(ours) == pytest.approx(expected, rel=1e-9, abs=1e-9)
 
 
@@ -185,3 +185,18 @@ def test_smoothing_makes_the_marginals_less_confident():
     assert peaks[0] > 0.99
     assert 0.5 < peaks[1] < 0.95
     assert numpy.isfinite(peaks).all()
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURES))
+def test_segments_with_unknown_labels_keep_the_plain_likelihood(name):
+    """As spaCy's tagger leaves tokens without a label out of its loss (smoothing included), a segment with an
+    unknown label is not smoothed; a fully labelled one is."""
+    F, lengths, mask, _ = _batch(name, [4, 3], 3, seed=5)
+    mask[1, 1] = True  # segment 1 has a token with an unknown label
+    structure = STRUCTURES[name](None)
+    smoothed = structure.nll(F, lengths, mask, smoothing=0.3)
+    plain_second = structure.nll(F[1:], lengths[1:], mask[1:])
+    smoothed_first = structure.nll(F[:1], lengths[:1], mask[:1], smoothing=0.3)
+    assert float(smoothed) == pytest.approx(float(smoothed_first + plain_second), rel=1e-10)
+    nothing_known = torch.ones_like(mask)
+    assert float(structure.nll(F, lengths, nothing_known, smoothing=0.3)) == pytest.approx(0.0, abs=1e-9)

@@ -42,19 +42,25 @@ def mixture_weight(label_smoothing: float, n_labels: int) -> float:
     return label_smoothing * n_labels / (n_labels - 1)
 
 
-def uniform_expectation(F: Tensor, lengths: Tensor, moments, bias: Optional[Tensor] = None) -> Tensor:
-    """Sum over the segments of F (S, L, X, C, M) (``lengths`` (S,)) of ``E_u[score] + constant``;
-    ``moments(n, M)`` gives, for a segment of ``n`` tokens, ``(mu (n, X, C, M), mu_bias (2, K) or None,
-    constant)``: the expected counts of F's entries and of the bias under the uniform distribution, and
-    the constant added to E_u[score] (log #trees for the tree, 0 for chains)."""
+def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bias: Optional[Tensor] = None
+                        ) -> Tensor:
+    """Sum over the segments of F (S, L, X, C, M) (``lengths`` (S,)) of ``weights`` (S,) times
+    ``E_u[score] + constant``; ``moments(n, M)`` gives, for a segment of ``n`` tokens, ``(mu (n, X, C, M),
+    mu_bias (2, K) or None, constant)``: the expected counts of F's entries and of the bias under the uniform
+    distribution, and the constant added to E_u[score] (log #trees for the tree, 0 for chains)."""
     total = F.new_zeros(())
     lens = lengths.to(F.device)
+    weights = weights.to(device=F.device, dtype=F.dtype)
     for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
-        rows = (lens == n).nonzero().flatten()
+        rows = ((lens == n) & (weights != 0)).nonzero().flatten()
+        if not len(rows):
+            continue
         mu, mu_bias, constant = moments(n, F.shape[-1])
-        total = total + (F[rows, :n] * mu.to(device=F.device, dtype=F.dtype)).sum() + len(rows) * constant
+        w = weights[rows]
+        per_segment = (F[rows, :n] * mu.to(device=F.device, dtype=F.dtype)).flatten(1).sum(1)
+        total = total + (w * per_segment).sum() + w.sum() * constant
         if mu_bias is not None and bias is not None:
-            total = total + len(rows) * (mu_bias.to(device=F.device, dtype=F.dtype) * bias).sum()
+            total = total + w.sum() * (mu_bias.to(device=F.device, dtype=F.dtype) * bias).sum()
     return total
 
 

@@ -100,16 +100,34 @@ class Structure:
 
         ``approx="max"`` replaces log S by the best tree's score (the paper's max approximation).
         ``smoothing`` b: the loss is (1 - b) -log P(y | x) + b U(x), U the cross-entropy of the uniform
-        distribution over the outputs (:mod:`.smoothing`); 0 computes the plain loss, unchanged.
+        distribution over the outputs (:mod:`.smoothing`), on the segments whose every token has its label
+        (as spaCy's ``tagger`` leaves tokens without a label out of its loss, smoothing included, a segment
+        with unknown labels keeps the plain likelihood of what is known); 0 computes the plain loss, unchanged.
         """
+        weights = self.smoothing_weights(gold_mask, lengths, smoothing)
         total = F.new_zeros(())
         for idx, Fb, lens in self._buckets(F, lengths):
             log_z, log_s = self._log_z_and_s(Fb, lens, gold_mask[idx, : Fb.shape[1]], approx)
-            total = total + (log_z - (1.0 - smoothing) * log_s if smoothing else log_z - log_s).sum()
-        return total - smoothing * self.uniform_expectation(F, lengths) if smoothing else total
+            if weights is None:
+                total = total + (log_z - log_s).sum()
+            else:
+                total = total + (log_z - (1.0 - weights[idx].to(log_s)) * log_s).sum()
+        return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
 
-    def uniform_expectation(self, F: Tensor, lengths: Tensor) -> Tensor:
-        """Summed E_u[score] + constant of the uniform distribution (see :mod:`.smoothing`)."""
+    @staticmethod
+    def smoothing_weights(gold_mask: Tensor, lengths: Tensor, smoothing: float) -> Optional[Tensor]:
+        """(S,) the smoothing of each segment: ``smoothing`` where every real token has one allowed label,
+        0 elsewhere; None when no segment is smoothed."""
+        if not smoothing:
+            return None
+        labelled = ((gold_mask.sum(-1) == 1) | ~real_tokens(gold_mask, lengths)).all(-1)
+        if not bool(labelled.any()):
+            return None
+        return labelled.to(torch.float64) * smoothing
+
+    def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        """Sum over segments of ``weights`` times E_u[score] + constant of the uniform distribution
+        (see :mod:`.smoothing`)."""
         raise NotImplementedError
 
     def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False) -> structs.Decoded:
@@ -217,13 +235,16 @@ class LatentTree(Structure):
             gold = self._with_bias(self.gold_arcs(Fb, gold_mask[idx, : Fb.shape[1]]), Fb)
             log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
-        return total - smoothing * self.uniform_expectation(F, lengths) if smoothing else total
+        if not smoothing:
+            return total
+        weights = torch.full((F.shape[0],), float(smoothing), dtype=torch.float64)
+        return total - self.uniform_expectation(F, lengths, weights)
 
-    def uniform_expectation(self, F: Tensor, lengths: Tensor) -> Tensor:
+    def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         bias = self._bias(F)
         lengths_of_bias = 0 if bias is None else bias.shape[1]
         return uniform_expectation(
-            F, lengths, lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias), bias=bias
+            F, lengths, lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias), weights, bias=bias
         )
 
     @staticmethod
@@ -339,8 +360,8 @@ class Chain(Structure):
         log_z = structs.crf_log_partition(self.expand(F), lengths)
         return log_z, structs.crf_log_partition(sub, lengths, label_mask=ok)
 
-    def uniform_expectation(self, F: Tensor, lengths: Tensor) -> Tensor:
-        return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, self.order))
+    def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, self.order), weights)
 
     def _scores(self, F: Tensor):
         """What structs' chain functions read: :meth:`factored` where it applies, else the potentials."""
