@@ -25,6 +25,7 @@ from . import bench  # noqa: E402,F401
 from . import bench_accuracy  # noqa: E402,F401
 from . import bench_long  # noqa: E402,F401
 from . import bench_pipeline  # noqa: E402,F401
+from . import bench_raw_text  # noqa: E402,F401
 from . import bench_spacy_train  # noqa: E402,F401
 from . import bench_tokenizer  # noqa: E402,F401
 from . import convert  # noqa: E402,F401
