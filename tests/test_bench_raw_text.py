@@ -34,6 +34,7 @@ def test_tweet_tokenizer_scores_as_the_given_tokens(tmp_path):
     assert scores["given tokens"] > 90  # learned
     assert scores["raw, tweet tokenizer"] == scores["given tokens"]  # the same tokens
     assert scores["raw, own tokenizer"] < scores["given tokens"]  # "I'm" -> "I" "'m", "#win" -> "#" "win"
+    assert scores["raw, spaCy's tokenizer"] == scores["raw, own tokenizer"]  # spacy.blank("en")'s own
     result = CliRunner().invoke(app, ["bench", "raw-text", str(model), "--test", str(test), "--conventions", "ark"])
     assert result.exit_code == 0, result.output
     assert "raw, tweet tokenizer − given" in result.output

@@ -211,7 +211,9 @@ def test_spacy_init_config_route_scores_the_tagged_attribute(ark_split, tmp_path
     assert done.returncode == 0, done.stderr
     weights = load_config(tmp_path / "config.cfg")["training"]["score_weights"]
     assert weights == {"tag_acc": 1.0, "pos_acc": None}
-    small = ["--components.nldm_tagger.model.tok2vec.width", "16", "--components.nldm_tagger.model.tok2vec.depth", "1",
+    small = ["--components.nldm_tagger.model.tok2vec.embed.width", "16",
+             "--components.nldm_tagger.model.tok2vec.encode.width", "16",
+             "--components.nldm_tagger.model.tok2vec.encode.depth", "1",
              "--components.nldm_tagger.model.rank", "16", "--components.nldm_tagger.model.label_dim", "8",
              "--training.max_steps", "3", "--training.eval_frequency", "1"]
     for attr in ("tag", "pos"):

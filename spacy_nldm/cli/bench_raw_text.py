@@ -6,6 +6,8 @@ For each pipeline, the accuracy of what it tags (``tag_acc`` or ``pos_acc``) on 
 * ``raw, own tokenizer``: the reference text cut by the pipeline's own tokenizer (``spacy evaluate``);
   spaCy aligns the predicted tokens to the reference ones and scores the aligned tokens (a token cut
   differently from the reference counts as wrong);
+* ``raw, spaCy's tokenizer``: the same text cut by spaCy's rule-based tokenizer for the pipeline's language
+  (``spacy.Tokenizer.v1``), set at load time in place of the pipeline's;
 * ``raw, tweet tokenizer``: the same text cut by ``spacy-nldm.TweetTokenizer.v1`` with ``--conventions``
   (``ark`` for ARK Twitter POS, ``ud`` for Tweebank v2), set at load time in place of the pipeline's.
 
@@ -19,12 +21,13 @@ import typer
 
 from . import bench_app
 
-TOKENIZER = "spacy-nldm.TweetTokenizer.v1"
+TWEETS = "spacy-nldm.TweetTokenizer.v1"
+SPACY = {"@tokenizers": "spacy.Tokenizer.v1"}
 
 
 def raw_text_scores(model: Path, test: Path, conventions: Optional[str], score: str = "tag_acc") -> Dict[str, float]:
     """``score`` (in %) of the pipeline at ``model`` on ``test``: given tokens, raw text with its own tokenizer,
-    and (with ``conventions``) raw text with the tweet tokenizer."""
+    with spaCy's, and (with ``conventions``) with the tweet tokenizer."""
     import spacy
     import torch
     from spacy.tokens import DocBin
@@ -32,13 +35,12 @@ def raw_text_scores(model: Path, test: Path, conventions: Optional[str], score: 
 
     torch.set_num_threads(1)
     out = {}
-    variants = [("given tokens", None), ("raw, own tokenizer", None)]
+    variants = [("given tokens", None), ("raw, own tokenizer", None), ("raw, spaCy's tokenizer", SPACY)]
     if conventions:
-        variants.append(("raw, tweet tokenizer", conventions))
+        variants.append(("raw, tweet tokenizer", {"@tokenizers": TWEETS, "conventions": conventions}))
     for name, tokenizer in variants:
-        if tokenizer:  # the tweet tokenizer in place of the saved one (whose data is not read)
-            overrides = {"nlp": {"tokenizer": {"@tokenizers": TOKENIZER, "conventions": tokenizer}}}
-            nlp = spacy.load(model, config=overrides, exclude=["tokenizer"])
+        if tokenizer:  # in place of the saved one (whose data is not read)
+            nlp = spacy.load(model, config={"nlp": {"tokenizer": tokenizer}}, exclude=["tokenizer"])
         else:
             nlp = spacy.load(model)
         docs = list(DocBin().from_disk(test).get_docs(nlp.vocab))
@@ -62,15 +64,15 @@ def bench_raw_text(
     score: str = typer.Option("tag_acc", help="The score to report: tag_acc, or pos_acc for pipelines that tag Token.pos_."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
 ) -> None:
-    """Accuracy on the given tokens and on raw text (the pipeline's own tokenizer; a tweet tokenizer), side by
-    side, with the raw-text losses."""
+    """Accuracy on the given tokens and on raw text (the pipeline's own tokenizer, spaCy's, a tweet tokenizer),
+    side by side, with the raw-text losses."""
     if not test.exists():
         raise typer.BadParameter(f"{test}: no such file")
     if conventions is not None:
         from ..tokenizers import check_conventions
 
         check_conventions(conventions)
-    columns = ["given tokens", "raw, own tokenizer"] + (["raw, tweet tokenizer"] if conventions else [])
+    columns = ["given tokens", "raw, own tokenizer", "raw, spaCy's tokenizer"] + (["raw, tweet tokenizer"] if conventions else [])
     head = ["pipeline"] + columns + [f"{c} − given" for c in columns[1:]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model in models:
