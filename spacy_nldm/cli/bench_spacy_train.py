@@ -253,7 +253,8 @@ def bench_spacy_train(
     set_: List[str] = typer.Option([], "--set", help="Override on the structured components' configs, SECTION.KEY=VALUE with {c} for the component, e.g. components.{c}.label_smoothing=0.1 (repeatable)."),
     variant: str = typer.Option("defaults", help="Name of the variant in the results (with --set)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown tables here."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the runs to do (and write their configs) without training."),
+    dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run", help="Print the runs to do without training."),
+    table_only: bool = typer.Option(False, "--table-only/--no-table-only", help="Write the tables from the finished runs in --results without training the missing ones."),
 ) -> None:
     """spaCy's tagger, crf_tagger and nldm_tagger trained by `spacy train` from the configs `spacy init config`
     writes, evaluated by `spacy evaluate --gold-preproc` on the test split: mean ± sd over seeds, differences
@@ -293,6 +294,8 @@ def bench_spacy_train(
         for run in todo:
             typer.echo(f"  {run.dataset} {run.system} {run.setting} seed {run.seed} -> {workdir / run.folder}")
         return
+    if table_only:
+        todo = []
     results.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     start = time.perf_counter()
@@ -328,7 +331,8 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, variant) -> 
                + "".join(f" --set '{s}'" for s in set_) + (f" --variant {variant}" if set_ else ""))
     parts = [f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
-             "(gold_preproc = true); training wall seconds at one torch thread, two runs at a time.\n",
+             "(gold_preproc = true); training wall seconds at one torch thread, two runs at a time (on a machine "
+             "busy with other work they compare only roughly).\n",
              f"Command: `{command}`\n"]
     for mode in modes:
         cells: Dict[Tuple[str, str], List[dict]] = {}
