@@ -8,6 +8,7 @@ import pytest
 import torch
 from thinc.api import SequenceCategoricalCrossentropy
 
+from brute import projective_trees
 from spacy_nldm import structs
 from spacy_nldm.models.smoothing import mixture_weight
 from spacy_nldm.models.structure import Chain, LatentTree
@@ -101,31 +102,10 @@ def _enumerate_uniform_ce(name, F, n, bias, max_dist):
 
 
 def _projective_trees(n, max_dist):
-    """All head vectors (1-based heads, 0 = root; several root children allowed) of projective trees,
-    arcs at most ``max_dist`` long (the root sits at position 0, so its arcs are limited too)."""
-    out = []
-    for heads in itertools.product(range(n + 1), repeat=n):
-        if any(h == d for d, h in enumerate(heads, start=1)):
-            continue
-        if max_dist is not None and any(abs(h - d) > max_dist for d, h in enumerate(heads, start=1)):
-            continue
-        if not _is_projective_tree(heads):
-            continue
-        out.append(heads)
-    return out
-
-
-def _is_projective_tree(heads):
-    n = len(heads)
-    for d in range(1, n + 1):  # acyclic: every token reaches the root
-        seen, h = set(), d
-        while h != 0:
-            if h in seen:
-                return False
-            seen.add(h)
-            h = heads[h - 1]
-    arcs = [(min(h, d), max(h, d)) for d, h in enumerate(heads, start=1)]
-    return not any(a < c < b < e for a, b in arcs for c, e in arcs)
+    """All projective trees (brute.projective_trees: several root children allowed) with arcs at most
+    ``max_dist`` long (the root sits at position 0, so its arcs are limited too)."""
+    return [heads for heads in projective_trees(n)
+            if max_dist is None or all(abs(h - d) <= max_dist for d, h in enumerate(heads, start=1))]
 
 
 @pytest.mark.parametrize("name", sorted(STRUCTURES))
