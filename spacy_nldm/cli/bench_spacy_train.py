@@ -30,6 +30,7 @@ from typing import Dict, List, Optional, Tuple
 import typer
 
 from . import bench_app
+from .bench_accuracy import _stats as mean_sd
 
 #: dataset key -> (folder under the corpus directory, language of the generated config)
 DATASETS: Dict[str, Tuple[str, str]] = {
@@ -189,14 +190,6 @@ def load_rows(results: Path) -> Dict[str, dict]:
     return rows
 
 
-def _mean_sd(values: List[float]) -> str:
-    if not values:
-        return "—"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
 def route_table(cells: Dict[Tuple[str, str], List[dict]], datasets: List[str], systems: List[str]) -> List[str]:
     """Markdown: per dataset the systems' test accuracy (mean ± sd over seeds), each structured system's
     difference to ``tagger``, nldm − crf, and mean training seconds; then the average over the datasets
@@ -213,7 +206,7 @@ def route_table(cells: Dict[Tuple[str, str], List[dict]], datasets: List[str], s
     for dataset in datasets:
         accs = {s: [r["test_tag_acc"] for r in cells.get((dataset, s), [])] for s in systems}
         secs = {s: [r["train_seconds"] for r in cells.get((dataset, s), [])] for s in systems}
-        row = [dataset] + [_mean_sd(accs[s]) + (f" (n={len(accs[s])})" if 0 < len(accs[s]) < 3 else "")
+        row = [dataset] + [mean_sd(accs[s]) + (f" (n={len(accs[s])})" if 0 < len(accs[s]) < 3 else "")
                            for s in systems]
         for a, b in pairs:
             row.append(f"{statistics.mean(accs[a]) - statistics.mean(accs[b]):+.2f}" if accs[a] and accs[b] else "—")
