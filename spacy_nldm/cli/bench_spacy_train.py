@@ -17,6 +17,7 @@ recomputed, a changed default (which changes the generated config) makes a new o
 import hashlib
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -322,7 +323,9 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, variant) -> 
     command = (f"python -m spacy_nldm bench spacy-train --datasets {','.join(sets)} --systems {','.join(names)} "
                f"--settings {','.join(modes)} --seeds {seeds} --max-steps {max_steps}"
                + "".join(f" --set '{s}'" for s in set_) + (f" --variant {variant}" if set_ else ""))
-    parts = [f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
+    machine = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
+    parts = [f"Written {time.strftime('%Y-%m-%d')} on {machine}; runs as listed in the runs file.\n",
+             f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
              "(gold_preproc = true); training wall seconds at one torch thread, two runs at a time (on a machine "
              "busy with other work they compare only roughly).\n",
