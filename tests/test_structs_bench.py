@@ -108,3 +108,20 @@ def test_bench_structs_peers_prints_speed_and_accuracy_tables():
     assert sum("ChainScores, vs pytorch-crf" in line for line in rows(result.output, "| chain-1")) == 4
     by_scale = [line.split("|") for line in result.output.splitlines() if line.startswith(("| 1 |", "| 100 |", "| 1000 |"))]
     assert sorted(len(cells) for cells in by_scale) == [9, 9, 17, 17, 17]  # speed by scale (1, 100), accuracy (1, 100, 1000)
+
+
+def test_chain_inputs_without_pytorch_crf(monkeypatch):
+    """Without pytorch-crf installed, the benchmark's chain inputs still carry its three parameters (our rows run)."""
+    import importlib.util
+
+    import torch
+
+    from spacy_nldm import structs
+    from spacy_nldm.cli import bench_peers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchcrf" else real(name, *a))
+    crf, em, tags, lengths, mask = bench_peers._chain_inputs(2, 5, 3, scale=2.0)
+    assert crf.transitions.shape == (3, 3) and em.shape == (2, 5, 3) and bool(mask.all())
+    log_z = structs.crf_log_partition(bench_peers._our_potentials(crf, em, lengths), lengths)
+    assert bool(torch.isfinite(log_z).all())

@@ -68,12 +68,16 @@ def unit(device: str) -> str:
 
 
 def _chain_inputs(batch: int, n: int, m: int, scale: float = 1.0, dtype=torch.float32, device: str = "cpu"):
-    """pytorch-crf's CRF module, emissions (B, n, m), gold tags, lengths and mask, on ``device`` (drawn on
-    the CPU, so that every device gets the same numbers)."""
-    from torchcrf import CRF
-
+    """pytorch-crf's CRF module (without pytorch-crf: the same three parameters, so that our rows still
+    run), emissions (B, n, m), gold tags, lengths and mask, on ``device`` (drawn on the CPU, so that every
+    device gets the same numbers)."""
     gen = torch.Generator().manual_seed(n * 100 + m)
-    crf = CRF(m, batch_first=True).to(dtype)
+    if importlib.util.find_spec("torchcrf") is not None:
+        from torchcrf import CRF
+
+        crf = CRF(m, batch_first=True).to(dtype)
+    else:
+        crf = _ChainParameters(m, gen).to(dtype)
     emissions = scale * torch.randn(batch, n, m, generator=gen, dtype=dtype)
     if scale != 1.0:
         with torch.no_grad():
@@ -82,6 +86,16 @@ def _chain_inputs(batch: int, n: int, m: int, scale: float = 1.0, dtype=torch.fl
     tags = torch.randint(m, (batch, n), generator=gen)
     return (crf.to(device), emissions.to(device).requires_grad_(True), tags.to(device),
             torch.full((batch,), n, device=device), torch.ones(batch, n, dtype=torch.bool, device=device))
+
+
+class _ChainParameters(torch.nn.Module):
+    """pytorch-crf's CRF parameters, drawn as it draws them (uniform in [-0.1, 0.1]), for runs without it."""
+
+    def __init__(self, m: int, gen: torch.Generator):
+        super().__init__()
+        self.start_transitions = torch.nn.Parameter(torch.rand(m, generator=gen) * 0.2 - 0.1)
+        self.end_transitions = torch.nn.Parameter(torch.rand(m, generator=gen) * 0.2 - 0.1)
+        self.transitions = torch.nn.Parameter(torch.rand(m, m, generator=gen) * 0.2 - 0.1)
 
 
 def _our_potentials(crf, emissions, lengths):
