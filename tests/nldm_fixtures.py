@@ -15,3 +15,21 @@ def full_mirror() -> Optional[Path]:
     """The full data mirror named by the environment variable ``SPACY_NLDM_MIRROR``, or None."""
     path = os.environ.get("SPACY_NLDM_MIRROR")
     return Path(path) if path and Path(path).is_dir() else None
+
+
+def train_tweet_pipeline(path: Path, n_tweets: int = 24, steps: int = 3) -> Path:
+    """configs/nldm.cfg trained for a few steps on the first ARK training tweets, saved to ``path``."""
+    from spacy.tokens import Doc
+    from spacy.training import Example
+    from spacy.util import load_config, load_model_from_config
+
+    from spacy_nldm.corpora.ark import read_ark
+
+    tweets = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:n_tweets]
+    nlp = load_model_from_config(load_config(ROOT / "configs" / "nldm.cfg"), auto_fill=True, validate=True)
+    egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in tweets]
+    optimizer = nlp.initialize(lambda: egs)
+    for _ in range(steps):
+        nlp.update(egs, sgd=optimizer)
+    nlp.to_disk(path)
+    return path

@@ -6,11 +6,9 @@ import sys
 import pytest
 import spacy
 import srsly
-from spacy.tokens import Doc, DocBin
-from spacy.training import Example
-from spacy.util import load_config, load_model_from_config
+from spacy.tokens import DocBin
 
-from nldm_fixtures import ROOT, TWITTER
+from nldm_fixtures import TWITTER, train_tweet_pipeline
 from spacy_nldm.corpora.ark import read_ark
 
 TWEETS = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:24]
@@ -19,14 +17,7 @@ TEXTS = [" ".join(w) for w, _ in TWEETS[:12]] + ["", "  ", "OMG I love this song
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    path = tmp_path_factory.mktemp("apply") / "nldm"
-    nlp = load_model_from_config(load_config(ROOT / "configs" / "nldm.cfg"), auto_fill=True, validate=True)
-    egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in TWEETS]
-    optimizer = nlp.initialize(lambda: egs)
-    for _ in range(3):
-        nlp.update(egs, sgd=optimizer)
-    nlp.to_disk(path)
-    return path
+    return train_tweet_pipeline(tmp_path_factory.mktemp("apply") / "nldm")
 
 
 def tagged(docs):

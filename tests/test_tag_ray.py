@@ -11,12 +11,10 @@ import numpy
 import pytest
 import spacy
 import srsly
-from spacy.tokens import Doc, DocBin
-from spacy.training import Example
-from spacy.util import load_config, load_model_from_config
+from spacy.tokens import DocBin
 from typer.testing import CliRunner
 
-from nldm_fixtures import ROOT, TWITTER
+from nldm_fixtures import TWITTER, train_tweet_pipeline
 from spacy_nldm.corpora.ark import read_ark
 
 HAS_RAY = importlib.util.find_spec("ray") is not None and importlib.util.find_spec("pyarrow") is not None
@@ -29,14 +27,7 @@ CRASH_TEXT = TEXTS[7]
 
 @pytest.fixture(scope="module")
 def pipeline(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tag_ray") / "nldm"
-    nlp = load_model_from_config(load_config(ROOT / "configs" / "nldm.cfg"), auto_fill=True, validate=True)
-    egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in TWEETS]
-    optimizer = nlp.initialize(lambda: egs)
-    for _ in range(3):
-        nlp.update(egs, sgd=optimizer)
-    nlp.to_disk(path)
-    return path
+    return train_tweet_pipeline(tmp_path_factory.mktemp("tag_ray") / "nldm")
 
 
 @pytest.fixture(scope="module")
