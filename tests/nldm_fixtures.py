@@ -33,3 +33,14 @@ def train_tweet_pipeline(path: Path, n_tweets: int = 24, steps: int = 3) -> Path
         nlp.update(egs, sgd=optimizer)
     nlp.to_disk(path)
     return path
+
+
+# A tiny learnable task: each word has one Twitter tag wherever it stands (5 tags, 6 orders of the same words).
+LEARNABLE_WORDS = {"zorp": "N", "blicks": "V", "the": "D", "@mia": "@", "#tbt": "#"}
+LEARNABLE = [(list(order), [LEARNABLE_WORDS[w] for w in order]) for order in (
+    ["zorp", "blicks", "the", "@mia", "#tbt"], ["the", "zorp", "blicks", "#tbt", "@mia"],
+    ["@mia", "the", "zorp", "blicks", "#tbt"], ["#tbt", "@mia", "the", "zorp", "blicks"],
+    ["blicks", "#tbt", "@mia", "the", "zorp"], ["the", "#tbt", "blicks", "zorp", "@mia"],
+)]
+#: 5 balanced tags: a model that has not learnt the words is far below
+LEARNABLE_FLOOR = 0.6

@@ -12,7 +12,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import fix_random_seed
 
-from nldm_fixtures import TWITTER
+from nldm_fixtures import LEARNABLE, LEARNABLE_FLOOR, TWITTER
 from spacy_nldm.corpora.ark import read_ark
 from spacy_nldm.pipeline import render_tree, tree_to_displacy
 
@@ -131,14 +131,7 @@ def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     assert isinstance(doc._.nldm_tree_score, float)
 
 
-# A tiny learnable task: each word has one tag wherever it stands (5 tags, 6 orders of the same 5 words).
-LEARNABLE_WORDS = {"zorp": "N", "blicks": "V", "the": "D", "@mia": "@", "#tbt": "#"}
-LEARNABLE = [(list(order), [LEARNABLE_WORDS[w] for w in order]) for order in (
-    ["zorp", "blicks", "the", "@mia", "#tbt"], ["the", "zorp", "blicks", "#tbt", "@mia"],
-    ["@mia", "the", "zorp", "blicks", "#tbt"], ["#tbt", "@mia", "the", "zorp", "blicks"],
-    ["blicks", "#tbt", "@mia", "the", "zorp"], ["the", "#tbt", "blicks", "zorp", "@mia"],
-)]
-FLOOR = 0.6  # 5 balanced tags: a model that has not learnt the words is far below
+FLOOR = LEARNABLE_FLOOR
 
 
 @pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
