@@ -35,24 +35,25 @@ def raw_text_scores(model: Path, test: Path, conventions: Optional[str], score: 
 
     torch.set_num_threads(1)
     out = {}
-    variants = [("given tokens", None), ("raw, own tokenizer", None), ("raw, spaCy's tokenizer", SPACY)]
+    tokenizers = [(("given tokens", "raw, own tokenizer"), None), (("raw, spaCy's tokenizer",), SPACY)]
     if conventions:
-        variants.append(("raw, tweet tokenizer", {"@tokenizers": TWEETS, "conventions": conventions}))
-    for name, tokenizer in variants:
+        tokenizers.append((("raw, tweet tokenizer",), {"@tokenizers": TWEETS, "conventions": conventions}))
+    for names, tokenizer in tokenizers:
         if tokenizer:  # in place of the saved one (whose data is not read)
             nlp = spacy.load(model, config={"nlp": {"tokenizer": tokenizer}}, exclude=["tokenizer"])
         else:
             nlp = spacy.load(model)
         docs = list(DocBin().from_disk(test).get_docs(nlp.vocab))
-        if name == "given tokens":
-            examples = [Example(spacy.tokens.Doc(nlp.vocab, words=[t.text for t in d],
-                                                 spaces=[bool(t.whitespace_) for t in d]), d) for d in docs]
-        else:
-            examples = [Example(nlp.make_doc(d.text), d) for d in docs]
-        scores = nlp.evaluate(examples)
-        if scores.get(score) is None:
-            raise ValueError(f"{model}: the pipeline reports no {score} (try --score pos_acc)")
-        out[name] = 100 * scores[score]
+        for name in names:
+            if name == "given tokens":
+                examples = [Example(spacy.tokens.Doc(nlp.vocab, words=[t.text for t in d],
+                                                     spaces=[bool(t.whitespace_) for t in d]), d) for d in docs]
+            else:
+                examples = [Example(nlp.make_doc(d.text), d) for d in docs]
+            scores = nlp.evaluate(examples)
+            if scores.get(score) is None:
+                raise ValueError(f"{model}: the pipeline reports no {score} (try --score pos_acc)")
+            out[name] = 100 * scores[score]
     return out
 
 

@@ -235,10 +235,8 @@ class LatentTree(Structure):
             gold = self._with_bias(self.gold_arcs(Fb, gold_mask[idx, : Fb.shape[1]]), Fb)
             log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
-        if not smoothing:
-            return total
-        weights = torch.full((F.shape[0],), float(smoothing), dtype=torch.float64)
-        return total - self.uniform_expectation(F, lengths, weights)
+        weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
+        return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         bias = self._bias(F)
