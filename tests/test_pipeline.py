@@ -280,12 +280,27 @@ def test_posterior_decoding_and_stored_probs(ark, factory):
     assert doc[0]._.nldm_probs[doc[0].tag_] == pytest.approx(float(probs[0].max()))
 
 
+@pytest.mark.parametrize("decode", ["posterior", "viterbi"])
+def test_without_the_tree_the_labels_are_the_same(ark, decode):
+    nlp, pipe = trained("nldm_tagger", ark[:6], steps=3, component={"decode": decode})
+    texts = [" ".join(w) for w, _ in ark[10:16]]
+    with_tree = list(nlp.pipe(texts))
+    assert all(doc._.nldm_tree_score is not None and any(t._.nldm_head is not None for t in doc)
+               for doc in with_tree if len(doc) > 1)
+    pipe.store_tree = False
+    without = list(nlp.pipe(texts))
+    assert [[t.tag_ for t in d] for d in without] == [[t.tag_ for t in d] for d in with_tree]
+    assert all(t._.nldm_head is None for doc in without for t in doc)
+    assert all(doc._.nldm_tree_score is None for doc in without)
+
+
 @pytest.mark.parametrize(
     "factory,model,component",
     [
         ("nldm_tagger", {"max_dist": None, "edge_scorer": "bilinear"}, {"store_probs": True}),
         ("nldm_tagger", {"max_dist": 3, "edge_scorer": "emission_transition"}, {"loss": "max"}),
         ("crf_tagger", {"order": 2}, {"store_probs": True}),
+        ("crf_tagger", {"char_width": 8}, {}),
     ],
 )
 def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, factory, model, component):
@@ -358,11 +373,12 @@ def test_invalid_settings_are_errors():
         )
 
 
-def test_listener_shares_a_tok2vec_component(ark):
+@pytest.mark.parametrize("char_width", [0, 8])
+def test_listener_shares_a_tok2vec_component(ark, char_width):
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
-    nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", tok2vec=listener)})
+    nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", tok2vec=listener, char_width=char_width)})
     tok2vec = nlp.get_pipe("tok2vec")
     egs = examples(nlp, ark[:10])
     optimizer = nlp.initialize(lambda: egs)

@@ -24,6 +24,7 @@ def build_nldm_tagger(
     emission: bool = True,
     distance_bias: bool = True,
     dropout: float = 0.0,
+    char_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
@@ -35,12 +36,15 @@ def build_nldm_tagger(
     "longer" without max_dist), starting at 0: a prior over the latent trees that can make them
     chain-like (the NLDM with max_dist 1 is the first-order CRF) or spread them (not in the paper).
     ``dropout``: rate of (inverted) dropout on the token vectors at the scorer's input, in training only and
-    whatever the loop's ``drop`` (0: none)."""
+    whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
+    each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
+    whose ``char_width`` features join the tok2vec's at the scorer's input (0: the tok2vec's alone); it works
+    the same whether the tok2vec is the component's own or a listener to a shared one."""
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
-        emission=emission, distance_bias=distance_bias, dropout=dropout, nO=nO,
+        emission=emission, distance_bias=distance_bias, dropout=dropout, char_width=char_width, nO=nO,
     )
 
 
@@ -53,13 +57,15 @@ def build_crf_tagger(
     rank: int = 400,
     emission: bool = True,
     dropout: float = 0.0,
+    char_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
-    transition table to the first-order edge score); ``emission`` and ``dropout`` as for the NLDM."""
+    transition table to the first-order edge score); ``emission``, ``dropout`` and ``char_width`` as for the
+    NLDM."""
     return build_structured_tagger(
         tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
-        emission=emission, dropout=dropout, nO=nO,
+        emission=emission, dropout=dropout, char_width=char_width, nO=nO,
     )
 
 
@@ -104,7 +110,7 @@ def build_hash_char_embed(
     attrs: List[str],
     rows: List[int],
     include_static_vectors: bool,
-    char_width: int = 50,
+    char_width: int = 0,
     char_dim: int = 30,
     char_window: int = 3,
     char_dropout: float = 0.0,

@@ -130,22 +130,24 @@ class Structure:
         (see :mod:`.smoothing`)."""
         raise NotImplementedError
 
-    def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False) -> structs.Decoded:
+    def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False, tree: bool = True) -> structs.Decoded:
         """Best labels (S, L), heads (S, L) (None for the chains) and score (S,), as
         :class:`~spacy_nldm.structs.Decoded`; ``posterior``: per-token arg-max of the label marginals
-        (the tree and score are then the best ones for those labels)."""
+        (the tree and score are then the best ones for those labels). ``tree = False``: the labels only
+        (heads None; the score is the Viterbi score, or 0 under ``posterior``), skipping the tree search."""
+        has_tree = self.has_tree and tree
         S, L = F.shape[:2]
         labels = torch.zeros(S, L, dtype=torch.long, device=F.device)
         heads = torch.zeros(S, L, dtype=torch.long, device=F.device)
         best = torch.zeros(S, dtype=F.dtype, device=F.device)
         with torch.no_grad():
             for idx, Fb, lens in self._buckets(F, lengths):
-                found = self._decode(Fb, lens, posterior)
+                found = self._decode(Fb, lens, posterior, has_tree)
                 best[idx] = found.score
                 labels[idx, : Fb.shape[1]] = found.labels
                 if found.heads is not None:
                     heads[idx, : Fb.shape[1]] = found.heads
-        return structs.Decoded(labels, heads if self.has_tree else None, best)
+        return structs.Decoded(labels, heads if has_tree else None, best)
 
     def label_marginals(self, F: Tensor, lengths: Tensor) -> Tensor:
         """P(y_t = c | x), shape (S, L, M)."""
@@ -279,13 +281,18 @@ class LatentTree(Structure):
         real = d <= lengths[:, None]
         return (arc * real).sum(1)
 
-    def _decode(self, F, lengths, posterior) -> structs.Decoded:
+    def _decode(self, F, lengths, posterior, tree=True) -> structs.Decoded:
         scores = self.directional(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
         mask = None
         if posterior:
             probs = structs.marginals(scores, lengths, max_dist=self.max_dist).labels
+            if not tree:  # the labels are the marginals' arg-max: no tree search
+                labels = probs.argmax(-1).masked_fill(~real_tokens(probs, lengths), 0)
+                return structs.Decoded(labels, None, F.new_zeros(F.shape[0]))
             mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool())
         found = structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
+        if not tree:
+            return structs.Decoded(found.labels, None, found.score)
         if not self.canonical:
             return found
         # one tree among the (near-)equally scored ones for these labels, whatever the rounding;
@@ -366,7 +373,7 @@ class Chain(Structure):
         scores = self.factored(F)
         return self.expand(F) if scores is None else scores
 
-    def _decode(self, F, lengths, posterior) -> structs.Decoded:
+    def _decode(self, F, lengths, posterior, tree=False) -> structs.Decoded:
         pot = self._scores(F)
         mask = None
         if posterior:

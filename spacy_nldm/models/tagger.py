@@ -1,4 +1,5 @@
-"""The Thinc model of the structured taggers: tok2vec -> wrapped PyTorch edge scorer, per token.
+"""The Thinc model of the structured taggers: tok2vec (and, optionally, a character CNN) -> wrapped PyTorch
+edge scorer, per token.
 
 Input: a batch of Docs. Output: :class:`~.segments.TokenScores`, the factored scores (T, X, C, M) of
 the batch's T tokens. The component cuts them into segments (sentences, or windows of its
@@ -9,9 +10,10 @@ from typing import List, Optional
 
 import numpy
 from spacy.tokens import Doc
-from thinc.api import Model
+from thinc.api import Model, concatenate
 from thinc.types import Floats2d
 
+from .chars import char_cnn
 from .scorers import make_scorer
 from .segments import SegmentScores, TokenScores  # noqa: F401  (SegmentScores: re-exported)
 from .shim import torch_layer
@@ -30,24 +32,31 @@ def build_structured_tagger(
     emission: bool = True,
     distance_bias: bool = False,
     dropout: float = 0.0,
+    char_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
     ``distance_bias`` (tree only): one learned score per arc direction and length; ``dropout``: on the
-    scorer's input vectors while training."""
+    scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN (:mod:`.chars`)
+    of that width, whose vectors are concatenated to the tok2vec's at the scorer's input."""
+    if char_width < 0:
+        raise ValueError(f"char_width must be >= 0, not {char_width}")
     n_dirs = 2 if structure == "tree" else 1
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
                          distance_lengths=lengths, dropout=dropout)
     head = torch_layer(scorer)
+    # the scorer reads [tok2vec vectors; char CNN vectors] when the head has characters of its own
+    features = concatenate(tok2vec, char_cnn(char_width)) if char_width else tok2vec
     return Model(
         f"nldm-{structure}-tagger",
         forward,
         init=init,
-        layers=[tok2vec, head],
+        layers=[features, head],
         refs={"tok2vec": tok2vec, "head": head},
         dims={"nO": nO},
-        attrs={"structure": structure, "order": order, "max_dist": max_dist, TOK2VEC_GRAD_SCALE: 1.0},
+        attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
+               TOK2VEC_GRAD_SCALE: 1.0},
     )
 
 
@@ -79,16 +88,17 @@ def resize_labels(model: Model, n_labels: int) -> None:
 
 
 def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
-    tok2vec = model.get_ref("tok2vec")
+    tok2vec, features = model.get_ref("tok2vec"), model.layers[0]
     if X is not None:
-        tok2vec.initialize(X=X)
+        features.initialize(X=X)
     else:
-        tok2vec.initialize()
+        features.initialize()
     nI = tok2vec.get_dim("nO") if tok2vec.has_dim("nO") else None
     if not nI:
         if X is None:
             raise ValueError("spacy-nldm: cannot infer the tok2vec width without sample docs")
         nI = tok2vec.predict(X[:1])[0].shape[1]
+    nI += model.attrs.get("char_width", 0)
     nO = model.get_dim("nO") if model.has_dim("nO") else None
     if not nO:
         raise ValueError("spacy-nldm: set the number of labels (dim nO) before initializing the model")
@@ -98,12 +108,12 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 def forward(model: Model, docs: List[Doc], is_train: bool):
     """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M). Backprop returns the tok2vec's
     gradient times ``model.attrs[TOK2VEC_GRAD_SCALE]`` (1 unless the component sets it)."""
-    tok2vec, head = model.layers
+    features, head = model.layers
     ops = model.ops
     if not any(len(doc) for doc in docs):  # nothing to encode (a listener could not answer)
         F, _ = head(ops.alloc2f(0, torch_scorer(model).nI), False)
         return TokenScores(F, numpy.zeros(len(docs), dtype="int64")), lambda dF: []
-    vecs, backprop_vecs = tok2vec(docs, is_train)
+    vecs, backprop_vecs = features(docs, is_train)
     lengths = numpy.array([len(v) for v in vecs], dtype="int64")
     # an empty doc's vectors may have any width (spacy-transformers' listener gives (0, 0))
     filled = [v for v in vecs if len(v)]

@@ -16,7 +16,7 @@ COMMON = {
     "tok2vec_loss": "sum",
     "label_smoothing": 0.05,
 }
-NLDM = {**COMMON, "decode": "posterior", "loss": "exact"}
+NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
 #: the encoder each component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger``
@@ -52,6 +52,7 @@ max_dist = 3
 emission = true
 distance_bias = true
 dropout = 0.0
+char_width = 0
 """
     + TOK2VEC
 )["model"]
@@ -66,6 +67,7 @@ label_dim = 50
 rank = 400
 emission = true
 dropout = 0.0
+char_width = 0
 """
     + TOK2VEC
 )["model"]

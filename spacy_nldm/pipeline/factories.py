@@ -36,6 +36,7 @@ def make_nldm_tagger(
     loss: str,
     max_length: int,
     store_probs: bool,
+    store_tree: bool,
     normalize_loss: bool,
     tok2vec_loss: Optional[str],
     label_smoothing: float,
@@ -44,7 +45,7 @@ def make_nldm_tagger(
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
-        store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
+        store_probs=store_probs, store_tree=store_tree, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
         label_smoothing=label_smoothing, scorer=scorer,
     )
 

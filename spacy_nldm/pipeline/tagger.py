@@ -72,6 +72,8 @@ class StructuredTagger(TrainablePipe):
     loss: "exact" (log Z - log S) or "max" (log S replaced by the best tree's score; NLDM only).
     max_length: longer sentences are scored in windows of this many tokens (with a warning).
     store_probs: keep the label marginals in ``Doc._.nldm_probs``.
+    store_tree: (NLDM) keep the decoded latent tree in ``Token._.nldm_head`` and ``Doc._.nldm_tree_score``;
+        false skips the tree search after decoding (same labels, faster tagging; both stay None).
     normalize_loss: the batch's loss and gradient are its mean per token (else its sum). spaCy's
         optimizers clip each parameter's gradient norm (``grad_clip = 1.0`` in spaCy's default
         optimizer): a sum over a batch of hundreds of tokens is clipped at almost every step, which
@@ -104,6 +106,7 @@ class StructuredTagger(TrainablePipe):
         loss: str = NLDM["loss"],
         max_length: int = NLDM["max_length"],
         store_probs: bool = NLDM["store_probs"],
+        store_tree: bool = NLDM["store_tree"],
         normalize_loss: bool = NLDM["normalize_loss"],
         tok2vec_loss: Optional[str] = NLDM["tok2vec_loss"],
         label_smoothing: float = NLDM["label_smoothing"],
@@ -130,6 +133,7 @@ class StructuredTagger(TrainablePipe):
         self.loss = loss
         self.max_length = max_length
         self.store_probs = store_probs
+        self.store_tree = store_tree
         self.normalize_loss = normalize_loss
         self.tok2vec_loss = tok2vec_loss
         self.label_smoothing = label_smoothing
@@ -305,8 +309,8 @@ class StructuredTagger(TrainablePipe):
         """Decoded labels (and latent trees) of the docs' segments; a batch without tokens is
         answered without calling the model."""
         docs = list(docs)
+        has_tree = self.model.attrs["structure"] == "tree" and self.store_tree
         if not any(len(doc) for doc in docs):
-            has_tree = self.model.attrs["structure"] == "tree"
             none = numpy.zeros((0, 1), dtype="int64")
             probs = numpy.zeros((0, 1, len(self.labels)), dtype="float32") if self.store_probs else None
             return Predictions([], none, none if has_tree else None, numpy.zeros(0), probs, has_tree)
@@ -317,12 +321,11 @@ class StructuredTagger(TrainablePipe):
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
         # the NLDM's decode returns the canonical tree of the decoded labels (independent of the batch)
-        labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior")
+        labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior", tree=has_tree)
         if heads is not None:
             heads = heads.cpu().numpy()
         probs = structure.label_marginals(F, lengths).cpu().numpy() if self.store_probs else None
-        return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs,
-                           structure.has_tree)
+        return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs, has_tree)
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
         docs = list(docs)
