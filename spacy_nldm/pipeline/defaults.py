@@ -51,8 +51,8 @@ rank = 400
 max_dist = 3
 emission = true
 distance_bias = true
-dropout = 0.0
-char_width = 0
+dropout = 0.1
+char_width = 50
 """
     + TOK2VEC
 )["model"]
@@ -66,8 +66,8 @@ edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
 emission = true
-dropout = 0.0
-char_width = 0
+dropout = 0.1
+char_width = 50
 """
     + TOK2VEC
 )["model"]
