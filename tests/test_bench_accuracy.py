@@ -68,12 +68,12 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
 
 
 def test_diagnosis_rows_give_every_run_their_change():
-    """scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the row's config
+    """projects/paper/scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the row's config
     and tok2vec, not only the first one (a shared dict was once emptied by the first run's pop)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "diagnose_accuracy.py"
+    path = Path(__file__).resolve().parents[1] / "projects" / "paper" / "scripts" / "diagnose_accuracy.py"
     spec = importlib.util.spec_from_file_location("diagnose_accuracy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

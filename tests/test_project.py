@@ -21,11 +21,11 @@ SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
 
 
 def copy_project(dest: Path) -> Path:
-    """project.yml, configs/ and scripts/ copied to ``dest`` (what `spacy project run` needs)."""
+    """project.yml, configs/ and projects/ (the scripts) copied to ``dest`` (what `spacy project run` needs)."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "project.yml", dest / "project.yml")
     shutil.copytree(ROOT / "configs", dest / "configs")
-    shutil.copytree(ROOT / "scripts", dest / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "projects", dest / "projects", ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 
@@ -95,7 +95,7 @@ def test_the_four_systems_share_one_encoder_and_one_training_setup():
 
 
 def test_every_spacy_train_and_evaluate_step_runs_at_the_projects_thread_count():
-    """`spacy project run` steps run at vars.threads torch threads (scripts/timed.py sets OMP_NUM_THREADS):
+    """`spacy project run` steps run at vars.threads torch threads (projects/paper/scripts/timed.py sets OMP_NUM_THREADS):
     at torch's default, a `spacy evaluate` beside another step oversubscribed the cores (SPEED 92 words/s
     instead of 2,131)."""
     project = srsly.read_yaml(ROOT / "project.yml")
@@ -103,7 +103,7 @@ def test_every_spacy_train_and_evaluate_step_runs_at_the_projects_thread_count()
     steps = [line for line in scripts if re.search(r"-m spacy (train|evaluate)\b", line)]
     assert sum(" spacy evaluate " in line for line in steps) >= 5 and sum(" spacy train " in line for line in steps) >= 5
     for line in steps:
-        assert line.startswith("python scripts/timed.py --threads ${vars.threads} --record "), line
+        assert line.startswith("python -m projects.paper.scripts.timed --threads ${vars.threads} --record "), line
 
 
 def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
@@ -142,7 +142,7 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     timing = srsly.read_json(proj / "training/twitter/softmax/evaluate_time.json")
     assert timing["threads"] == 1 and timing["returncode"] == 0 and "evaluate" in timing["command"]
 
-    # Table 2's queue (scripts/reproduce.py on scripts/runs.py): one tiny run, then the table
+    # Table 2's queue (projects/paper/scripts/reproduce.py on projects/paper/scripts/runs.py): one tiny run, then the table
     out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
               "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
     assert "skip it: no train file in the mirror" in out
@@ -164,7 +164,7 @@ def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
                              {"dataset": "te", "system": system, "seed": seed, "test_acc": acc,
                               "train_seconds": 60.0, "budget": {"training.max_epochs": "8"}})
     out = tmp_path / "table2.md"
-    res = subprocess.run([sys.executable, str(ROOT / "scripts/table2.py"), "--runs", str(runs), "--output", str(out),
+    res = subprocess.run([sys.executable, str(ROOT / "projects/paper/scripts/table2.py"), "--runs", str(runs), "--output", str(out),
                           "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     text = out.read_text()

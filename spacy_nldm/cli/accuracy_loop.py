@@ -34,6 +34,10 @@ DATASETS: Dict[str, Dict[str, str]] = {
 #: annotations; the ARK tag "!" (interjection) would be lost, so the baseline gets a prefix no label has
 SOFTMAX_CONFIG = {"neg_prefix": "<no-negative-labels>"}
 
+#: the study's scripts (``RunSpec.setup`` names a patch there); the records name them ``scripts.<module>``, as
+#: they were imported from the repository root before they moved, and keep those keys
+STUDY_SCRIPTS = "projects.paper.scripts."
+
 
 @dataclass
 class RunSpec:
@@ -59,6 +63,8 @@ class RunSpec:
         d.pop("corpus")
         if d["setup"] is None:  # runs without a patch keep the key they had before the field existed
             d.pop("setup")
+        elif d["setup"].startswith(STUDY_SCRIPTS):  # the name the study's scripts had in the records
+            d["setup"] = "scripts." + d["setup"][len(STUDY_SCRIPTS):]
         return json.dumps(d, sort_keys=True)
 
 

@@ -21,7 +21,7 @@ import typer
 from . import app
 
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
-# spaCy language of each dataset of the project (as scripts/datasets.py); any other name: --lang, default "en"
+# spaCy language of each dataset of the project (as projects/paper/scripts/registry.py); any other name: --lang, default "en"
 DATASET_LANGS = {"twitter": "en", "en": "en", "fr": "fr", "it": "it", "te": "te", "pl": "pl", "mt": "xx",
                  "ru": "ru", "sv": "sv", "tweebank_v2": "en"}
 

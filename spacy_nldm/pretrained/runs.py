@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..tuning.trial import training_env
 
-# the paper's Table 2 for the English sets (as scripts/datasets.py), for reference in the tables
+# the paper's Table 2 for the English sets (as projects/paper/scripts/registry.py), for reference in the tables
 PAPER = {
     "twitter": {"softmax": 88.73, "crf1": 89.09, "crf2": 89.29, "nldm": 89.37},
     "en": {"softmax": 90.22, "crf1": 90.22, "crf2": 90.18, "nldm": 90.41},

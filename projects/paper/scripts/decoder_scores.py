@@ -4,10 +4,15 @@ Each pipeline is loaded once per decoder with every structured component's setti
 (``paired_bootstrap.load_pipeline``) and scored with ``nlp.evaluate`` on the
 dev and test DocBins (gold tokenisation). Prints one row per pipeline and the means (results/diagnosis.md §33).
 
-    python scripts/decoder_scores.py training/glove_bilstm-tuned/twitter/nldm/seed{0,1,2,3,4}/model-best
+    python -m projects.paper.scripts.decoder_scores training/glove_bilstm-tuned/twitter/nldm/seed{0,1,2,3,4}/model-best
 """
 import argparse
+import sys
 from pathlib import Path
+
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
 
 DECODERS = ("posterior", "viterbi")
 
@@ -22,7 +27,7 @@ def main() -> None:
     import torch
     from spacy.training import Corpus
 
-    from paired_bootstrap import load_pipeline  # this folder's; it imports spacy_nldm (the components)
+    from projects.paper.scripts.paired_bootstrap import load_pipeline
 
     torch.set_num_threads(1)
     for split in ("dev", "test"):

@@ -1,6 +1,6 @@
 """Like-for-like configs: other systems' base configs with a tuned config's searched values.
 
-    python scripts/transfer_config.py --tuned configs/tuned/glove_bilstm/twitter-nldm.cfg --from nldm \
+    python -m projects.paper.scripts.transfer_config --tuned configs/tuned/glove_bilstm/twitter-nldm.cfg --from nldm \
         --space configs/glove_bilstm/space.yml --base "configs/glove_bilstm/{system}.cfg" \
         --systems softmax,crf1,crf2 --output "results/diagnosis/glove_bilstm_transfer/{system}.cfg"
 
@@ -59,7 +59,7 @@ def main() -> None:
         config, applied = transfer(space, values, base, system)
         shown = ", ".join(f"{k}={v}" for k, v in applied.items())
         header = (f"# {base} with the values of {args.tuned} ({args.source}) that apply to {system}, set through "
-                  f"{args.space}:\n# {shown}\n# Written by scripts/transfer_config.py (like-for-like comparisons).\n")
+                  f"{args.space}:\n# {shown}\n# Written by projects/paper/scripts/transfer_config.py (like-for-like comparisons).\n")
         output = Path(args.output.format(system=system))
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(header + config.to_str() + "\n", encoding="utf8")

@@ -10,7 +10,7 @@ A copied table sits between two markers::
 
 and is the Markdown table (every line starting with ``|``) of that file; a file with several tables gives
 them all, in order, a blank line between two. ``python
-scripts/readme_tables.py`` rewrites every such block from its file.
+projects/paper/scripts/readme_tables.py`` rewrites every such block from its file.
 
 Prose or a hand-made summary table that quotes figures sits between::
 
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import List, Set, Tuple
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BLOCK = re.compile(r"(<!-- table: (?P<path>[^ ]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 FIGURES = re.compile(r"<!-- figures: (?P<paths>[^>]+?) -->\n(?P<body>.*?)<!-- /figures -->", re.S)
 NUMBER = re.compile(r"(?<![\w.])(?P<sign>[+\-\u2212]?)(?P<digits>\d+\.\d+)(?![\w.]*\d)")
@@ -99,7 +99,7 @@ def main(argv: List[str]) -> int:
                 print(f"{name}: figures not in {' '.join(sources)}: {', '.join(missing)}")
         if "--check" in argv:
             for source in stale:
-                print(f"{name}: the copy of {source} is out of step (python scripts/readme_tables.py)")
+                print(f"{name}: the copy of {source} is out of step (python -m projects.paper.scripts.readme_tables)")
             bad += len(stale)
             continue
         if stale:

@@ -1,6 +1,6 @@
 """The `all` workflow's summary: metrics/<dataset>.md, test accuracy of each system, with dev accuracy and time.
 
-    python scripts/all_table.py --dataset twitter --systems softmax,crf1,crf2,nldm
+    python -m projects.paper.scripts.all_table --dataset twitter --systems softmax,crf1,crf2,nldm
 reads metrics/<dataset>/<system>.json (spacy evaluate --gold-preproc on the test split),
 training/<dataset>/<system>/model-best/meta.json (dev accuracy) and training/<dataset>/<system>/time.json,
 writes the table (git-ignored: the committed reference run is metrics/reference/<dataset>.md, which no run
@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from datasets import DATASETS, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, parse_list
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from projects.paper.scripts.registry import DATASETS, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, parse_list
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Table and plot of the synthetic-data learning curve (the paper's Figure 3) from the per-run metrics of
-scripts/synthetic_runs.py.
+projects/paper/scripts/synthetic_runs.py.
 
 Writes to --output (default results/synthetic/):
   table.md      test token accuracy per model and sample size: mean, std over seeds, number of seeds;
@@ -9,7 +9,7 @@ Writes to --output (default results/synthetic/):
   accuracy.png  accuracy against sample size (log x), one line per model, error bars (std over seeds) where
                 more than one seed ran
 
-    python scripts/synthetic_report.py --metrics training/synthetic/metrics --output results/synthetic
+    python -m projects.paper.scripts.synthetic_report --metrics training/synthetic/metrics --output results/synthetic
 """
 import argparse
 import csv
@@ -19,7 +19,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 NAMES = {"nldm": "NLDM", "crf": "Neural CRF (order 1)", "nldm_k1": "NLDM, max_dist 1 (= CRF order 1)"}
 SHORT = {"nldm": "NLDM", "crf": "CRF", "nldm_k1": "NLDM-k1"}
 
@@ -116,7 +116,7 @@ def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_di
         f"*Held-out*: {held_n or 'N'} fresh sequences from the same model (sample seed 1000), the same for every",
         "size, so that its figures are not limited by the small test splits.",
         "*Word majority*: each test-split word tagged with its most frequent label in train (no context).",
-        "Produced by `scripts/synthetic_report.py` from the runs of `scripts/synthetic_runs.py`.",
+        "Produced by `projects/paper/scripts/synthetic_report.py` from the runs of `projects/paper/scripts/synthetic_runs.py`.",
         "",
         "| samples | train / test seq. | "
         + " | ".join(f"{NAMES[m]}, test split" for m in models)
@@ -140,7 +140,7 @@ def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_di
     if any(m in ("nldm", "crf") for m, _ in post):
         lines += [
             "",
-            "Diagnostic (`scripts/synthetic_posterior.py`): the same models on the held-out set with *posterior*",
+            "Diagnostic (`projects/paper/scripts/synthetic_posterior.py`): the same models on the held-out set with *posterior*",
             "decoding (arg-max of each token's label marginal; for NLDM summed over all latent trees) instead of",
             "Viterbi (the CRF's exact MAP; for NLDM the paper's approximate MAP, the best labels and tree jointly).",
             "",

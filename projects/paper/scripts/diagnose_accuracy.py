@@ -1,6 +1,6 @@
 """Why the structured taggers lost to spaCy's ``tagger``: one change at a time, in the same loop.
 
-    python scripts/diagnose_accuracy.py --datasets tw,en --seeds 0 [--groups scorer,init,...]
+    python -m projects.paper.scripts.diagnose_accuracy --datasets tw,en --seeds 0 [--groups scorer,init,...]
 
 Every run is the plain loop of ``spacy_nldm.cli.accuracy_loop`` (factory defaults unless the row
 says otherwise, ``nlp.initialize``'s default optimizer, batches of 16 sentences, 10 epochs, test
@@ -17,13 +17,14 @@ from typing import Dict, List, Tuple
 
 import typer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[3]
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(ROOT)
 
 from spacy_nldm.cli.accuracy_loop import RunSpec, run_all  # noqa: E402
 from spacy_nldm.cli.bench_accuracy import default_signature  # noqa: E402
 
-HERE = "scripts.diagnose_accuracy"
+HERE = "projects.paper.scripts.diagnose_accuracy"  # the runs' processes import the patches from here
 
 
 # ----------------------------------------------------------------------------- patches (run in the child)

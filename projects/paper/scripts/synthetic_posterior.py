@@ -6,14 +6,14 @@ For the CRF, Viterbi is the exact MAP label sequence; for NLDM it is the paper's
 labels *and* tree jointly), and the label marginals sum over all trees. The figures are added to each run's
 metrics file as ``test_tag_acc_posterior`` and ``heldout_tag_acc_posterior`` (runs that have them are skipped).
 
-    python scripts/synthetic_posterior.py --metrics training/synthetic/metrics --runs training/synthetic/runs
+    python -m projects.paper.scripts.synthetic_posterior --metrics training/synthetic/metrics --runs training/synthetic/runs
 """
 import argparse
 import json
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def accuracy(nlp, path: Path) -> float:

@@ -1,6 +1,6 @@
 """Load an installed packaged pipeline by name with spacy.load and tag a sentence (the `package` workflow's check).
 
-    python scripts/check_package.py en_nldm_twitter
+    python -m projects.paper.scripts.check_package en_nldm_twitter
 """
 import sys
 

@@ -12,8 +12,8 @@ tree's (or chain's) exp-space path sends to the log-space fallback, and the loss
 checkout's structs and with another checkout's (``--baseline``, e.g. ``git archive 1afb657``), runs
 alternating in one process, median process CPU time.
 
-    PYTHONPATH=. python scripts/trained_scores.py dump --factory nldm_tagger --epochs 0,1,3,10 --out /tmp/scores
-    PYTHONPATH=. python scripts/trained_scores.py replay /tmp/scores --baseline /tmp/nldm_base
+    python -m projects.paper.scripts.trained_scores dump --factory nldm_tagger --epochs 0,1,3,10 --out /tmp/scores
+    python -m projects.paper.scripts.trained_scores replay /tmp/scores --baseline /tmp/nldm_base
 """
 import argparse
 import random
@@ -227,5 +227,4 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     main()

@@ -1,6 +1,6 @@
 """Test accuracy of trained taggers on the tokens with and without a static vector, and their top confusions.
 
-    python scripts/glove_oov.py training/glove/twitter/{softmax,crf1,nldm}/seed0/model-best \
+    python -m projects.paper.scripts.glove_oov training/glove/twitter/{softmax,crf1,nldm}/seed0/model-best \
         --vectors assets/glove/vectors --test corpus/twitter/test.spacy
 
 A token "has a vector" when its ORTH is a key of the vectors (how spacy.StaticVectors.v2 looks it up; the GloVe

@@ -1,11 +1,11 @@
-"""What the project's run queues share (``scripts/reproduce.py``, ``scripts/synthetic_runs.py``).
+"""What the study's run queues share (``reproduce.py``, ``synthetic_runs.py`` of this folder).
 
 A run is one ``spacy train`` + ``spacy evaluate --gold-preproc``, whose record (a JSON file) is written
 when it finishes: a run with a record is done and skipped, so a queue can be stopped and started again.
 Several copies of a queue can share it: each run is claimed with a lock file beside its record
 (``<record>.lock``, holding the pid; the lock of a process that died is taken over).
 
-Imported by the scripts (``python scripts/<x>.py`` puts this folder on sys.path).
+Imported by the scripts as ``projects.paper.scripts.runs``.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Is one group of trained taggers more accurate than another beyond the test set's sampling noise?
 
-    python scripts/paired_bootstrap.py \
+    python -m projects.paper.scripts.paired_bootstrap \
         --a training/glove-tuned/twitter/nldm/seed{0,1,2}/model-best \
         --b training/glove-transfer/softmax/seed{0,1,2}/model-best --test corpus/twitter/test.spacy
 

@@ -1,6 +1,6 @@
 """The datasets of the paper's Table 1/2 and where they are in the mirror (../shared/data) and in corpus/.
 
-Imported by the project scripts (``python scripts/<x>.py`` puts this folder on sys.path).
+Imported by the study's scripts as ``projects.paper.scripts.registry``.
 """
 from __future__ import annotations
 

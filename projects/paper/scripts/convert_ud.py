@@ -1,6 +1,6 @@
 """Convert the UD treebanks (and Tweebank v2) of the mirror to corpus/: check, spaCy's converter, UPOS targets.
 
-    python scripts/convert_ud.py --mirror ../shared/data [--datasets en,fr,...] [--tweebank-v2]
+    python -m projects.paper.scripts.convert_ud --mirror ../shared/data [--datasets en,fr,...] [--tweebank-v2]
 
 Each file goes through :func:`spacy_nldm.corpora.ud.convert_conllu` (the same code as
 ``python -m spacy_nldm convert ud``): validated and counted, converted by spaCy's conllu converter (one
@@ -17,7 +17,10 @@ import sys
 import warnings
 from pathlib import Path
 
-from datasets import DATASETS, POLISH_TRAIN_COUNTS, POLISH_TRAIN_DOCBIN, UD_KEYS, parse_list, ud_file
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from projects.paper.scripts.registry import DATASETS, POLISH_TRAIN_COUNTS, POLISH_TRAIN_DOCBIN, UD_KEYS, parse_list, ud_file
 
 from spacy_nldm.corpora.docbins import summary, write_docbin
 from spacy_nldm.corpora.errors import ConversionError, ConversionWarning

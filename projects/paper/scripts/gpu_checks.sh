@@ -2,7 +2,7 @@
 # The checks that need a GPU, in one run (CI has none): the CUDA tests, `bench structs --device cuda`
 # with the peers (torch-struct, pytorch-crf) on the same GPU, and `bench pipeline --gpu-id 0`.
 #
-#   scripts/gpu_checks.sh [ARK_FILE] [OUT_DIR]
+#   projects/paper/scripts/gpu_checks.sh [ARK_FILE] [OUT_DIR]
 #
 # ARK_FILE: the tweets `bench pipeline` trains on (default ../shared/data/twitter_pos/oct27.traindev;
 # falls back to the test fixture's first tweets). OUT_DIR (default $OUT, else gpu-checks/) receives

@@ -1,6 +1,6 @@
 """How often spaCy's gradient clipping acts on a component's updates (results/diagnosis.md, section 6).
 
-    python scripts/gradient_clipping.py nldm_tagger sum|mean [--tok2vec-loss sum|mean|same] [--corpus ...]
+    python -m projects.paper.scripts.gradient_clipping nldm_tagger sum|mean [--tok2vec-loss sum|mean|same] [--corpus ...]
 
 Trains the factory's default model in the plain loop (``nlp.initialize``'s default optimizer, batches of
 16 sentences, 2 epochs, seed 0) with ``normalize_loss`` false (sum) or true (mean) and ``tok2vec_loss``

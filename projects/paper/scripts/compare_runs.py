@@ -3,19 +3,23 @@ over the seeds both have, and the change; then the average change per system ove
 for pairs of systems the difference of their test changes (mean over the datasets with both, its standard error
 from the spread over datasets: whether one system gained more than another beyond the datasets' noise).
 
-    python scripts/compare_runs.py --base results/runs --variant results/diagnosis/table2_wd/runs
+    python -m projects.paper.scripts.compare_runs --base results/runs --variant results/diagnosis/table2_wd/runs
 
-Records are the JSON files ``<runs>/<dataset>/<system>-seed<k>.json`` that ``scripts/reproduce.py`` writes
+Records are the JSON files ``<runs>/<dataset>/<system>-seed<k>.json`` that ``projects/paper/scripts/reproduce.py`` writes
 (``--results``); a (dataset, system) pair without a common seed is left blank. Prints a Markdown table.
 """
 import argparse
 import json
 import statistics
 from collections import defaultdict
+import sys
 from pathlib import Path
 from typing import Dict, Tuple
 
-from datasets import DATASETS, SYSTEMS
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from projects.paper.scripts.registry import DATASETS, SYSTEMS
 
 Scores = Dict[Tuple[str, str], Dict[int, Tuple[float, float]]]
 #: (system, other): "did system gain more than other?"

@@ -1,6 +1,6 @@
 """Run a command with a fixed number of torch/BLAS threads, and record its wall time as JSON.
 
-    python scripts/timed.py --threads 1 --record training/twitter/nldm/time.json -- python -m spacy train ...
+    python -m projects.paper.scripts.timed --threads 1 --record training/twitter/nldm/time.json -- python -m spacy train ...
 
 The record has the wall time and the CPU time of the command (user + system): at one thread, the CPU time is
 what the wall time would be on an idle machine. One thread per process: on a small shared machine, torch's default (one thread per core) oversubscribes the
