@@ -1,12 +1,12 @@
-"""``bench accuracy``: the side-by-side table and its resumable runs file, on a tiny corpus."""
+"""The study's plain-loop comparison (``python -m projects.paper accuracy``): the side-by-side table and its resumable runs file, on a tiny corpus."""
 import json
 
 import spacy
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
-from spacy_nldm.cli import app
-from spacy_nldm.cli.bench_accuracy import accuracy_table
+from projects.paper.cli import app
+from projects.paper.cli.accuracy import accuracy_table
 
 SENTENCES = [
     ("the dog runs", "D N V"), ("a cat sleeps", "D N V"), ("dogs run fast", "N V R"),
@@ -31,7 +31,7 @@ def write_corpus(root):
 def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
     write_corpus(tmp_path / "corpus")
     results, output = tmp_path / "runs.jsonl", tmp_path / "accuracy.md"
-    args = ["bench", "accuracy", "--datasets", "tw", "--systems", "softmax,crf", "--seeds", "0", "--epochs", "3",
+    args = ["accuracy", "--datasets", "tw", "--systems", "softmax,crf", "--seeds", "0", "--epochs", "3",
             "--corpus", str(tmp_path / "corpus"), "--results", str(results), "--output", str(output)]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
@@ -63,7 +63,7 @@ def test_accuracy_table_differences_and_wins():
 
 
 def test_unknown_dataset_is_a_clear_error(tmp_path):
-    result = CliRunner().invoke(app, ["bench", "accuracy", "--datasets", "xx", "--results", str(tmp_path / "r")])
+    result = CliRunner().invoke(app, ["accuracy", "--datasets", "xx", "--results", str(tmp_path / "r")])
     assert result.exit_code != 0 and "unknown dataset 'xx'" in result.output
 
 

@@ -142,7 +142,7 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     timing = srsly.read_json(proj / "training/twitter/softmax/evaluate_time.json")
     assert timing["threads"] == 1 and timing["returncode"] == 0 and "evaluate" in timing["command"]
 
-    # Table 2's queue (projects/paper/scripts/reproduce.py on projects/paper/scripts/runs.py): one tiny run, then the table
+    # Table 2's queue (projects/paper/scripts/reproduce.py on projects/paper/runs/queue.py): one tiny run, then the table
     out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
               "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
     assert "skip it: no train file in the mirror" in out

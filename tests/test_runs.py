@@ -1,4 +1,4 @@
-"""projects/paper/scripts/runs.py: the run queue that projects/paper/scripts/reproduce.py and projects/paper/scripts/synthetic_runs.py share."""
+"""projects/paper/runs/queue.py: the run queue that projects/paper/scripts/reproduce.py and projects/paper/scripts/synthetic_runs.py share."""
 import json
 import os
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 
 from nldm_fixtures import ROOT
 
-from projects.paper.scripts import runs
+from projects.paper.runs import queue as runs
 
 
 def dead_pid() -> int:

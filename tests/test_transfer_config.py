@@ -8,8 +8,8 @@ from thinc.api import Config
 ROOT = Path(__file__).resolve().parents[1]
 from projects.paper.scripts.transfer_config import transfer, tuned_values
 
-from spacy_nldm.tuning.space import load_space  # noqa: E402
-from spacy_nldm.tuning.study import base_config  # noqa: E402
+from projects.paper.tuning.space import load_space  # noqa: E402
+from projects.paper.tuning.study import base_config  # noqa: E402
 
 SPACE = ROOT / "configs" / "glove_bilstm" / "space.yml"
 BASE = ROOT / "configs" / "glove_bilstm"

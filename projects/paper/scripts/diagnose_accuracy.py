@@ -2,7 +2,7 @@
 
     python -m projects.paper.scripts.diagnose_accuracy --datasets tw,en --seeds 0 [--groups scorer,init,...]
 
-Every run is the plain loop of ``spacy_nldm.cli.accuracy_loop`` (factory defaults unless the row
+Every run is the plain loop of ``projects.paper.runs.loop`` (factory defaults unless the row
 says otherwise, ``nlp.initialize``'s default optimizer, batches of 16 sentences, 10 epochs, test
 accuracy of the final weights). Runs are kept in ``results/accuracy/runs.jsonl`` (shared with ``bench accuracy``, whose runs are
 the "factory defaults" rows) and never re-run; the tables go to stdout and ``results/diagnosis/tables.md`` (the write-up is
@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[3]
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(ROOT)
 
-from spacy_nldm.cli.accuracy_loop import RunSpec, run_all  # noqa: E402
-from spacy_nldm.cli.bench_accuracy import default_signature  # noqa: E402
+from projects.paper.runs.loop import RunSpec, run_all  # noqa: E402
+from projects.paper.cli.accuracy import default_signature  # noqa: E402
 
 HERE = "projects.paper.scripts.diagnose_accuracy"  # the runs' processes import the patches from here
 
@@ -320,7 +320,7 @@ def table(group: str, entries, done: Dict, datasets: List[str]) -> List[str]:
 
 
 def main(
-    datasets: str = typer.Option("tw,en", help="Datasets (see spacy_nldm.cli.accuracy_loop.DATASETS)."),
+    datasets: str = typer.Option("tw,en", help="Datasets (see projects.paper.runs.loop.DATASETS)."),
     seeds: str = typer.Option("0", help="Seeds, comma-separated."),
     groups: str = typer.Option(",".join(ABLATIONS), help="Ablation groups, comma-separated."),
     corpus: str = typer.Option("corpus", help="Converted corpora folder."),
@@ -355,7 +355,7 @@ def _sections(path: Path) -> Dict[str, str]:
 
 
 def _done(results: Path) -> Dict:
-    from spacy_nldm.cli.accuracy_loop import load_results
+    from projects.paper.runs.loop import load_results
 
     return load_results(results)
 

@@ -5,7 +5,7 @@
 
 A run whose results/runs/<dataset>/<system>-seed<k>.json exists and was made with today's config and budget
 is skipped (its fingerprint: a hash of configs/<system>.cfg, or of --configs' file, and the budget options); a record made with
-another config or budget is redone. Several copies can share the queue (projects/paper/scripts/runs.py: one lock file per run).
+another config or budget is redone. Several copies can share the queue (projects/paper/runs/queue.py: one lock file per run).
 Each run: `spacy train configs/<system>.cfg` on corpus/<dataset>/train.spacy with dev for model selection,
 then `spacy evaluate model-best test.spacy --gold-preproc` (token accuracy on the given tokens). A dataset
 without a train file in the mirror (It, Ru) is reported and skipped. Then `python -m projects.paper.scripts.table2`.
@@ -23,7 +23,7 @@ if not __package__:  # run by path: the repository root on sys.path (for project
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 from projects.paper.scripts.registry import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
-from projects.paper.scripts.runs import Run, last_logged_step, run_queue, spacy_evaluate, spacy_train
+from projects.paper.runs.queue import Run, last_logged_step, run_queue, spacy_evaluate, spacy_train
 
 
 def _steps_per_epoch(key: str, batch_words: int = 500) -> int:

@@ -7,7 +7,7 @@ For each seed, then each size, then each model: generate the corpus if it is mis
 model-best`` on the test split (``--gold-preproc``). One JSON file per run goes to --metrics-dir; a run whose
 metrics file exists is skipped, so the script can be stopped and started again. ``--stop-at HH:MM`` (UTC)
 starts no run after that time. Several copies can run at once on the same folders: each claims a run with a
-lock file (``<run>.lock``, holding its pid) before starting it (``projects/paper/scripts/runs.py``, shared with reproduce.py).
+lock file (``<run>.lock``, holding its pid) before starting it (``projects/paper/runs/queue.py``, shared with reproduce.py).
 
     python -m projects.paper.scripts.synthetic_runs --sizes 1000 3000 10000 --seeds 0 1 2
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from projects.paper.scripts.runs import Run, last_logged_step, parse_overrides, run_queue, spacy_evaluate, spacy_train
+from projects.paper.runs.queue import Run, last_logged_step, parse_overrides, run_queue, spacy_evaluate, spacy_train
 
 ROOT = Path(__file__).resolve().parents[3]
 CODE_DIRS = ("spacy_nldm/structs", "spacy_nldm/models", "spacy_nldm/pipeline")
@@ -56,7 +56,7 @@ def ensure_corpus(size: int, data_seed: int, corpus_dir: Path) -> Path:
         if meta["settings"]["n_samples"] == size and meta["settings"]["seed"] == data_seed:
             return out
     subprocess.run(
-        [sys.executable, "-m", "spacy_nldm", "synth", "--samples", str(size), "--seed", str(data_seed),
+        [sys.executable, "-m", "projects.paper", "synth", "--samples", str(size), "--seed", str(data_seed),
          "--output", str(out)],
         cwd=ROOT, check=True,
     )
@@ -68,7 +68,7 @@ def ensure_heldout(n: int, data_seed: int, sample_seed: int, corpus_dir: Path) -
     its size, is also scored on it, so that the comparison is not limited by a 100-sequence test split."""
     path = corpus_dir / f"heldout-{n}-s{data_seed}-{sample_seed}" / "heldout.spacy"
     if not path.exists():
-        from spacy_nldm.corpora.synthetic import SynthSettings, generate, write_heldout
+        from projects.paper.synthetic import SynthSettings, generate, write_heldout
 
         write_heldout(generate(SynthSettings(n_samples=n, seed=data_seed, sample_seed=sample_seed)), path)
     return path

@@ -1,7 +1,7 @@
 """Factored scores of trained taggers, and the structured loss replayed on them (BENCHMARKS.md, "trained scores").
 
 ``dump``: train ``nldm_tagger`` or ``crf_tagger`` with its factory defaults as
-``spacy_nldm.cli.accuracy_loop.train_and_score`` does (spacy.blank, add_pipe, nlp.initialize, nlp.update on
+``projects.paper.runs.loop.train_and_score`` does (spacy.blank, add_pipe, nlp.initialize, nlp.update on
 shuffled batches of 16 sentences, seed 0, one torch thread) and, after the given epochs (0 = just
 initialized), save the model's forward output F (``SegmentScores``) of the first ``--batches`` training
 batches of 16 sentences (file order), with lengths and gold label masks, to ``OUT/<factory>-e<epochs>.pt``.
@@ -21,6 +21,9 @@ import sys
 import time
 from pathlib import Path
 
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
 import torch
 
 
@@ -29,7 +32,7 @@ def dump(args) -> None:
     from spacy.util import fix_random_seed, minibatch
     from thinc.api import xp2torch
 
-    from spacy_nldm.cli.accuracy_loop import DATASETS, _examples
+    from projects.paper.runs.loop import DATASETS, _examples
 
     torch.set_num_threads(1)
     fix_random_seed(args.seed)

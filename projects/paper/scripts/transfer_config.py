@@ -10,13 +10,17 @@ embedding or tree; a parameter the tuned system was not searched on keeps the ba
 differs from the base config only in those values, so that heads compared on it differ in the head alone.
 """
 import argparse
+import sys
 from pathlib import Path
 from typing import Dict, Tuple
 
 from thinc.api import Config
 
-from spacy_nldm.tuning.space import Space, load_space
-from spacy_nldm.tuning.study import base_config, tagging_component
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from projects.paper.tuning.space import Space, load_space
+from projects.paper.tuning.study import base_config, tagging_component
 
 
 def tuned_values(space: Space, tuned: Path, system: str) -> Dict[str, object]:

@@ -5,7 +5,7 @@ when it finishes: a run with a record is done and skipped, so a queue can be sto
 Several copies of a queue can share it: each run is claimed with a lock file beside its record
 (``<record>.lock``, holding the pid; the lock of a process that died is taken over).
 
-Imported by the scripts as ``projects.paper.scripts.runs``.
+Imported by the scripts as ``projects.paper.runs.queue``.
 """
 from __future__ import annotations
 

@@ -133,7 +133,7 @@ def check_vectors(folder: Path, root: Optional[Path] = None, words: Sequence[str
             doc = nlp.make_doc(form)
             if len(doc) != 1 or not numpy.array_equal(doc[0].vector, glove[index[word]]):
                 raise GloveError(f"{folder}: the token {form!r} does not get GloVe's vector of {word!r} "
-                                 f"(run add_case_keys / `python -m spacy_nldm glove-case-keys`)")
+                                 f"(run add_case_keys / `python -m projects.paper glove-case-keys`)")
         checked.append(word)
     return {"rows": int(vectors.shape[0]), "dim": int(vectors.shape[1]), "keys": int(vectors.n_keys),
             "checked_words": checked}

@@ -1,12 +1,12 @@
 """Pretrained inputs: GloVe vectors for ``spacy init vectors``, the derived GloVe/MiniLM configs, and seed runs.
 
-    python -m spacy_nldm glove-export --output assets/glove/glove.6B.50d.txt.gz
+    python -m projects.paper glove-export --output assets/glove/glove.6B.50d.txt.gz
     python -m spacy init vectors en assets/glove/glove.6B.50d.txt.gz assets/glove/vectors --name glove_6B_50d
-    python -m spacy_nldm glove-case-keys assets/glove/vectors
-    python -m spacy_nldm glove-check assets/glove/vectors
-    python -m spacy_nldm derive-configs            # configs/glove/*.cfg, configs/{softmax,crf1,crf2}_trf.cfg
-    python -m spacy_nldm seed-runs --config "configs/glove/{system}.cfg" --seeds 0,1,2 ...
-    python -m spacy_nldm seed-table --results results/glove/runs --output results/glove.md
+    python -m projects.paper glove-case-keys assets/glove/vectors
+    python -m projects.paper glove-check assets/glove/vectors
+    python -m projects.paper derive-configs            # configs/glove/*.cfg, configs/{softmax,crf1,crf2}_trf.cfg
+    python -m projects.paper seed-runs --config "configs/glove/{system}.cfg" --seeds 0,1,2 ...
+    python -m projects.paper seed-table --results results/glove/runs --output results/glove.md
 """
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def derive_configs_cli(
     except VariantError as err:
         _fail(err)
     if check and changed:
-        typer.echo("out of date (run python -m spacy_nldm derive-configs): " + ", ".join(map(str, changed)), err=True)
+        typer.echo("out of date (run python -m projects.paper derive-configs): " + ", ".join(map(str, changed)), err=True)
         raise typer.Exit(1)
     typer.echo(("wrote " + ", ".join(map(str, changed))) if changed else "derived configs are up to date")
 
@@ -124,7 +124,7 @@ def seed_runs_cli(
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU of spacy train and spacy evaluate; -1: CPU"),
 ):
     """Train and test each system over seeds (resumable: a run with a record is skipped)."""
-    from ..pretrained.runs import RunError, RunSpec, run_all
+    from ..runs.seeds import RunError, RunSpec, run_all
 
     if "{system}" not in config:
         raise typer.BadParameter("--config needs {system} in it")
@@ -147,7 +147,7 @@ def seed_table_cli(
     paper: Optional[str] = typer.Option(None, "--paper", help="Add the paper's Table 2 column of this dataset (twitter, en; other names: no column)"),
 ):
     """Markdown table of mean ± std test accuracy per system over its seeds."""
-    from ..pretrained.runs import write_table
+    from ..runs.seeds import write_table
 
     typer.echo(write_table(results, output, title=title, systems=_systems(systems), command=command, note=note,
                            paper=paper))
@@ -176,7 +176,7 @@ def arc_length_cli(
 ):
     """Train and test an NLDM config at several k over seeds (resumable), then its table and figure (Figure 4)."""
     from ..pretrained.arc_length import nldm_component, render_table, run_arc_lengths, summarise, write_figure
-    from ..pretrained.runs import RunError
+    from ..runs.seeds import RunError
 
     k_values, seed_values = _ints(ks, "k"), _ints(seeds)
     try:

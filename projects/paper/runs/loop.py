@@ -10,6 +10,7 @@ executed in a fresh process each (:func:`child`) at one torch thread.
 import contextlib
 import importlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -166,7 +167,7 @@ def _interactions_zeroed(pipe):
     tagger over its own emissions (how much of the accuracy the label interactions carry)."""
     import torch
 
-    from ..models.tagger import torch_scorer
+    from spacy_nldm.models.tagger import torch_scorer
 
     scorer = torch_scorer(pipe.model)
     saved = {name: p.detach().clone() for name, p in scorer.named_parameters()}
@@ -193,6 +194,14 @@ def load_results(path: Path) -> Dict[str, Dict]:
     return done
 
 
+def _child_env() -> Dict[str, str]:
+    """The environment of a run's process: the repository root importable (``projects.paper``), wherever
+    the comparison was started from."""
+    root = str(Path(__file__).resolve().parents[3])
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""))
+
+
 def run_all(
     specs: Iterable[RunSpec], results: Path, workers: int = 2, log=print, extra: Optional[Dict] = None
 ) -> Dict[str, Dict]:
@@ -210,7 +219,7 @@ def run_all(
         while queue and len(running) < workers:
             spec = queue.pop(0)
             proc = subprocess.Popen(
-                [sys.executable, "-c", "from spacy_nldm.cli.accuracy_loop import child; child()"],
+                [sys.executable, "-c", "from projects.paper.runs.loop import child; child()"], env=_child_env(),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )
             proc.stdin.write(json.dumps(asdict(spec)))

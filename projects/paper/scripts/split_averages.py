@@ -1,18 +1,22 @@
 """Which part's averaging recovers the final weights' loss on Pl (results/diagnosis.md, section 16)?
 
-Trains one system with ``spacy_nldm.cli.accuracy_loop.train`` (the loop of ``bench accuracy``) under spaCy's
+Trains one system with ``projects.paper.runs.loop.train`` (the loop of ``bench accuracy``) under spaCy's
 default optimizer with averages kept (which does not change the updates), and scores the test split with: the
 final weights; all weights averaged; only the torch head averaged; only its label interactions (every head
 parameter but the emission W, b); only the tok2vec (everything but the head). Prints one JSON line.
 
-    python results/diagnosis/split_averages.py pl nldm_tagger 2
+    python projects/paper/scripts/split_averages.py pl nldm_tagger 2
 """
 import json
 import sys
+from pathlib import Path
 
 import spacy
 
-from spacy_nldm.cli.accuracy_loop import RunSpec, is_emission, train
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from projects.paper.runs.loop import RunSpec, is_emission, train
 
 
 def main(dataset: str, factory: str, seed: int) -> None:

@@ -383,7 +383,7 @@ def write_corpus(data: SynthData, output: Path, stats: Optional[Dict] = None) ->
         db.to_disk(path)
         paths[which] = path
     meta = {
-        "generator": "spacy_nldm.corpora.synthetic (infinite-order HMM, paper section 6.2)",
+        "generator": "projects.paper.synthetic (infinite-order HMM, paper section 6.2)",
         "settings": data.settings.to_dict(),
         "split_sizes": {w: int((data.split == i).sum()) for i, w in enumerate(SPLITS)},
     }
@@ -405,6 +405,6 @@ def write_heldout(data: SynthData, path: Path) -> Path:
     for doc in to_docs(data, None):
         db.add(doc)
     db.to_disk(path)
-    meta = {"generator": "spacy_nldm.corpora.synthetic (held-out set)", "settings": data.settings.to_dict()}
+    meta = {"generator": "projects.paper.synthetic (held-out set)", "settings": data.settings.to_dict()}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf8")
     return path

@@ -1,10 +1,10 @@
-"""``python -m spacy_nldm tune`` / ``tune-table``: Optuna search over ``spacy train`` runs, on dev only.
+"""``python -m projects.paper tune`` / ``tune-table``: Optuna search over ``spacy train`` runs, on dev only.
 
-    python -m spacy_nldm tune --datasets twitter --systems softmax,crf1,crf2,nldm --trials 20 --steps 320
+    python -m projects.paper tune --datasets twitter --systems softmax,crf1,crf2,nldm --trials 20 --steps 320
 
 One resumable SQLite study per (dataset, system) in ``--study-dir`` (rerun the same command to go on; finished
 trials are kept, an interrupted one is run again; ``--share best`` also runs each other system's best trial once:
-:mod:`spacy_nldm.tuning.sharing`); the best config of each study goes to
+:mod:`projects.paper.tuning.sharing`); the best config of each study goes to
 ``--tuned-dir/<dataset>-<system>.cfg`` and the table of all studies to ``--table``. Needs ``pip install -e
 ".[tune]"`` (optuna).
 """
@@ -57,7 +57,7 @@ def make_pruner(name: str, startup: int, warmup_evals: int, eval_frequency: int,
         from ..tuning.pruning import MedianPrunerWithin
 
         return (MedianPrunerWithin(within, n_startup_trials=startup, n_warmup_steps=warmup),
-                f"median within {within} (spacy_nldm/tuning/pruning.py: a trial stops when its dev score is below "
+                f"median within {within} (projects/paper/tuning/pruning.py: a trial stops when its dev score is below "
                 f"the median, at the same step, of the completed trials with its {within}; not before that "
                 f"{within} has {startup} completed trials, not before step {warmup})")
     if name == "median":
@@ -112,7 +112,7 @@ def tune_cli(
         raise typer.BadParameter(f"--share must be none or best, not {share!r}")
     if trials < 1:
         raise typer.BadParameter("--trials must be >= 1")
-    command = "python -m spacy_nldm " + shlex.join(sys.argv[1:])
+    command = "python -m projects.paper " + shlex.join(sys.argv[1:])
     signal.signal(signal.SIGTERM, _interrupt)  # a killed tuner ends its trial and queues it again
     try:
         space = load_space(space_path)

@@ -1,4 +1,4 @@
-"""``python -m spacy_nldm synth``: synthetic data from the infinite-order HMM of the paper (section 6.2)."""
+"""``python -m projects.paper synth``: synthetic data from the infinite-order HMM of the paper (section 6.2)."""
 import time
 from pathlib import Path
 from typing import Optional
@@ -27,7 +27,7 @@ def synth_cli(
     stats: bool = typer.Option(True, "--stats/--no-stats", help="Print the conditional entropies of the labels"),
 ):
     """Draw samples from the infinite-order HMM and write them as DocBin files (labels on token.tag_)."""
-    from ..corpora.synthetic import SynthSettings, format_statistics, generate, statistics, write_corpus
+    from ..synthetic import SynthSettings, format_statistics, generate, statistics, write_corpus
 
     settings = SynthSettings(
         n_samples=samples,

@@ -51,7 +51,7 @@ def render(rows: Sequence[Dict[str, Any]], space: Optional[Space] = None, comman
            pruner: str = "") -> str:
     """The Markdown report."""
     lines = [
-        "# Hyper-parameter search on dev (`python -m spacy_nldm tune`)",
+        "# Hyper-parameter search on dev (`python -m projects.paper tune`)",
         "",
         "Dev token accuracy (%, `tag_acc`, the best evaluation of each trial). Each trial is one `spacy train` "
         "run of the system's config with the trial's overrides, a fixed step budget and seed; the test sets "

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from .runs import RunError, RunSpec, load_records, mean_std, run_all
+from ..runs.seeds import RunError, RunSpec, load_records, mean_std, run_all
 
 PAPER_K_RANGE = range(2, 11)  # the paper's search range for k (section 6.1)
 
@@ -22,7 +22,7 @@ def nldm_component(config: Path) -> Tuple[str, Optional[int]]:
     ``max_dist`` (None where the config leaves it to the architecture's default)."""
     from spacy.util import load_config
 
-    from ..pipeline.factories import components_made_by
+    from spacy_nldm.pipeline.factories import components_made_by
 
     if not Path(config).exists():
         raise RunError(f"config not found: {config}")

@@ -1,4 +1,4 @@
-"""Hyper-parameter search with Optuna over ``spacy train`` runs (``python -m spacy_nldm tune``).
+"""Hyper-parameter search with Optuna over ``spacy train`` runs (``python -m projects.paper tune``).
 
 Modules:
 
