@@ -31,7 +31,7 @@ def write_corpus(root):
 def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
     write_corpus(tmp_path / "corpus")
     results, output = tmp_path / "runs.jsonl", tmp_path / "accuracy.md"
-    args = ["accuracy", "--datasets", "tw", "--systems", "softmax,crf", "--seeds", "0", "--epochs", "3",
+    args = ["accuracy", "--datasets", "twitter", "--systems", "softmax,crf", "--seeds", "0", "--epochs", "3",
             "--corpus", str(tmp_path / "corpus"), "--results", str(results), "--output", str(output)]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
@@ -41,7 +41,7 @@ def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
     crf = next(r for r in rows if r["spec"]["factory"] == "crf_tagger")
     assert set(crf["acc_by_decoder"]) == {"viterbi", "posterior"} and 0 <= crf["acc_emission_only"] <= 100
     table = output.read_text()
-    assert "| tw |" in table and "crf − softmax" in table
+    assert "| twitter |" in table and "crf − softmax" in table
     # the table's command names the corpus and the runs file it was made from, so that it re-reads them
     assert f"--corpus {tmp_path / 'corpus'}" in table and f"--results {results}" in table
     second = CliRunner().invoke(app, args)  # everything is in the runs file: nothing is trained again
@@ -79,12 +79,31 @@ def test_diagnosis_rows_give_every_run_their_change():
     spec.loader.exec_module(module)
     for group in ("decode", "word_dropout"):
         by_row = {}
-        for label, name, run in module.specs_for(group, ["tw", "en"], [0, 1], "corpus"):
+        for label, name, run in module.specs_for(group, ["twitter", "en"], [0, 1], "corpus"):
             by_row.setdefault((label, name), []).append(json.dumps(run.config, sort_keys=True))
         for (label, name), configs in by_row.items():
             assert len(configs) == 4 and len(set(configs)) == 1, (label, name, configs)
         assert any("max_dist" in c or "word_dropout" in c for cs in by_row.values() for c in cs)
-    decode = module.specs_for("decode", ["tw"], [0, 1], "corpus")
+    decode = module.specs_for("decode", ["twitter"], [0, 1], "corpus")
     assert all('"max_dist": 10' in json.dumps(r.config) for label, _, r in decode if label == "max_dist 10")
-    wd = module.specs_for("word_dropout", ["tw"], [0, 1], "corpus")
+    wd = module.specs_for("word_dropout", ["twitter"], [0, 1], "corpus")
     assert sum(r.config["model"]["tok2vec"]["embed"]["word_dropout"] == 0.4 for _, _, r in wd if r.config) == 6
+
+
+def test_every_recorded_run_is_found_again_under_its_key():
+    """The plain loop's records (results/**/*.jsonl) keep their keys: each row's spec gives its stored key back,
+    so no recorded run is redone (Twitter is ``twitter`` in the registry and ``tw`` in the keys, patches of the
+    study's scripts ``scripts.<module>``)."""
+    from pathlib import Path
+
+    from projects.paper.runs.loop import RunSpec
+
+    rows = [json.loads(line) for path in sorted((Path(__file__).resolve().parents[1] / "results").rglob("*.jsonl"))
+            for line in path.read_text(encoding="utf8").splitlines() if line.strip()]
+    rows = [row for row in rows if "spec" in row and "key" in row]
+    assert len(rows) > 500
+    for row in rows:
+        assert RunSpec(**row["spec"]).key() == row["key"], row["key"]
+    tw = RunSpec(dataset="tw", system="s", factory="tagger")
+    assert tw.dataset == "twitter" and tw.key() == RunSpec(dataset="twitter", system="s", factory="tagger").key()
+    assert '"dataset": "tw"' in tw.key()

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional
 
 import typer
 
+from ..registry import canonical
 from ..runs.loop import DATASETS, RunSpec, run_all
 from . import app
 
@@ -107,7 +108,7 @@ def bench_accuracy(
     loop (nlp.initialize's default optimizer, nlp.update on batches of --batch-size sentences,
     --epochs epochs) and print held-out accuracy side by side, with the differences."""
     names = [s.strip() for s in systems.split(",") if s.strip()]
-    sets = [d.strip() for d in datasets.split(",") if d.strip()]
+    sets = [canonical(d.strip()) for d in datasets.split(",") if d.strip()]
     for name in names:
         if name not in SYSTEMS:
             raise typer.BadParameter(f"unknown system {name!r}; choose from {', '.join(SYSTEMS)}")

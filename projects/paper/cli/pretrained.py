@@ -15,9 +15,9 @@ from typing import List, Optional
 
 import typer
 
+from ..registry import SYSTEMS
 from . import app
 
-SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
 
 
 def _ints(text: str, what: str = "seed") -> List[int]:

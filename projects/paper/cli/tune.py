@@ -18,12 +18,11 @@ from typing import List, Optional
 
 import typer
 
+from ..registry import LANGS, SYSTEMS, canonical
 from . import app
 
-SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
-# spaCy language of each dataset of the project (as projects/paper/scripts/registry.py); any other name: --lang, default "en"
-DATASET_LANGS = {"twitter": "en", "en": "en", "fr": "fr", "it": "it", "te": "te", "pl": "pl", "mt": "xx",
-                 "ru": "ru", "sv": "sv", "tweebank_v2": "en"}
+# spaCy language of each dataset (any other name, e.g. a corpus folder: --lang, default "en")
+DATASET_LANGS = {**LANGS, "tweebank_v2": "en"}
 
 
 def corpus_dir(corpus: Path, dataset: str) -> Path:
@@ -104,7 +103,7 @@ def tune_cli(
     except ImportError as err:  # optuna missing
         typer.echo(f"error: {err}; install the tuning extra: pip install -e '.[tune]'", err=True)
         raise typer.Exit(1)
-    keys = _split(datasets, what="dataset")
+    keys = [canonical(key) for key in _split(datasets, what="dataset")]
     names = _split(systems, SYSTEMS, "system")
     if (train or dev) and len(keys) != 1:
         raise typer.BadParameter("--train/--dev need exactly one dataset in --datasets")

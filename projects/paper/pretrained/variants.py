@@ -24,7 +24,8 @@ from typing import Dict, List
 
 from thinc.api import Config
 
-SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
+from ..registry import SYSTEMS
+
 GLOVE_VECTORS = "assets/glove/vectors"
 GLOVE_OPTIMIZER = {"use_averages": True}  # [training.optimizer] settings of the GloVe configs
 GLOVE_WORD_DROPOUT = 0.4  # share of the training tokens whose word (NORM) key is dropped, GloVe configs

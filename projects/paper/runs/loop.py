@@ -19,17 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
-#: the datasets of the comparison: name -> folder under the corpus directory, language of spacy.blank
-DATASETS: Dict[str, Dict[str, str]] = {
-    "tw": {"path": "twitter", "lang": "en"},
-    "en": {"path": "ud/en", "lang": "en"},
-    "fr": {"path": "ud/fr", "lang": "fr"},
-    "te": {"path": "ud/te", "lang": "te"},
-    "pl": {"path": "ud/pl", "lang": "pl"},
-    "mt": {"path": "ud/mt", "lang": "xx"},  # spaCy has no Maltese language class
-    "sv": {"path": "ud/sv", "lang": "sv"},
-    "tb2": {"path": "tweebank_v2", "lang": "en"},
-}
+from ..registry import LANGS, LOOP_DATASETS, RECORD_KEYS, canonical, corpus_folder
+
+#: the datasets of the comparison (the registry's keys; ``tw`` is read as ``twitter``): name -> folder under
+#: the corpus directory, language of spacy.blank (Maltese: "xx", spaCy has no Maltese language class)
+DATASETS: Dict[str, Dict[str, str]] = {key: {"path": corpus_folder(key), "lang": LANGS[key]} for key in LOOP_DATASETS}
 
 #: spaCy's ``tagger`` reads labels starting with its ``neg_prefix`` ("!" by default) as negative
 #: annotations; the ARK tag "!" (interjection) would be lost, so the baseline gets a prefix no label has
@@ -58,10 +52,15 @@ class RunSpec:
     eval_split: str = "test"
     setup: Optional[str] = None
 
+    def __post_init__(self):
+        self.dataset = canonical(self.dataset)
+
     def key(self) -> str:
-        """Identity of the run in a results file (everything but the corpus folder)."""
+        """Identity of the run in a results file (everything but the corpus folder); the dataset under the
+        name the records give it (``tw`` for ``twitter``), so that every recorded run is found again."""
         d = asdict(self)
         d.pop("corpus")
+        d["dataset"] = RECORD_KEYS.get(d["dataset"], d["dataset"])
         if d["setup"] is None:  # runs without a patch keep the key they had before the field existed
             d.pop("setup")
         elif d["setup"].startswith(STUDY_SCRIPTS):  # the name the study's scripts had in the records

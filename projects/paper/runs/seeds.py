@@ -18,15 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ..registry import PAPER_TABLE2, SEED_TABLE_NAMES, SYSTEMS, canonical
 from ..tuning.trial import training_env
 
-# the paper's Table 2 for the English sets (as projects/paper/scripts/registry.py), for reference in the tables
-PAPER = {
-    "twitter": {"softmax": 88.73, "crf1": 89.09, "crf2": 89.29, "nldm": 89.37},
-    "en": {"softmax": 90.22, "crf1": 90.22, "crf2": 90.18, "nldm": 90.41},
-}
-SYSTEM_NAMES = {"softmax": "Neural softmax", "crf1": "Neural CRF, order 1", "crf2": "Neural CRF, order 2",
-                "nldm": "NLDM"}
+# the paper's Table 2 for the English sets, for reference in the tables
+PAPER = {key: {system: PAPER_TABLE2[system][key] for system in SYSTEMS} for key in ("twitter", "en")}
+SYSTEM_NAMES = SEED_TABLE_NAMES
 
 
 class RunError(RuntimeError):
@@ -150,7 +147,8 @@ def render_table(results: Path, title: str, systems: Sequence[str], command: str
         lines += [f"Command: `{command}`", ""]
     head = "| System | Test acc. (mean ± std) | Dev acc. (mean) | Seeds | Steps (eval every) | Train min/run (wall) |"
     rule = "|---|---|---|---|---|---|"
-    paper = paper if paper in PAPER else None  # the paper's column only for the English sets it reports
+    # the paper's column only for the English sets it reports
+    paper = canonical(paper) if paper and canonical(paper) in PAPER else None
     if paper:
         head, rule = head + f" Paper ({paper}) |", rule + "---|"
     lines += [head, rule]

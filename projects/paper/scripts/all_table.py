@@ -16,7 +16,7 @@ from pathlib import Path
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from projects.paper.scripts.registry import DATASETS, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, parse_list
+from projects.paper.registry import DATASETS, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, parse_list
 
 
 def main() -> None:

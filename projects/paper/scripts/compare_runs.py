@@ -19,7 +19,7 @@ from typing import Dict, Tuple
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from projects.paper.scripts.registry import DATASETS, SYSTEMS
+from projects.paper.registry import DATASETS, SYSTEMS
 
 Scores = Dict[Tuple[str, str], Dict[int, Tuple[float, float]]]
 #: (system, other): "did system gain more than other?"

@@ -20,7 +20,7 @@ from pathlib import Path
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from projects.paper.scripts.registry import DATASETS, POLISH_TRAIN_COUNTS, POLISH_TRAIN_DOCBIN, UD_KEYS, parse_list, ud_file
+from projects.paper.registry import DATASETS, POLISH_TRAIN_COUNTS, POLISH_TRAIN_DOCBIN, UD_KEYS, parse_list, ud_file
 
 from spacy_nldm.corpora.docbins import summary, write_docbin
 from spacy_nldm.corpora.errors import ConversionError, ConversionWarning

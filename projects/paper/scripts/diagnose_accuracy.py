@@ -1,6 +1,6 @@
 """Why the structured taggers lost to spaCy's ``tagger``: one change at a time, in the same loop.
 
-    python -m projects.paper.scripts.diagnose_accuracy --datasets tw,en --seeds 0 [--groups scorer,init,...]
+    python -m projects.paper.scripts.diagnose_accuracy --datasets twitter,en --seeds 0 [--groups scorer,init,...]
 
 Every run is the plain loop of ``projects.paper.runs.loop`` (factory defaults unless the row
 says otherwise, ``nlp.initialize``'s default optimizer, batches of 16 sentences, 10 epochs, test
@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[3]
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(ROOT)
 
+from projects.paper.registry import canonical  # noqa: E402
 from projects.paper.runs.loop import RunSpec, run_all  # noqa: E402
 from projects.paper.cli.accuracy import default_signature  # noqa: E402
 
@@ -320,7 +321,7 @@ def table(group: str, entries, done: Dict, datasets: List[str]) -> List[str]:
 
 
 def main(
-    datasets: str = typer.Option("tw,en", help="Datasets (see projects.paper.runs.loop.DATASETS)."),
+    datasets: str = typer.Option("twitter,en", help="Datasets (see projects.paper.runs.loop.DATASETS; tw is twitter)."),
     seeds: str = typer.Option("0", help="Seeds, comma-separated."),
     groups: str = typer.Option(",".join(ABLATIONS), help="Ablation groups, comma-separated."),
     corpus: str = typer.Option("corpus", help="Converted corpora folder."),
@@ -328,7 +329,7 @@ def main(
     workers: int = typer.Option(2, help="Runs at a time."),
     run: bool = typer.Option(True, help="Run missing runs (--no-run: tables of what is there)."),
 ) -> None:
-    sets = datasets.split(",")
+    sets = [canonical(d) for d in datasets.split(",")]
     seed_list = [int(s) for s in seeds.split(",")]
     out = ROOT / "results" / "diagnosis" / "tables.md"
     sections = _sections(out)

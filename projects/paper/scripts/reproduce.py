@@ -22,7 +22,7 @@ from pathlib import Path
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from projects.paper.scripts.registry import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
+from projects.paper.registry import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
 from projects.paper.runs.queue import Run, last_logged_step, run_queue, spacy_evaluate, spacy_train
 
 

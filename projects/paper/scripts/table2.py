@@ -14,7 +14,7 @@ from pathlib import Path
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from projects.paper.scripts.registry import DATASETS, PAPER_AVG, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, has_train
+from projects.paper.registry import DATASETS, PAPER_AVG, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, has_train
 
 
 def fmt(values):

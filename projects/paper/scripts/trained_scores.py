@@ -32,11 +32,12 @@ def dump(args) -> None:
     from spacy.util import fix_random_seed, minibatch
     from thinc.api import xp2torch
 
+    from projects.paper.registry import canonical
     from projects.paper.runs.loop import DATASETS, _examples
 
     torch.set_num_threads(1)
     fix_random_seed(args.seed)
-    info = DATASETS[args.dataset]
+    info = DATASETS[canonical(args.dataset)]
     nlp = spacy.blank(info["lang"])
     nlp.add_pipe(args.factory, name="tagger", config={"attr": "tag"})
     train = _examples(nlp, Path(args.corpus) / info["path"] / "train.spacy")
@@ -214,7 +215,7 @@ def main(argv=None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("dump")
     d.add_argument("--factory", default="nldm_tagger")
-    d.add_argument("--dataset", default="tw")
+    d.add_argument("--dataset", default="twitter")
     d.add_argument("--corpus", default="corpus")
     d.add_argument("--epochs", default="0,1,3,10")
     d.add_argument("--batches", type=int, default=8)

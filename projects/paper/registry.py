@@ -1,6 +1,9 @@
-"""The datasets of the paper's Table 1/2 and where they are in the mirror (../shared/data) and in corpus/.
+"""The study's one registry: its systems, its datasets (the paper's Table 1/2 and Tweebank v2), where they are
+in the mirror (../shared/data) and in corpus/, and the paper's figures.
 
-Imported by the study's scripts as ``projects.paper.scripts.registry``.
+One key per dataset: ``twitter`` for ARK Twitter POS, the UD language code for a treebank, ``tb2`` for Tweebank
+v2. ``tw`` is read as ``twitter`` (:func:`canonical`): the plain loop's records name Twitter ``tw`` in their
+keys (:data:`RECORD_KEYS`), as does ``python -m spacy_nldm bench spacy-train``.
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ SYSTEM_NAMES = {
     "crf2": "Neural 2-order CRF",
     "nldm": "NLDM",
 }
+#: the systems' names in the seed-run tables (results/glove.md, minilm.md, the tuned tables)
+SEED_TABLE_NAMES = {"softmax": "Neural softmax", "crf1": "Neural CRF, order 1", "crf2": "Neural CRF, order 2",
+                    "nldm": "NLDM"}
 
 # key: (paper column, spaCy language code for the blank pipeline, UD folder, file prefix, note)
 # Maltese has no spaCy language class: "xx" (multi-language) only changes the NORM/shape lexical attributes.
@@ -29,6 +35,29 @@ DATASETS: Dict[str, dict] = {
     "sv": dict(paper="Sv", lang="sv", folder="UD_Swedish-LinES", prefix="sv_lines"),
 }
 UD_KEYS = [k for k in DATASETS if k != "twitter"]
+#: datasets beside Table 2's: Tweebank v2 (UPOS), in corpus/tweebank_v2 (the main job's convert-tweebank)
+OTHER_DATASETS: Dict[str, dict] = {"tb2": dict(lang="en", corpus="tweebank_v2")}
+#: the sets of the plain-loop comparison (``python -m projects.paper accuracy``), in its tables' order
+LOOP_DATASETS = ["twitter", "en", "fr", "te", "pl", "mt", "sv", "tb2"]
+#: spaCy language code of every dataset
+LANGS: Dict[str, str] = {**{k: d["lang"] for k, d in DATASETS.items()}, **{k: d["lang"] for k, d in OTHER_DATASETS.items()}}
+#: other names read as a dataset key
+ALIASES = {"tw": "twitter"}
+#: the name a dataset has in the plain loop's record keys, where it is not its key
+RECORD_KEYS = {"twitter": "tw"}
+
+
+def canonical(key: str) -> str:
+    """A dataset's key (``tw`` -> ``twitter``; any other name unchanged)."""
+    return ALIASES.get(key, key)
+
+
+def corpus_folder(key: str) -> str:
+    """A dataset's folder under corpus/: twitter, ud/<key>, tweebank_v2."""
+    key = canonical(key)
+    if key in OTHER_DATASETS:
+        return OTHER_DATASETS[key]["corpus"]
+    return "twitter" if key == "twitter" else f"ud/{key}"
 
 # Polish train: the mirror has the upstream DocBin (made by `spacy convert` from the upstream CoNLL-U) and a
 # CoNLL-U rebuilt from it; we take the DocBin and check it against the upstream stats.xml counts.
@@ -69,7 +98,7 @@ def parse_list(text: Optional[str], allowed: List[str]) -> List[str]:
         return list(allowed)
     if text == "none":
         return []
-    items = [t.strip() for t in text.split(",") if t.strip()]
+    items = [canonical(t.strip()) for t in text.split(",") if t.strip()]
     bad = [t for t in items if t not in allowed]
     if bad:
         raise SystemExit(f"unknown: {', '.join(bad)} (choose from {', '.join(allowed)})")
