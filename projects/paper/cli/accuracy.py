@@ -22,7 +22,7 @@ from . import app
 #: table name -> factory (each with its factory's default config)
 SYSTEMS = {"softmax": "tagger", "crf": "crf_tagger", "nldm": "nldm_tagger"}
 PAIRS = [("crf", "softmax"), ("nldm", "softmax"), ("nldm", "crf")]
-#: the runs file `bench accuracy` reads and appends to unless --results names another
+#: the runs file `python -m projects.paper accuracy` reads and appends to unless --results names another
 DEFAULT_RESULTS = "results/accuracy/runs.jsonl"
 #: the converted corpora `spacy project run corpora` writes
 DEFAULT_CORPUS = "corpus"

@@ -4,8 +4,9 @@
 
 Every run is the plain loop of ``projects.paper.runs.loop`` (factory defaults unless the row
 says otherwise, ``nlp.initialize``'s default optimizer, batches of 16 sentences, 10 epochs, test
-accuracy of the final weights). Runs are kept in ``results/accuracy/runs.jsonl`` (shared with ``bench accuracy``, whose runs are
-the "factory defaults" rows) and never re-run; the tables go to stdout and ``results/diagnosis/tables.md`` (the write-up is
+accuracy of the final weights). Runs are kept in ``results/accuracy/runs.jsonl`` (shared with
+``python -m projects.paper accuracy``, whose runs are the "factory defaults" rows) and never re-run; the tables
+go to stdout and ``results/diagnosis/tables.md`` (the write-up is
 ``results/diagnosis.md``). Settings that are not part of the product (the old initialisation, a
 normalised loss, thinc's unpatched PyTorch shim) are applied by the ``patch_*`` functions below in
 the run's own process (``RunSpec.setup``).
@@ -170,10 +171,10 @@ def hash_cnn(word_dropout: float) -> Dict:
     }
 
 
-#: The row of today's factory defaults (normalize_loss = true): the runs of ``bench accuracy`` itself.
+#: The row of today's factory defaults (normalize_loss = true): the runs of ``python -m projects.paper accuracy`` itself.
 NOW = "factory defaults now (normalize_loss = true: mean per token)"
 #: The study's starting point: the factory defaults before ``normalize_loss`` (which this study led to)
-#: existed, i.e. a summed loss, identified by their default signatures (``bench accuracy``). Every
+#: existed, i.e. a summed loss, identified by their default signatures (``python -m projects.paper accuracy``). Every
 #: structured run of the study sets ``normalize_loss = false`` explicitly, so that it stays the same
 #: run whatever the factories' defaults become.
 BASE_SIGNATURES = {"tagger": "fd60faa667", "crf_tagger": "5e1d1390ac", "nldm_tagger": "4a5a5d703f"}
@@ -253,7 +254,7 @@ def base_label(group: str) -> str:
 
 def specs_for(group: str, datasets: List[str], seeds: List[int], corpus: str) -> List[Tuple[str, str, RunSpec]]:
     """(row label, system, spec) of a group; the "factory defaults" row is the spec of
-    ``bench accuracy`` itself, so the two share runs."""
+    ``python -m projects.paper accuracy`` itself, so the two share runs."""
     out = []
     rows = [(base_label(group), "scn", {})] + ABLATIONS[group]
     for label, systems, fields in rows:
@@ -325,7 +326,7 @@ def main(
     seeds: str = typer.Option("0", help="Seeds, comma-separated."),
     groups: str = typer.Option(",".join(ABLATIONS), help="Ablation groups, comma-separated."),
     corpus: str = typer.Option("corpus", help="Converted corpora folder."),
-    results: Path = typer.Option(ROOT / "results" / "accuracy" / "runs.jsonl", help="Runs file (JSON lines), shared with bench accuracy."),
+    results: Path = typer.Option(ROOT / "results" / "accuracy" / "runs.jsonl", help="Runs file (JSON lines), shared with python -m projects.paper accuracy."),
     workers: int = typer.Option(2, help="Runs at a time."),
     run: bool = typer.Option(True, help="Run missing runs (--no-run: tables of what is there)."),
 ) -> None:

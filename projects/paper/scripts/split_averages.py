@@ -1,6 +1,6 @@
 """Which part's averaging recovers the final weights' loss on Pl (results/diagnosis.md, section 16)?
 
-Trains one system with ``projects.paper.runs.loop.train`` (the loop of ``bench accuracy``) under spaCy's
+Trains one system with ``projects.paper.runs.loop.train`` (the loop of ``python -m projects.paper accuracy``) under spaCy's
 default optimizer with averages kept (which does not change the updates), and scores the test split with: the
 final weights; all weights averaged; only the torch head averaged; only its label interactions (every head
 parameter but the emission W, b); only the tok2vec (everything but the head). Prints one JSON line.
