@@ -138,7 +138,8 @@ def parse_overrides(args: List[str]) -> Dict[str, str]:
     return out
 
 
-def _children_cpu() -> float:
+def children_cpu() -> float:
+    """CPU seconds of the finished child processes (user + system), e.g. of a ``spacy train`` run."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
@@ -160,9 +161,9 @@ def spacy_train(config: Path, output: Path, overrides: Dict[str, str], log: Path
     cmd = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(output)]
     for key, value in overrides.items():
         cmd += [f"--{key.lstrip('-')}", str(value)]
-    wall, cpu = time.time(), _children_cpu()
+    wall, cpu = time.time(), children_cpu()
     _call(cmd, log, threads, cwd, append=False)
-    return time.time() - wall, _children_cpu() - cpu
+    return time.time() - wall, children_cpu() - cpu
 
 
 def spacy_evaluate(model: Path, data: Path, log: Path, *, threads: int = 1, cwd: Optional[Path] = None) -> dict:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import resource
 import shlex
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..registry import PAPER_TABLE2, SEED_TABLE_NAMES, SYSTEMS, canonical
 from ..tuning.trial import training_env
+from .queue import children_cpu
 
 # the paper's Table 2 for the English sets, for reference in the tables
 PAPER = {key: {system: PAPER_TABLE2[system][key] for system in SYSTEMS} for key in ("twitter", "en")}
@@ -50,11 +50,6 @@ class RunSpec:
         return Path(self.config_pattern.format(system=system))
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def run_one(spec: RunSpec, system: str, seed: int, echo: Callable[[str], None] = print) -> Optional[dict]:
     """Train and test one (system, seed) unless its record exists; return the record (None when skipped)."""
     record_path = spec.results / f"{system}-seed{seed}.json"
@@ -80,12 +75,12 @@ def run_one(spec: RunSpec, system: str, seed: int, echo: Callable[[str], None] =
         train_cmd += [f"--{key}", value]
     env = training_env(spec.threads)
     echo(f"== {system} seed {seed}: training ({time.strftime('%H:%M:%S')}), log {out / 'train.log'}")
-    t0, cpu0 = time.time(), _children_cpu()
+    t0, cpu0 = time.time(), children_cpu()
     with open(out / "train.log", "w", encoding="utf8") as log:
         log.write("$ " + shlex.join(train_cmd) + "\n")
         log.flush()
         rc = subprocess.call(train_cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    train_s, train_cpu = time.time() - t0, _children_cpu() - cpu0
+    train_s, train_cpu = time.time() - t0, children_cpu() - cpu0
     if rc != 0:
         raise RunError(f"{system} seed {seed}: training failed (exit status {rc}); see {out / 'train.log'}")
     metrics = out / "test_metrics.json"

@@ -87,14 +87,11 @@ def build_command(config: Path | str, overrides: Mapping[str, object], *, gpu_id
 
 
 def training_env(threads: int) -> Dict[str, str]:
-    """The subprocess environment: ``threads`` torch/BLAS threads, unbuffered output, no model-hub access."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(threads)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    return env
+    """The subprocess environment: the run queue's (``threads`` torch/BLAS threads, no model-hub access) with
+    unbuffered output, so that a trial's dev scores are read as spaCy prints them."""
+    from ..runs.queue import thread_env
+
+    return {**thread_env(threads), "PYTHONUNBUFFERED": "1"}
 
 
 def run_training(cmd: Sequence[str], *, log_path: Path, metric: str = "tag_acc",
