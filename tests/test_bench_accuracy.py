@@ -1,4 +1,5 @@
-"""The study's plain-loop comparison (``python -m projects.paper accuracy``): the side-by-side table and its resumable runs file, on a tiny corpus."""
+"""The study's plain-loop comparison (``python -m projects.paper accuracy``): the side-by-side table and its
+resumable runs file, on a tiny corpus."""
 import json
 
 import spacy
@@ -68,8 +69,8 @@ def test_unknown_dataset_is_a_clear_error(tmp_path):
 
 
 def test_diagnosis_rows_give_every_run_their_change():
-    """projects/paper/scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the row's config
-    and tok2vec, not only the first one (a shared dict was once emptied by the first run's pop)."""
+    """projects/paper/scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the
+    row's config and tok2vec, not only the first one (a shared dict was once emptied by the first run's pop)."""
     import importlib.util
     from pathlib import Path
 
@@ -91,15 +92,16 @@ def test_diagnosis_rows_give_every_run_their_change():
 
 
 def test_every_recorded_run_is_found_again_under_its_key():
-    """The plain loop's records (results/**/*.jsonl) keep their keys: each row's spec gives its stored key back,
-    so no recorded run is redone (Twitter is ``twitter`` in the registry and ``tw`` in the keys, patches of the
-    study's scripts ``scripts.<module>``)."""
+    """The plain loop's records (results/accuracy/*.jsonl, results/diagnosis/*.jsonl) keep their keys: each row's
+    spec gives its stored key back, so no recorded run is redone (Twitter is ``twitter`` in the registry and ``tw``
+    in the keys, patches of the study's scripts ``scripts.<module>``)."""
     from pathlib import Path
 
     from projects.paper.runs.loop import RunSpec
 
-    rows = [json.loads(line) for path in sorted((Path(__file__).resolve().parents[1] / "results").rglob("*.jsonl"))
-            for line in path.read_text(encoding="utf8").splitlines() if line.strip()]
+    results = Path(__file__).resolve().parents[1] / "results"
+    files = sorted([*(results / "accuracy").glob("*.jsonl"), *(results / "diagnosis").glob("*.jsonl")])
+    rows = [json.loads(line) for path in files for line in path.read_text(encoding="utf8").splitlines() if line.strip()]
     rows = [row for row in rows if "spec" in row and "key" in row]
     assert len(rows) > 500
     for row in rows:
