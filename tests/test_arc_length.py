@@ -1,4 +1,4 @@
-"""`python -m spacy_nldm arc-length` (spacy_nldm/pretrained/arc_length.py): the paper's Figure 4 workflow."""
+"""`python -m projects.paper arc-length` (projects/paper/pretrained/arc_length.py): the paper's Figure 4 workflow."""
 import json
 import subprocess
 import sys
@@ -8,8 +8,8 @@ from spacy.tokens import Doc, DocBin
 from spacy.vocab import Vocab
 
 from nldm_fixtures import ROOT
-from spacy_nldm.pretrained.arc_length import dev_choice, nldm_component, render_table, summarise
-from spacy_nldm.pretrained.runs import RunError
+from projects.paper.pretrained.arc_length import dev_choice, nldm_component, render_table, summarise
+from projects.paper.runs.seeds import RunError
 
 
 def write_record(folder, k, seed, test, dev, seconds=60.0):
@@ -60,13 +60,13 @@ def tiny_corpus(path, n):
 def test_each_k_trains_with_its_own_arc_limit_resumably_and_writes_the_table_and_figure(tmp_path):
     for split, n in (("train", 8), ("dev", 4), ("test", 4)):
         tiny_corpus(tmp_path / f"{split}.spacy", n)
-    command = [sys.executable, "-m", "spacy_nldm", "arc-length", "--config", str(ROOT / "configs/nldm.cfg"),
+    command = [sys.executable, "-m", "projects.paper", "arc-length", "--config", str(ROOT / "configs/nldm.cfg"),
                "--ks", "1,3", "--seeds", "0", "--max-steps", "2", "--eval-frequency", "1",
                "--train", str(tmp_path / "train.spacy"), "--dev", str(tmp_path / "dev.spacy"),
                "--test", str(tmp_path / "test.spacy"), "--training", str(tmp_path / "training"),
                "--results", str(tmp_path / "results"), "--table", str(tmp_path / "arc.md"),
                "--figure", str(tmp_path / "arc.png")]
-    res = subprocess.run(command, capture_output=True, text=True)
+    res = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)  # python -m projects.paper: from the root
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     from spacy.util import load_config
 
@@ -80,13 +80,13 @@ def test_each_k_trains_with_its_own_arc_limit_resumably_and_writes_the_table_and
     assert "test − k = – |" in table and table.count("| 0 | ") == 2  # the config's k 5 has no runs: no row
     assert (tmp_path / "arc.png").read_bytes()[:4] == b"\x89PNG"
 
-    again = subprocess.run(command, capture_output=True, text=True)  # resumable: both runs are skipped
+    again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)  # resumable: both runs are skipped
     assert again.returncode == 0 and again.stdout.count("skip nldm seed 0") == 2
 
 
 def test_a_config_without_an_nldm_is_a_clear_error(tmp_path):
-    res = subprocess.run([sys.executable, "-m", "spacy_nldm", "arc-length", "--config",
+    res = subprocess.run([sys.executable, "-m", "projects.paper", "arc-length", "--config",
                           str(ROOT / "configs/crf1.cfg"), "--training", str(tmp_path), "--results", str(tmp_path),
-                          "--table", str(tmp_path / "t.md")], capture_output=True, text=True)
+                          "--table", str(tmp_path / "t.md")], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 1 and "crf1.cfg: needs exactly one nldm_tagger component" in res.stderr
     assert "Traceback" not in res.stderr

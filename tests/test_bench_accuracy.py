@@ -1,12 +1,13 @@
-"""``bench accuracy``: the side-by-side table and its resumable runs file, on a tiny corpus."""
+"""The study's plain-loop comparison (``python -m projects.paper accuracy``): the side-by-side table and its
+resumable runs file, on a tiny corpus."""
 import json
 
 import spacy
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
-from spacy_nldm.cli import app
-from spacy_nldm.cli.bench_accuracy import accuracy_table
+from projects.paper.cli import app
+from projects.paper.cli.accuracy import accuracy_table
 
 SENTENCES = [
     ("the dog runs", "D N V"), ("a cat sleeps", "D N V"), ("dogs run fast", "N V R"),
@@ -31,7 +32,7 @@ def write_corpus(root):
 def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
     write_corpus(tmp_path / "corpus")
     results, output = tmp_path / "runs.jsonl", tmp_path / "accuracy.md"
-    args = ["bench", "accuracy", "--datasets", "tw", "--systems", "softmax,crf", "--seeds", "0", "--epochs", "3",
+    args = ["accuracy", "--datasets", "twitter", "--systems", "softmax,crf", "--seeds", "0", "--epochs", "3",
             "--corpus", str(tmp_path / "corpus"), "--results", str(results), "--output", str(output)]
     first = CliRunner().invoke(app, args)
     assert first.exit_code == 0, first.output
@@ -41,7 +42,7 @@ def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
     crf = next(r for r in rows if r["spec"]["factory"] == "crf_tagger")
     assert set(crf["acc_by_decoder"]) == {"viterbi", "posterior"} and 0 <= crf["acc_emission_only"] <= 100
     table = output.read_text()
-    assert "| tw |" in table and "crf − softmax" in table
+    assert "| twitter |" in table and "crf − softmax" in table
     # the table's command names the corpus and the runs file it was made from, so that it re-reads them
     assert f"--corpus {tmp_path / 'corpus'}" in table and f"--results {results}" in table
     second = CliRunner().invoke(app, args)  # everything is in the runs file: nothing is trained again
@@ -63,28 +64,48 @@ def test_accuracy_table_differences_and_wins():
 
 
 def test_unknown_dataset_is_a_clear_error(tmp_path):
-    result = CliRunner().invoke(app, ["bench", "accuracy", "--datasets", "xx", "--results", str(tmp_path / "r")])
+    result = CliRunner().invoke(app, ["accuracy", "--datasets", "xx", "--results", str(tmp_path / "r")])
     assert result.exit_code != 0 and "unknown dataset 'xx'" in result.output
 
 
 def test_diagnosis_rows_give_every_run_their_change():
-    """scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the row's config
-    and tok2vec, not only the first one (a shared dict was once emptied by the first run's pop)."""
+    """projects/paper/scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the
+    row's config and tok2vec, not only the first one (a shared dict was once emptied by the first run's pop)."""
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "diagnose_accuracy.py"
+    path = Path(__file__).resolve().parents[1] / "projects" / "paper" / "scripts" / "diagnose_accuracy.py"
     spec = importlib.util.spec_from_file_location("diagnose_accuracy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     for group in ("decode", "word_dropout"):
         by_row = {}
-        for label, name, run in module.specs_for(group, ["tw", "en"], [0, 1], "corpus"):
+        for label, name, run in module.specs_for(group, ["twitter", "en"], [0, 1], "corpus"):
             by_row.setdefault((label, name), []).append(json.dumps(run.config, sort_keys=True))
         for (label, name), configs in by_row.items():
             assert len(configs) == 4 and len(set(configs)) == 1, (label, name, configs)
         assert any("max_dist" in c or "word_dropout" in c for cs in by_row.values() for c in cs)
-    decode = module.specs_for("decode", ["tw"], [0, 1], "corpus")
+    decode = module.specs_for("decode", ["twitter"], [0, 1], "corpus")
     assert all('"max_dist": 10' in json.dumps(r.config) for label, _, r in decode if label == "max_dist 10")
-    wd = module.specs_for("word_dropout", ["tw"], [0, 1], "corpus")
+    wd = module.specs_for("word_dropout", ["twitter"], [0, 1], "corpus")
     assert sum(r.config["model"]["tok2vec"]["embed"]["word_dropout"] == 0.4 for _, _, r in wd if r.config) == 6
+
+
+def test_every_recorded_run_is_found_again_under_its_key():
+    """The plain loop's records (results/accuracy/*.jsonl, results/diagnosis/*.jsonl) keep their keys: each row's
+    spec gives its stored key back, so no recorded run is redone (Twitter is ``twitter`` in the registry and ``tw``
+    in the keys, patches of the study's scripts ``scripts.<module>``)."""
+    from pathlib import Path
+
+    from projects.paper.runs.loop import RunSpec
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    files = sorted([*(results / "accuracy").glob("*.jsonl"), *(results / "diagnosis").glob("*.jsonl")])
+    rows = [json.loads(line) for path in files for line in path.read_text(encoding="utf8").splitlines() if line.strip()]
+    rows = [row for row in rows if "spec" in row and "key" in row]
+    assert len(rows) > 500
+    for row in rows:
+        assert RunSpec(**row["spec"]).key() == row["key"], row["key"]
+    tw = RunSpec(dataset="tw", system="s", factory="tagger")
+    assert tw.dataset == "twitter" and tw.key() == RunSpec(dataset="twitter", system="s", factory="tagger").key()
+    assert '"dataset": "tw"' in tw.key()

@@ -1,4 +1,4 @@
-"""scripts/compare_runs.py: two folders of Table 2 records, the mean over common seeds and the change."""
+"""projects/paper/scripts/compare_runs.py: two folders of Table 2 records, the mean over common seeds and the change."""
 import json
 import subprocess
 import sys
@@ -21,8 +21,8 @@ def test_changes_over_common_seeds(tmp_path):
     write(variant, "twitter", "nldm", 0, 86.0, 84.5)
     write(variant, "twitter", "nldm", 1, 86.5, 85.5)
     write(base, "fr", "softmax", 0, 90.0, 90.0)  # no variant run at all: blank cell
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), "--base", str(base),
-                           "--variant", str(variant)], capture_output=True, text=True, cwd=ROOT / "scripts")
+    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "compare_runs.py"), "--base", str(base),
+                           "--variant", str(variant)], capture_output=True, text=True, cwd=ROOT / "projects" / "paper" / "scripts")
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("| twitter"))
     assert "85.50 → 86.25 (+0.75; dev +0.50, seeds 0,1)" in row
@@ -37,8 +37,8 @@ def test_difference_of_two_systems_changes(tmp_path):
         write(base, dataset, "crf1", 0, 90.0, 90.0)
         write(variant, dataset, "nldm", 0, 90.0 + nldm_change, 90.0)
         write(variant, dataset, "crf1", 0, 90.0 + crf_change, 90.0)
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), "--base", str(base),
-                           "--variant", str(variant)], capture_output=True, text=True, cwd=ROOT / "scripts")
+    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "compare_runs.py"), "--base", str(base),
+                           "--variant", str(variant)], capture_output=True, text=True, cwd=ROOT / "projects" / "paper" / "scripts")
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("| nldm − crf1"))
     # differences +0.5, -0.5, +0.5: mean +0.17, sample sd 0.577, standard error 0.577 / sqrt(3) = 0.33
@@ -48,6 +48,6 @@ def test_difference_of_two_systems_changes(tmp_path):
 
 
 def test_missing_folder_is_an_error(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_runs.py"), "--base", str(tmp_path),
-                           "--variant", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT / "scripts")
+    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "compare_runs.py"), "--base", str(tmp_path),
+                           "--variant", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT / "projects" / "paper" / "scripts")
     assert done.returncode == 2 and "nothing is not a folder of records" in done.stderr

@@ -1,4 +1,4 @@
-"""scripts/decoder_scores.py: a trained pipeline's dev and test accuracy under each decoder."""
+"""projects/paper/scripts/decoder_scores.py: a trained pipeline's dev and test accuracy under each decoder."""
 import subprocess
 import sys
 
@@ -33,7 +33,7 @@ def test_each_decoder_is_applied_at_load_time_and_scored_on_both_splits(tmp_path
     for split, rows in splits.items():
         docs = [Doc(nlp.vocab, words=WORDS[i], tags=TAGS[i]) for i in rows]
         DocBin(docs=docs, attrs=["TAG"]).to_disk(corpus / f"{split}.spacy")
-    res = subprocess.run([sys.executable, str(ROOT / "scripts/decoder_scores.py"), str(tmp_path / "model"),
+    res = subprocess.run([sys.executable, str(ROOT / "projects/paper/scripts/decoder_scores.py"), str(tmp_path / "model"),
                           "--corpus", str(corpus)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     mean_row = [line for line in res.stdout.splitlines() if line.startswith("| mean of 1 |")][0]
@@ -46,6 +46,6 @@ def test_each_decoder_is_applied_at_load_time_and_scored_on_both_splits(tmp_path
 
 
 def test_a_missing_corpus_is_a_clear_error(tmp_path):
-    res = subprocess.run([sys.executable, str(ROOT / "scripts/decoder_scores.py"), str(tmp_path / "model"),
+    res = subprocess.run([sys.executable, str(ROOT / "projects/paper/scripts/decoder_scores.py"), str(tmp_path / "model"),
                           "--corpus", str(tmp_path)], capture_output=True, text=True)
     assert res.returncode == 1 and "dev.spacy not found" in res.stderr and "Traceback" not in res.stderr

@@ -154,7 +154,7 @@ def test_the_all_workflow_ends_by_saying_where_the_pipelines_are(tmp_path):
         srsly.write_json(tmp_path / "metrics" / "twitter" / f"{system}.json", {"tag_acc": 0.8 + i / 100})
         best = tmp_path / "training" / "twitter" / system / "model-best"
         srsly.write_json(best / "meta.json", {"performance": {"tag_acc": 0.79}})
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "all_table.py"), "--dataset", "twitter",
+    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "all_table.py"), "--dataset", "twitter",
                            "--systems", ",".join(systems), "--output", "metrics/twitter.md"],
                           cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

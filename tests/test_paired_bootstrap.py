@@ -1,4 +1,4 @@
-"""scripts/paired_bootstrap.py: the difference of two groups' accuracies, resampled over test sentences."""
+"""projects/paper/scripts/paired_bootstrap.py: the difference of two groups' accuracies, resampled over test sentences."""
 import subprocess
 import sys
 from pathlib import Path
@@ -6,9 +6,7 @@ from pathlib import Path
 import numpy
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from paired_bootstrap import paired_bootstrap  # noqa: E402
+from projects.paper.scripts.paired_bootstrap import paired_bootstrap
 
 
 def test_identical_predictions_have_no_difference():
@@ -49,7 +47,7 @@ def test_a_small_difference_on_few_sentences_is_not_significant():
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "no"),
+    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "no"),
                            "--b", str(tmp_path / "no"), "--test", str(tmp_path / "test.spacy")],
                           capture_output=True, text=True)
     assert done.returncode == 2
@@ -61,7 +59,7 @@ def test_correct_tokens_per_sentence_from_saved_pipelines(tmp_path):
     import spacy
     from spacy.tokens import Doc, DocBin
 
-    from paired_bootstrap import correct_per_sentence
+    from projects.paper.scripts.paired_bootstrap import correct_per_sentence
 
     models = []
     for tag in ("N", "V"):
@@ -87,7 +85,7 @@ def test_decoder_set_at_load_decodes_the_label_marginals(tmp_path):
     from spacy.tokens import Doc
     from spacy.training import Example
 
-    from paired_bootstrap import load_pipeline
+    from projects.paper.scripts.paired_bootstrap import load_pipeline
 
     nlp = spacy.blank("en")
     nlp.add_pipe("crf_tagger", config={"attr": "tag", "decode": "viterbi", "store_probs": True})
@@ -122,7 +120,7 @@ def test_decoder_for_a_group_without_structured_head_is_a_clear_error(tmp_path):
     plain.add_pipe("attribute_ruler")
     plain.to_disk(tmp_path / "plain")
     DocBin().to_disk(tmp_path / "test.spacy")
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "plain"),
+    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "plain"),
                            "--b", str(tmp_path / "plain"), "--decode-b", "posterior",
                            "--test", str(tmp_path / "test.spacy")], capture_output=True, text=True)
     assert done.returncode == 2

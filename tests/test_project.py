@@ -21,11 +21,11 @@ SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
 
 
 def copy_project(dest: Path) -> Path:
-    """project.yml, configs/ and scripts/ copied to ``dest`` (what `spacy project run` needs)."""
+    """project.yml, configs/ and projects/ (the scripts) copied to ``dest`` (what `spacy project run` needs)."""
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "project.yml", dest / "project.yml")
     shutil.copytree(ROOT / "configs", dest / "configs")
-    shutil.copytree(ROOT / "scripts", dest / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "projects", dest / "projects", ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
 
@@ -95,15 +95,51 @@ def test_the_four_systems_share_one_encoder_and_one_training_setup():
 
 
 def test_every_spacy_train_and_evaluate_step_runs_at_the_projects_thread_count():
-    """`spacy project run` steps run at vars.threads torch threads (scripts/timed.py sets OMP_NUM_THREADS):
-    at torch's default, a `spacy evaluate` beside another step oversubscribed the cores (SPEED 92 words/s
-    instead of 2,131)."""
-    project = srsly.read_yaml(ROOT / "project.yml")
-    scripts = [line for command in project["commands"] for line in command.get("script", [])]
-    steps = [line for line in scripts if re.search(r"-m spacy (train|evaluate)\b", line)]
+    """`spacy project run` steps of both projects run at vars.threads torch threads (projects/paper/scripts/timed.py
+    sets OMP_NUM_THREADS): at torch's default, a `spacy evaluate` beside another step oversubscribed the cores
+    (SPEED 92 words/s instead of 2,131)."""
+    steps = []
+    # the study's commands start from projects/paper and reach the scripts through run.py
+    for path, timed in ((ROOT / "project.yml", "python -m projects.paper.scripts.timed"),
+                        (ROOT / "projects" / "paper" / "project.yml", "python run.py timed")):
+        project = srsly.read_yaml(path)
+        scripts = [line for command in project["commands"] for line in command.get("script", [])]
+        for line in scripts:
+            if re.search(r"-m spacy (train|evaluate)\b", line):
+                steps.append(line)
+                assert line.startswith(f"{timed} --threads ${{vars.threads}} --record "), (path, line)
     assert sum(" spacy evaluate " in line for line in steps) >= 5 and sum(" spacy train " in line for line in steps) >= 5
-    for line in steps:
-        assert line.startswith("python scripts/timed.py --threads ${vars.threads} --record "), line
+
+
+def test_the_study_is_its_own_project_and_the_main_job_names_none_of_it():
+    """projects/paper/project.yml holds the study's workflows; the root project.yml is the main job."""
+    from weasel.util import load_project_config
+
+    root = srsly.read_yaml(ROOT / "project.yml")
+    assert set(root["workflows"]) == {"all", "corpora", "reproduce", "package"}
+    study = load_project_config(ROOT / "projects" / "paper", interpolate=True)
+    names = {c["name"] for c in study["commands"]}
+    assert {"synthetic", "tune", "glove", "trf"} <= set(study["workflows"])
+    for steps in study["workflows"].values():
+        assert set(steps) <= names
+    assert not names & {c["name"] for c in root["commands"]}
+    for command in study["commands"]:
+        for line in command.get("script", []):  # started in projects/paper: the study's code through run.py
+            assert line.startswith("python run.py ") or line.startswith("python -m spacy init vectors "), line
+        for path in command.get("deps", []) + command.get("outputs", []):
+            assert path.startswith("../../"), (command["name"], path)
+
+
+def test_a_study_command_runs_from_the_repository_root(tmp_path):
+    """`spacy project run derive-configs projects/paper` starts in projects/paper; run.py runs it from the root,
+    so it reads configs/ there and finds the committed derived configs up to date."""
+    proj = copy_project(tmp_path / "proj")
+    res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "derive-configs",
+                          str(proj / "projects" / "paper")], capture_output=True, text=True, cwd=tmp_path,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for name in ("glove/nldm.cfg", "softmax_trf.cfg"):
+        assert (proj / "configs" / name).read_text() == (ROOT / "configs" / name).read_text()
 
 
 def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
@@ -142,7 +178,7 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     timing = srsly.read_json(proj / "training/twitter/softmax/evaluate_time.json")
     assert timing["threads"] == 1 and timing["returncode"] == 0 and "evaluate" in timing["command"]
 
-    # Table 2's queue (scripts/reproduce.py on scripts/runs.py): one tiny run, then the table
+    # Table 2's queue (projects/paper/scripts/reproduce.py on projects/paper/runs/queue.py): one tiny run, then the table
     out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
               "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
     assert "skip it: no train file in the mirror" in out
@@ -164,7 +200,7 @@ def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
                              {"dataset": "te", "system": system, "seed": seed, "test_acc": acc,
                               "train_seconds": 60.0, "budget": {"training.max_epochs": "8"}})
     out = tmp_path / "table2.md"
-    res = subprocess.run([sys.executable, str(ROOT / "scripts/table2.py"), "--runs", str(runs), "--output", str(out),
+    res = subprocess.run([sys.executable, str(ROOT / "projects/paper/scripts/table2.py"), "--runs", str(runs), "--output", str(out),
                           "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     text = out.read_text()

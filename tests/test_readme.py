@@ -1,5 +1,5 @@
 """The README's quick-start example runs as written and does what it says, and every figure that README.md
-and docs/ copy from a result file is in step with that file (scripts/readme_tables.py)."""
+and docs/ copy from a result file is in step with that file (projects/paper/scripts/readme_tables.py)."""
 import importlib.util
 import re
 
@@ -15,7 +15,7 @@ def readme_block(section: str, language: str = "python") -> str:
 
 
 def readme_tables():
-    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "scripts" / "readme_tables.py")
+    spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "projects" / "paper" / "scripts" / "readme_tables.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -63,7 +63,7 @@ def test_copied_tables_and_quoted_figures_are_in_step_with_their_files(path):
     module = readme_tables()
     text = (ROOT / path).read_text(encoding="utf8")
     for source, copy, table in module.blocks(text):
-        assert copy == table, f"{path}'s copy of {source} is out of step: python scripts/readme_tables.py"
+        assert copy == table, f"{path}'s copy of {source} is out of step: python -m projects.paper.scripts.readme_tables"
         assert table.count("\n") >= 3, f"{source} has no table"
     for sources, missing in module.figure_blocks(text):
         assert not missing, f"{path}: figures that {' '.join(sources)} do not hold: {missing}"

@@ -1,4 +1,4 @@
-"""scripts/runs.py: the run queue that scripts/reproduce.py and scripts/synthetic_runs.py share."""
+"""projects/paper/runs/queue.py: the run queue that projects/paper/scripts/reproduce.py and projects/paper/scripts/synthetic_runs.py share."""
 import json
 import os
 import subprocess
@@ -8,8 +8,7 @@ import pytest
 
 from nldm_fixtures import ROOT
 
-sys.path.insert(0, str(ROOT / "scripts"))
-import runs  # noqa: E402
+from projects.paper.runs import queue as runs
 
 
 def dead_pid() -> int:

@@ -1,11 +1,11 @@
-"""Synthetic infinite-order HMM data (spacy_nldm.corpora.synthetic, ``python -m spacy_nldm synth``)."""
+"""Synthetic infinite-order HMM data (projects.paper.synthetic, ``python -m projects.paper synth``)."""
 import json
 import math
 
 import numpy as np
 import pytest
 
-from spacy_nldm.corpora.synthetic import (
+from projects.paper.synthetic import (
     SPLITS,
     SynthSettings,
     conditional_entropy,
@@ -119,7 +119,7 @@ def test_docbin_round_trip(data, tmp_path):
 def test_cli(tmp_path):
     from typer.testing import CliRunner
 
-    from spacy_nldm.cli import app
+    from projects.paper.cli import app
 
     result = CliRunner().invoke(app, ["synth", "--samples", "100", "--seed", "0", "--output", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""scripts/synthetic_report.py on made-up metrics (table, CSV and plot are written and agree)."""
+"""projects/paper/scripts/synthetic_report.py on made-up metrics (table, CSV and plot are written and agree)."""
 import importlib.util
 import json
 import sys
@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "projects" / "paper" / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

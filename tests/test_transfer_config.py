@@ -1,4 +1,4 @@
-"""scripts/transfer_config.py: another system's base config with a tuned config's searched values."""
+"""projects/paper/scripts/transfer_config.py: another system's base config with a tuned config's searched values."""
 import subprocess
 import sys
 from pathlib import Path
@@ -6,12 +6,10 @@ from pathlib import Path
 from thinc.api import Config
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+from projects.paper.scripts.transfer_config import transfer, tuned_values
 
-from transfer_config import transfer, tuned_values  # noqa: E402
-
-from spacy_nldm.tuning.space import load_space  # noqa: E402
-from spacy_nldm.tuning.study import base_config  # noqa: E402
+from projects.paper.tuning.space import load_space  # noqa: E402
+from projects.paper.tuning.study import base_config  # noqa: E402
 
 SPACE = ROOT / "configs" / "glove_bilstm" / "space.yml"
 BASE = ROOT / "configs" / "glove_bilstm"
@@ -75,7 +73,7 @@ def test_another_head_gets_the_values_that_apply_and_nothing_else(tmp_path):
 def test_cli_writes_configs_that_name_their_source(tmp_path):
     tuned = _tuned_nldm(tmp_path)
     out = tmp_path / "out" / "{system}.cfg"
-    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "transfer_config.py"), "--tuned", str(tuned),
+    run = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "transfer_config.py"), "--tuned", str(tuned),
                           "--from", "nldm", "--space", str(SPACE), "--base", str(BASE / "{system}.cfg"),
                           "--systems", "crf1,softmax", "--output", str(out)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
@@ -83,7 +81,7 @@ def test_cli_writes_configs_that_name_their_source(tmp_path):
         text = (tmp_path / "out" / f"{system}.cfg").read_text()
         assert str(tuned) in text.splitlines()[0]
         assert Config().from_str(text, interpolate=False)["training"]["optimizer"]["@optimizers"] == "SGD.v1"
-    missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "transfer_config.py"), "--tuned",
+    missing = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "transfer_config.py"), "--tuned",
                               str(tmp_path / "nope.cfg"), "--from", "nldm", "--space", str(SPACE), "--base", "x",
                               "--systems", "crf1", "--output", str(out)], capture_output=True, text=True)
     assert missing.returncode == 2 and "nope.cfg does not exist" in missing.stderr

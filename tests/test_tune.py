@@ -1,4 +1,4 @@
-"""python -m spacy_nldm tune: search space, resumable studies, pruning (with a stand-in trainer), and one real
+"""python -m projects.paper tune: search space, resumable studies, pruning (with a stand-in trainer), and one real
 end-to-end search of two `spacy train` trials on a few tweets (tests/fixtures/tune_twitter.txt)."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 
 optuna = pytest.importorskip("optuna")
 
-from spacy_nldm.tuning.space import SpaceError, fold_overrides, get_path, load_space, parse_space  # noqa: E402
-from spacy_nldm.tuning.study import StudySpec, TuneError, open_study, run_study  # noqa: E402
-from spacy_nldm.tuning.trial import ProgressTable, pid_alive  # noqa: E402
+from projects.paper.tuning.space import SpaceError, fold_overrides, get_path, load_space, parse_space  # noqa: E402
+from projects.paper.tuning.study import StudySpec, TuneError, open_study, run_study  # noqa: E402
+from projects.paper.tuning.trial import ProgressTable, pid_alive  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -182,7 +182,7 @@ def test_trial_left_running_by_a_dead_process_is_rerun_with_the_same_parameters(
 
 
 def test_ctrl_c_during_a_trial_queues_it_again(spec, launches, monkeypatch):
-    from spacy_nldm.tuning import study as study_module
+    from projects.paper.tuning import study as study_module
 
     space = parse_space(DROPOUT_SPACE)
 
@@ -248,7 +248,7 @@ def test_cli_end_to_end_writes_a_trainable_tuned_config_and_the_table(tmp_path):
     from typer.testing import CliRunner
 
     import spacy
-    from spacy_nldm.cli import app
+    from projects.paper.cli import app
     from spacy_nldm.corpora.ark import ark_to_docs
 
     nlp = spacy.blank("en")
@@ -301,7 +301,7 @@ def test_cli_end_to_end_writes_a_trainable_tuned_config_and_the_table(tmp_path):
 def test_a_shared_proposal_takes_the_peers_values_and_fills_the_rest_from_the_study():
     from thinc.api import Config
 
-    from spacy_nldm.tuning.sharing import proposal
+    from projects.paper.tuning.sharing import proposal
 
     space = load_space(ROOT / "configs" / "glove_bilstm" / "space.yml")
     config = Config().from_disk(ROOT / "configs" / "glove_bilstm" / "nldm.cfg", interpolate=False)
@@ -319,9 +319,9 @@ def test_a_shared_proposal_takes_the_peers_values_and_fills_the_rest_from_the_st
 def test_each_study_runs_the_other_systems_best_trial_once_on_top_of_its_trials(spec, launches):
     import dataclasses
 
-    from spacy_nldm.tuning.report import load_summaries, render
-    from spacy_nldm.tuning.sharing import SHARED, best_trials, share_best
-    from spacy_nldm.tuning.study import write_best_config
+    from projects.paper.tuning.report import load_summaries, render
+    from projects.paper.tuning.sharing import SHARED, best_trials, share_best
+    from projects.paper.tuning.study import write_best_config
 
     space = parse_space(DROPOUT_SPACE)
     quiet = lambda m: None  # noqa: E731
@@ -383,14 +383,14 @@ def test_each_study_runs_the_other_systems_best_trial_once_on_top_of_its_trials(
 def test_an_unknown_share_mode_is_refused():
     from typer.testing import CliRunner
 
-    from spacy_nldm.cli import app
+    from projects.paper.cli import app
 
     res = CliRunner().invoke(app, ["tune", "--share", "all"])
     assert res.exit_code != 0 and "--share must be none or best, not 'all'" in res.output
 
 
 def test_the_median_within_an_optimizer_judges_a_slow_starter_by_its_own_kind():
-    from spacy_nldm.tuning.pruning import MedianPrunerWithin
+    from projects.paper.tuning.pruning import MedianPrunerWithin
 
     def study_with(pruner):
         study = optuna.create_study(direction="maximize", pruner=pruner)
@@ -421,8 +421,8 @@ def test_the_median_within_an_optimizer_judges_a_slow_starter_by_its_own_kind():
 
 
 def test_pruned_trials_the_fairer_pruner_would_keep_are_queued_again_once():
-    from spacy_nldm.tuning.pruning import REJUDGED, MedianPrunerWithin, rejudge_pruned
-    from spacy_nldm.tuning.study import queued_on_top
+    from projects.paper.tuning.pruning import REJUDGED, MedianPrunerWithin, rejudge_pruned
+    from projects.paper.tuning.study import queued_on_top
 
     study = optuna.create_study(direction="maximize")
     for optimizer, score, state in (("adam", 88.0, "C"), ("adam", 89.0, "C"), ("adam", 90.0, "C"),

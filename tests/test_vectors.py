@@ -15,8 +15,8 @@ from thinc.api import Config
 
 pytest.importorskip("pyarrow")
 
-from spacy_nldm.pretrained.glove import GloveError, add_case_keys, check_vectors, load_glove  # noqa: E402
-from spacy_nldm.pretrained.variants import HASH_EMBEDS, derive_all, write_all  # noqa: E402
+from projects.paper.pretrained.glove import GloveError, add_case_keys, check_vectors, load_glove  # noqa: E402
+from projects.paper.pretrained.variants import HASH_EMBEDS, derive_all, write_all  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "vectors_glove"
@@ -27,7 +27,7 @@ def cli(*args: str) -> str:
     """A spacy_nldm command, in process."""
     from typer.testing import CliRunner
 
-    from spacy_nldm.cli import app
+    from projects.paper.cli import app
 
     res = CliRunner().invoke(app, list(args))
     assert res.exit_code == 0, res.output
@@ -124,7 +124,7 @@ def test_glove_config_initialises_static_vectors_from_the_folder(vectors_folder,
 
 
 def test_derived_configs_are_committed_and_up_to_date():
-    assert write_all(ROOT / "configs", check=True) == [], "run: python -m spacy_nldm derive-configs"
+    assert write_all(ROOT / "configs", check=True) == [], "run: python -m projects.paper derive-configs"
 
 
 def _cfg(path: Path) -> Config:
@@ -169,7 +169,7 @@ def test_minilm_configs_share_the_transformer_and_training_and_keep_each_head():
 
 
 def test_derive_refuses_an_encoder_without_hash_embeddings(tmp_path):
-    from spacy_nldm.pretrained.variants import VariantError
+    from projects.paper.pretrained.variants import VariantError
 
     configs = tmp_path / "configs"
     configs.mkdir()
@@ -186,7 +186,7 @@ def test_derive_refuses_an_encoder_without_hash_embeddings(tmp_path):
 
 
 def test_seed_table_mean_and_sample_std(tmp_path):
-    from spacy_nldm.pretrained.runs import render_table
+    from projects.paper.runs.seeds import render_table
 
     for system, accs in {"softmax": [88.0, 89.0, 90.0], "nldm": [90.5]}.items():
         for seed, acc in enumerate(accs):

@@ -11,7 +11,7 @@ MARKUP = None
 
 app = typer.Typer(
     name="spacy-nldm",
-    help="Neural Latent Dependency Model tools: benchmarks, data conversion, synthetic data.",
+    help="Neural Latent Dependency Model tools: data conversion, tagging, benchmarks.",
     no_args_is_help=True,
     add_completion=False,
     rich_markup_mode=MARKUP,
@@ -22,15 +22,12 @@ app.add_typer(bench_app, name="bench")
 
 # Command modules: importing them registers their commands.
 from . import bench  # noqa: E402,F401
-from . import bench_accuracy  # noqa: E402,F401
 from . import bench_long  # noqa: E402,F401
 from . import bench_pipeline  # noqa: E402,F401
 from . import bench_raw_text  # noqa: E402,F401
 from . import bench_spacy_train  # noqa: E402,F401
 from . import bench_tokenizer  # noqa: E402,F401
 from . import convert  # noqa: E402,F401
-from . import synth  # noqa: E402,F401
-from . import pretrained, tune  # noqa: E402,F401
 from . import tag  # noqa: E402,F401
 
 

@@ -1,1 +1,1 @@
-"""Readers and converters: CoNLL-U, ARK Twitter POS, synthetic data (``spacy_nldm.corpora.synthetic``)."""
+"""Readers and converters: CoNLL-U, ARK Twitter POS, Tweebank."""

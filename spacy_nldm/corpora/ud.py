@@ -6,7 +6,7 @@ sentence per Doc, multiword tokens split into their syntactic words, UPOS on ``T
 :func:`~.conllu.set_targets` (UPOS copied onto ``Token.tag_``, gold heads kept, counts checked against
 the source). A UTF-8 byte order mark, which spaCy's converter reads as part of the first line, is
 removed first. :func:`targets_from_docbin` is the last step alone, for a DocBin converted elsewhere.
-Used by ``python -m spacy_nldm convert ud`` / ``ud-targets`` and by ``scripts/convert_ud.py``.
+Used by ``python -m spacy_nldm convert ud`` / ``ud-targets`` and by ``projects/paper/scripts/convert_ud.py``.
 """
 from __future__ import annotations
 

@@ -1,0 +1,25 @@
+"""The study's command line: ``python -m projects.paper <command>``, run from the repository root.
+
+Sub-commands register themselves on :data:`app` when their module is imported below.
+"""
+import typer
+
+from spacy_nldm.cli import MARKUP
+
+app = typer.Typer(
+    name="projects.paper",
+    help="The paper study: hyper-parameter search, GloVe and MiniLM seed runs, the arc-length sweep, the plain-loop "
+         "accuracy comparison and the synthetic data.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=MARKUP,
+)
+
+from . import accuracy  # noqa: E402,F401
+from . import pretrained  # noqa: E402,F401
+from . import synth  # noqa: E402,F401
+from . import tune  # noqa: E402,F401
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,184 @@
+"""What the study's run queues share (``reproduce.py``, ``synthetic_runs.py`` of this folder).
+
+A run is one ``spacy train`` + ``spacy evaluate --gold-preproc``, whose record (a JSON file) is written
+when it finishes: a run with a record is done and skipped, so a queue can be stopped and started again.
+Several copies of a queue can share it: each run is claimed with a lock file beside its record
+(``<record>.lock``, holding the pid; the lock of a process that died is taken over).
+
+Imported by the scripts as ``projects.paper.runs.queue``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+
+class RunFailed(Exception):
+    """A command of a run failed; the message says which and where its log is."""
+
+
+@dataclass
+class Run:
+    name: str  # for messages, e.g. "te/nldm/seed0"
+    record: Path  # written when the run is done
+    params: tuple = ()  # what the queue's work function needs to know about the run
+    #: what the run is made of (e.g. a hash of its config and budget), stored in its record: a record with
+    #: another fingerprint (or none) is out of date and the run is done again; None: any record counts
+    fingerprint: Optional[str] = None
+
+    def stale(self) -> Optional[str]:
+        """Why the existing record does not count (None: it does, or there is none)."""
+        if self.fingerprint is None or not self.record.exists():
+            return None
+        try:
+            found = json.loads(self.record.read_text()).get("fingerprint")
+        except (OSError, ValueError) as err:
+            return f"unreadable record ({err})"
+        return None if found == self.fingerprint else f"made with another config or budget ({found} != {self.fingerprint})"
+
+    def done(self) -> bool:
+        return self.record.exists() and self.stale() is None
+
+
+def claim(lock: Path) -> bool:
+    """Create ``lock`` holding our pid; False if a live process holds it (a dead holder's lock is taken)."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text().strip() or 0)
+                os.kill(pid, 0)
+                return False
+            except (ValueError, ProcessLookupError, FileNotFoundError):
+                lock.unlink(missing_ok=True)  # left by a process that died (or half written)
+                continue
+            except PermissionError:  # alive, another user's
+                return False
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def run_queue(runs: Iterable[Run], work: Callable[[Run], dict], stop: Callable[[], Optional[str]] = lambda: None) -> int:
+    """Do each run that has no current record (:meth:`Run.done`) and that no other process holds:
+    ``work(run)`` returns the record, written as JSON (with the run's fingerprint). ``stop()`` returning a reason ends the queue before the next run.
+    A RunFailed is reported and the queue goes on. Returns the number of runs that failed."""
+    failed = 0
+    for run in runs:
+        stale = run.stale()  # reads the record once
+        if run.record.exists() and stale is None:
+            print(f"skip {run.name}: {run.record} exists", flush=True)
+            continue
+        if stale:
+            print(f"redo {run.name}: its record {run.record} was {stale}", flush=True)
+        reason = stop()
+        if reason:
+            print(f"stop: {reason}; {run.name} not started", flush=True)
+            break
+        lock = run.record.with_suffix(".lock")
+        if not claim(lock):
+            print(f"skip {run.name}: claimed by another process ({lock})", flush=True)
+            continue
+        try:
+            if run.done():  # finished by another process since we looked
+                continue
+            print(f"== {run.name} ({time.strftime('%H:%M:%S')})", flush=True)
+            try:
+                record = work(run)
+            except RunFailed as err:
+                failed += 1
+                print(f"   FAILED: {err}", flush=True)
+                continue
+            if run.fingerprint is not None:
+                record = {**record, "fingerprint": run.fingerprint}
+            write_json(run.record, record)
+        finally:
+            lock.unlink(missing_ok=True)
+    return failed
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Written whole or not at all (a reader never sees half a record)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def thread_env(threads: int) -> Dict[str, str]:
+    """The environment of a training process with ``threads`` torch/BLAS threads, offline."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return env
+
+
+def parse_overrides(args: List[str]) -> Dict[str, str]:
+    """Config overrides given on a command line (``--training.max_steps 500`` or ``--training.max_steps=500``)."""
+    out: Dict[str, str] = {}
+    items = iter(args)
+    for item in items:
+        if not item.startswith("--"):
+            raise SystemExit(f"error: expected a config override such as --training.max_steps 500, got {item!r}")
+        key, eq, value = item[2:].partition("=")
+        out[key] = value if eq else next(items, "")
+    return out
+
+
+def children_cpu() -> float:
+    """CPU seconds of the finished child processes (user + system), e.g. of a ``spacy train`` run."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _call(cmd: List[str], log: Path, threads: int, cwd: Optional[Path], append: bool) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a" if append else "w") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=thread_env(threads), cwd=cwd)
+    if rc != 0:
+        raise RunFailed(f"{' '.join(cmd[2:4])} exited with status {rc}; see {log}")
+
+
+def spacy_train(config: Path, output: Path, overrides: Dict[str, str], log: Path, *, threads: int = 1,
+                cwd: Optional[Path] = None) -> Tuple[float, float]:
+    """``spacy train CONFIG --output OUTPUT --key value ...`` with its output in ``log`` (overwritten);
+    returns its wall and CPU seconds."""
+    cmd = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(output)]
+    for key, value in overrides.items():
+        cmd += [f"--{key.lstrip('-')}", str(value)]
+    wall, cpu = time.time(), children_cpu()
+    _call(cmd, log, threads, cwd, append=False)
+    return time.time() - wall, children_cpu() - cpu
+
+
+def spacy_evaluate(model: Path, data: Path, log: Path, *, threads: int = 1, cwd: Optional[Path] = None) -> dict:
+    """The scores of ``spacy evaluate MODEL DATA --gold-preproc`` (its output appended to ``log``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "scores.json"
+        _call([sys.executable, "-m", "spacy", "evaluate", str(model), str(data), "--output", str(out),
+               "--gold-preproc"], log, threads, cwd, append=True)
+        return json.loads(out.read_text())
+
+
+def last_logged_step(log: Path) -> Optional[List[str]]:
+    """The last row of ``spacy train``'s table in ``log`` (epoch, step, losses, scores), or None."""
+    for line in reversed(log.read_text().splitlines()):
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            return parts
+    return None
