@@ -31,7 +31,16 @@ from typing import Dict, List, Optional, Tuple
 import typer
 
 from . import bench_app
-from .bench_accuracy import _stats as mean_sd
+
+
+def mean_sd(values: List[float]) -> str:
+    """Mean ± sample standard deviation with two decimals ("—" for none, the value alone for one)."""
+    if not values:
+        return "—"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
 
 #: dataset key -> (folder under the corpus directory, language of the generated config)
 DATASETS: Dict[str, Tuple[str, str]] = {

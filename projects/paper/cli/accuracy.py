@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import typer
+from spacy_nldm.cli.bench_spacy_train import mean_sd as _stats
 
 from ..registry import canonical
 from ..runs.loop import DATASETS, RunSpec, run_all
@@ -47,14 +48,6 @@ def _git_commit() -> str:
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-
-
-def _stats(values: List[float]) -> str:
-    if not values:
-        return "—"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
 def _diff(a: List[float], b: List[float]) -> Optional[float]:
