@@ -24,7 +24,7 @@ def build_nldm_tagger(
     emission: bool = True,
     distance_bias: bool = True,
     dropout: float = 0.1,
-    char_width: int = 50,
+    char_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
@@ -57,7 +57,7 @@ def build_crf_tagger(
     rank: int = 400,
     emission: bool = True,
     dropout: float = 0.1,
-    char_width: int = 50,
+    char_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
@@ -110,7 +110,7 @@ def build_hash_char_embed(
     attrs: List[str],
     rows: List[int],
     include_static_vectors: bool,
-    char_width: int = 50,
+    char_width: int = 0,
     char_dim: int = 30,
     char_window: int = 3,
     char_dropout: float = 0.0,

@@ -52,7 +52,7 @@ max_dist = 3
 emission = true
 distance_bias = true
 dropout = 0.1
-char_width = 50
+char_width = 0
 """
     + TOK2VEC
 )["model"]
@@ -67,7 +67,7 @@ label_dim = 50
 rank = 400
 emission = true
 dropout = 0.1
-char_width = 50
+char_width = 0
 """
     + TOK2VEC
 )["model"]
