@@ -23,7 +23,7 @@ def build_nldm_tagger(
     max_dist: Optional[int] = 3,
     emission: bool = True,
     distance_bias: bool = True,
-    dropout: float = 0.1,
+    dropout: float = 0.0,
     char_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
@@ -56,7 +56,7 @@ def build_crf_tagger(
     label_dim: int = 50,
     rank: int = 400,
     emission: bool = True,
-    dropout: float = 0.1,
+    dropout: float = 0.0,
     char_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:

@@ -51,7 +51,7 @@ rank = 400
 max_dist = 3
 emission = true
 distance_bias = true
-dropout = 0.1
+dropout = 0.0
 char_width = 0
 """
     + TOK2VEC
@@ -66,7 +66,7 @@ edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
 emission = true
-dropout = 0.1
+dropout = 0.0
 char_width = 0
 """
     + TOK2VEC
