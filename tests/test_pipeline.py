@@ -286,8 +286,7 @@ def test_without_the_tree_the_labels_are_the_same(ark):
     for decode in ("posterior", "viterbi"):
         pipe.decode, pipe.store_tree = decode, True
         with_tree = list(nlp.pipe(texts))
-        assert all(doc._.nldm_tree_score is not None and any(t._.nldm_head is not None for t in doc)
-                   for doc in with_tree if len(doc) > 1)
+        assert all(doc._.nldm_tree_score is not None for doc in with_tree)  # (a head None: a root child)
         pipe.store_tree = False
         without = list(nlp.pipe(texts))
         assert [[t.tag_ for t in d] for d in without] == [[t.tag_ for t in d] for d in with_tree]
