@@ -68,3 +68,16 @@ def test_a_record_made_with_another_fingerprint_is_redone_and_the_new_one_kept(t
     assert json.loads(old.record.read_text()) == {"value": 0, "fingerprint": "abc"}
     assert json.loads(current.record.read_text())["value"] == "kept"
     assert all(run.done() for run in (old, current, missing))
+
+
+def test_a_record_without_a_required_field_is_redone(tmp_path, capsys):
+    """Run.required: a record made before the run stored a field (Table 2's per-sentence counts) is done again."""
+    without, with_counts = (runs.Run(f"r{i}", tmp_path / f"r{i}.json", (i,), fingerprint="abc", required=("counts",))
+                            for i in range(2))
+    without.record.write_text('{"value": "old", "fingerprint": "abc"}')
+    with_counts.record.write_text('{"value": "kept", "fingerprint": "abc", "counts": [1]}')
+    assert without.stale() == "made without counts" and with_counts.stale() is None
+    done = []
+    runs.run_queue([without, with_counts], lambda run: done.append(run.name) or {"value": 1, "counts": [2]})
+    assert done == ["r0"] and "redo r0: its record" in capsys.readouterr().out
+    assert json.loads(with_counts.record.read_text())["value"] == "kept" and without.done()

@@ -33,16 +33,22 @@ class Run:
     #: what the run is made of (e.g. a hash of its config and budget), stored in its record: a record with
     #: another fingerprint (or none) is out of date and the run is done again; None: any record counts
     fingerprint: Optional[str] = None
+    #: fields a record must hold to count (a record made before the run stored them is done again)
+    required: Tuple[str, ...] = ()
 
     def stale(self) -> Optional[str]:
         """Why the existing record does not count (None: it does, or there is none)."""
-        if self.fingerprint is None or not self.record.exists():
+        if (self.fingerprint is None and not self.required) or not self.record.exists():
             return None
         try:
-            found = json.loads(self.record.read_text()).get("fingerprint")
+            record = json.loads(self.record.read_text())
         except (OSError, ValueError) as err:
             return f"unreadable record ({err})"
-        return None if found == self.fingerprint else f"made with another config or budget ({found} != {self.fingerprint})"
+        found = record.get("fingerprint")
+        if self.fingerprint is not None and found != self.fingerprint:
+            return f"made with another config or budget ({found} != {self.fingerprint})"
+        missing = [field for field in self.required if field not in record]
+        return f"made without {', '.join(missing)}" if missing else None
 
     def done(self) -> bool:
         return self.record.exists() and self.stale() is None

@@ -7,7 +7,9 @@ A run whose results/runs/<dataset>/<system>-seed<k>.json exists and was made wit
 is skipped (its fingerprint: a hash of configs/<system>.cfg, or of --configs' file, and the budget options); a record made with
 another config or budget is redone. Several copies can share the queue (projects/paper/runs/queue.py: one lock file per run).
 Each run: `spacy train configs/<system>.cfg` on corpus/<dataset>/train.spacy with dev for model selection,
-then `spacy evaluate model-best test.spacy --gold-preproc` (token accuracy on the given tokens). A dataset
+then `spacy evaluate model-best test.spacy --gold-preproc` (token accuracy on the given tokens) and the
+correct tokens of each test sentence (for the paired significance in Table 2; ``--significance`` redoes the
+records made without them). A dataset
 without a train file in the mirror (It, Ru) is reported and skipped. Then `python -m projects.paper.scripts.table2`.
 """
 from __future__ import annotations
@@ -19,11 +21,17 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 from projects.paper.registry import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
-from projects.paper.runs.queue import Run, last_logged_step, run_queue, spacy_evaluate, spacy_train
+from projects.paper.runs.queue import Run, RunFailed, last_logged_step, run_queue, spacy_evaluate, spacy_train
+from projects.paper.scripts.paired_bootstrap import correct_per_sentence
+
+#: what a record holds for the paired significance of Table 2 (``--significance`` redoes records without it)
+SENTENCE_FIELDS = ("test_correct", "test_tokens")
 
 
 def _steps_per_epoch(key: str, batch_words: int = 500) -> int:
@@ -53,6 +61,11 @@ def train_and_test(args, key: str, system: str, seed: int) -> dict:
     t1 = time.time()
     scores = spacy_evaluate(out / "model-best", corpus_file(key, "test"), out / "evaluate.log", threads=args.threads)
     eval_s = time.time() - t1
+    torch.set_num_threads(args.threads)  # the per-sentence counts are tagged in this process
+    correct, tokens = correct_per_sentence([out / "model-best"], corpus_file(key, "test"), "tag_")
+    if abs(100 * correct.sum() / tokens.sum() - 100 * scores["tag_acc"]) > 0.005:
+        raise RunFailed(f"{key}/{system}/seed{seed}: the per-sentence counts give {100 * correct.sum() / tokens.sum():.3f}, "
+                        f"spacy evaluate {100 * scores['tag_acc']:.3f}")
     meta = json.loads((out / "model-best" / "meta.json").read_text())
     record = {
         "dataset": key, "paper_column": DATASETS[key]["paper"], "system": system, "seed": seed,
@@ -60,6 +73,8 @@ def train_and_test(args, key: str, system: str, seed: int) -> dict:
         "dev_acc": round(100 * meta["performance"].get("tag_acc", float("nan")), 2),
         "train_seconds": round(train_s, 1), "train_cpu_seconds": round(train_cpu, 1),
         "eval_seconds": round(eval_s, 1),
+        # per test sentence: correct tokens and tokens (for the paired significance of python -m projects.paper.scripts.table2)
+        "test_correct": [int(c) for c in correct], "test_tokens": [int(n) for n in tokens],
         "last_log_line": last_logged_step(log),
         "budget": {k: overrides[k] for k in overrides if k.startswith("training.")},
         "threads": args.threads, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -98,6 +113,9 @@ def main() -> None:
     p.add_argument("--configs", type=Path, default=Path("configs"),
                    help="folder of the <system>.cfg files (a variant's folder for a screen; Table 2: configs)")
     p.add_argument("--training", type=Path, default=Path("training/reproduce"))
+    p.add_argument("--significance", action="store_true",
+                   help="redo the runs whose records lack per-sentence test counts (made before they were stored), "
+                        "so that table2.py can test NLDM against each baseline over sentences")
     args = p.parse_args()
     keys = parse_list(args.datasets, list(DATASETS))
     systems = parse_list(args.systems, SYSTEMS)
@@ -112,7 +130,8 @@ def main() -> None:
         for seed in seeds:
             for system in systems:
                 record = args.results / key / f"{system}-seed{seed}.json"
-                queue.append(Run(f"{key}/{system}/seed{seed}", record, (key, system, seed), fingerprint(system, args)))
+                queue.append(Run(f"{key}/{system}/seed{seed}", record, (key, system, seed), fingerprint(system, args),
+                                 required=SENTENCE_FIELDS if args.significance else ()))
     run_queue(queue, lambda run: train_and_test(args, *run.params))
 
 

@@ -15,6 +15,10 @@ if not __package__:  # run by path: the repository root on sys.path (for project
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 from projects.paper.registry import DATASETS, PAPER_AVG, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, has_train
+from projects.paper.scripts.paired_bootstrap import paired_bootstrap
+
+#: bootstrap resamples of the test sentences for the paired significance
+SAMPLES = 10_000
 
 
 def fmt(values):
@@ -24,6 +28,51 @@ def fmt(values):
     if len(values) > 1:
         return f"{m:.2f} ± {statistics.stdev(values):.2f}"
     return f"{m:.2f}"
+
+
+def per_sentence(records: list) -> "tuple | None":
+    """(correct tokens averaged over the seeds, tokens) per test sentence, from records that all hold the
+    counts (``reproduce.py`` stores them); None if any lacks them."""
+    import numpy
+
+    if not records or any("test_correct" not in r for r in records):
+        return None
+    return (numpy.mean([r["test_correct"] for r in records], axis=0),
+            numpy.asarray(records[0]["test_tokens"], dtype=float))
+
+
+def significance_lines(records: dict) -> list:
+    """The paired test of NLDM against each baseline per dataset: NLDM − baseline over the seeds both have,
+    its 95% interval and the bootstrap p-value (the share of resamples of the test sentences in which the
+    difference does not keep its sign)."""
+    lines = [
+        "## Paired significance: NLDM against each baseline",
+        "",
+        f"Per test sentence, each system's correct tokens averaged over the seeds both systems ran; the difference "
+        f"of the token accuracies resampled over sentences ({SAMPLES:,} paired bootstrap resamples, seed 0). Cell: "
+        "NLDM − baseline [95% interval], p = share of resamples in which the difference does not keep its sign. "
+        "– : a record made before `reproduce.py` stored per-sentence counts (`reproduce.py --significance` "
+        "redoes them).",
+        "",
+        "| Data | " + " | ".join(f"NLDM − {SYSTEM_NAMES[s]}" for s in SYSTEMS[:3]) + " |",
+        "|---|---|---|---|",
+    ]
+    for key, d in DATASETS.items():
+        cells = []
+        for s in SYSTEMS[:3]:
+            seeds = sorted(set(records.get((key, "nldm"), {})) & set(records.get((key, s), {})))
+            ours = per_sentence([records[key, "nldm"][k] for k in seeds])
+            theirs = per_sentence([records[key, s][k] for k in seeds])
+            if ours is None or theirs is None:
+                cells.append("–")
+                continue
+            diff, low, high, flipped = paired_bootstrap(ours[0], theirs[0], ours[1], SAMPLES, seed=0)
+            cells.append(f"{diff:+.2f} [{low:+.2f}, {high:+.2f}] p = {flipped:.3f} ({len(seeds)} seeds)")
+        if any(c != "–" for c in cells):
+            lines.append(f"| {d['paper']} ({key}) | " + " | ".join(cells) + " |")
+    if len(lines) == 6:
+        lines.append("| (no dataset has per-sentence counts for NLDM and a baseline) | | | |")
+    return lines
 
 
 def main() -> None:
@@ -36,8 +85,10 @@ def main() -> None:
     secs = defaultdict(list)
     cpus = defaultdict(list)
     budgets = set()
+    records = defaultdict(dict)  # (dataset, system) -> {seed: record}
     for f in sorted(args.runs.glob("*/*.json")):
         r = json.loads(f.read_text())
+        records[r["dataset"], r["system"]][r["seed"]] = r
         acc[r["dataset"], r["system"]].append(r["test_acc"])
         secs[r["dataset"], r["system"]].append(r["train_seconds"])
         if "train_cpu_seconds" in r:
@@ -103,6 +154,8 @@ def main() -> None:
         f"Paper averages over its nine columns: " + ", ".join(f"{SYSTEM_NAMES[s]} {PAPER_AVG[s]:.2f}" for s in SYSTEMS) + ".",
         "",
         "Budgets used (spaCy `[training]` overrides): " + "; ".join(f"`{b}`" for b in sorted(budgets)) if budgets else "No runs yet.",
+        "",
+        *significance_lines(records),
         "",
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
