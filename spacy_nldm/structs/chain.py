@@ -34,12 +34,12 @@ gold        log Z under a label_mask that allows one label per real token: the  
 factored    :class:`ChainScores` (on a GPU only where ``bounded`` does not take   :mod:`.chain_factored`
             its potentials); the sentences it does not trust go to the
             potentials' lane
-bounded     order-1 potentials, every real token finite and spanning at most      :mod:`.chain_bounded`
-            354 nats (float32 run in float64 beyond 43.7)
+bounded     order-1 potentials without a label mask, every real token finite and  :mod:`.chain_bounded`
+            spanning at most 354 nats (float32 run in float64 beyond 43.7)
 checked     order-2 potentials, and finite order-1 potentials with wider tokens;  :mod:`.chain_checked`
             the sentences it flags are redone in log space
-log         everything else: order-1 potentials with -inf (masks, forbidden       here
-            transitions) that the bounded lane does not take
+log         everything else: order-1 potentials holding -inf (label masks,        here
+            forbidden transitions)
 ==========  ====================================================================  ======================
 
 ``lane=`` on :func:`crf_log_partition` and :func:`crf_marginals` forces one (a ValueError where it cannot
@@ -106,6 +106,14 @@ class ChainScores(NamedTuple):
 Scores = Union[Tensor, ChainScores]
 
 
+class _Lane(NamedTuple):
+    """What :func:`_pick` chose: the lane's ``name`` and, for ``bounded``, the potentials'
+    :func:`.chain_bounded.token_spans` it looked at (so that the lane does not compute them again)."""
+
+    name: str
+    spans: Optional[Tuple[Tensor, float]] = None
+
+
 # -- the public functions ---------------------------------------------------------------------------
 
 
@@ -116,9 +124,9 @@ def crf_log_partition(potentials: Scores, lengths: Tensor, *, label_mask: Option
     scores, lengths, mask = _inputs(potentials, lengths, label_mask)
     gold = None if mask is None else _single_labels(mask, lengths)
     chosen = _pick(scores, lengths, mask, gold, lane)
-    if chosen == "gold":
+    if chosen.name == "gold":
         log_z = crf_score(scores, gold, lengths)
-    elif chosen == "factored":
+    elif chosen.name == "factored":
         log_z = _factored_log_partition(_masked(scores, mask), lengths)
     else:
         log_z = _log_partition(_potentials(_masked(scores, mask), lengths), lengths, chosen)
@@ -136,12 +144,12 @@ def crf_marginals(potentials: Scores, lengths: Tensor, *, label_mask: Optional[T
     chosen = _pick(scores, lengths, mask, None, lane)
     scores = _masked(scores, mask)
     with torch.no_grad():
-        if chosen == "factored":
+        if chosen.name == "factored":
             marg = _factored_marginals(scores, lengths)
             if marg is not None:
                 return marg
         potentials = _potentials(scores, lengths).detach()
-        if chosen == "factored":  # the factored lane declined: the potentials' own lane
+        if chosen.name == "factored":  # the factored lane declined: the potentials' own lane
             chosen = _pick(potentials, lengths, None, None, None)
         marg, log_z = _transition_marginals(potentials, lengths, chosen)
     raise_if_not_finite(log_z, lambda b: _bad_position(scores, lengths, b))
@@ -151,7 +159,7 @@ def crf_marginals(potentials: Scores, lengths: Tensor, *, label_mask: Optional[T
 def crf_lane(potentials: Scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None) -> str:
     """The lane :func:`crf_log_partition` takes for these inputs (one of :data:`LANES`)."""
     scores, lengths, mask = _inputs(potentials, lengths, label_mask)
-    return _pick(scores, lengths, mask, None if mask is None else _single_labels(mask, lengths), None)
+    return _pick(scores, lengths, mask, None if mask is None else _single_labels(mask, lengths), None).name
 
 
 def crf_score(potentials: Scores, labels: Tensor, lengths: Tensor) -> Tensor:
@@ -210,7 +218,7 @@ def chain_potentials(
 # -- the dispatcher ---------------------------------------------------------------------------------
 
 
-def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optional[Tensor], lane: Optional[str]) -> str:
+def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optional[Tensor], lane: Optional[str]) -> _Lane:
     """The lane for ``scores`` under the label ``mask``; ``gold`` the labels where that mask allows one
     per real token. ``lane`` given: that one, or a ValueError where it cannot take the input.
 
@@ -238,35 +246,35 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
             why = "it needs order-1 scores, finite where allowed, every token spanning at most 354 nats"
         if why is not None:
             raise ValueError(f"lane {lane!r} cannot take these scores: {why}")
-        return lane
+        return _Lane(lane)
     if gold is not None:
-        return "gold"
+        return _Lane("gold")
     if factored:
         batch, n, m = scores.emissions.shape
         if scores.emissions.is_cuda and mask is None and batch * n * m * m <= GPU_POTENTIALS_UP_TO:
-            if chain_bounded.applies(scores.potentials(lengths).detach(), lengths):
-                return "bounded"
-        return "factored"
+            if chain_bounded.applies(scores.potentials(lengths), lengths):
+                return _Lane("bounded")
+        return _Lane("factored")
     if scores.dim() == 5 or mask is not None:
-        return "checked" if scores.dim() == 5 else "log"
-    span = chain_bounded.widest_span(scores, lengths)
-    if chain_bounded.takes(span, scores.dtype):
-        return "bounded"
-    return "checked" if span < float("inf") else "log"
+        return _Lane("checked" if scores.dim() == 5 else "log")
+    spans = chain_bounded.widest_span(scores, lengths)
+    if spans is not None and chain_bounded.takes(spans[1], scores.dtype):
+        return _Lane("bounded", spans)
+    return _Lane("checked" if spans is not None and spans[1] < float("inf") else "log")
 
 
-def _log_partition(potentials: Tensor, lengths: Tensor, lane: str) -> Tensor:
+def _log_partition(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tensor:
     """log Z (B,) of potentials by ``lane`` (bounded, checked or log), differentiable."""
-    if lane == "bounded":
-        return chain_bounded.log_partition(potentials, lengths)
-    return _FromLogs.apply(potentials, lengths, _checked if lane == "checked" else _reference)
+    if lane.name == "bounded":
+        return chain_bounded.log_partition(potentials, lengths, lane.spans)
+    return _FromLogs.apply(potentials, lengths, _checked if lane.name == "checked" else _reference)
 
 
-def _transition_marginals(potentials: Tensor, lengths: Tensor, lane: str) -> Tuple[Tensor, Tensor]:
+def _transition_marginals(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tuple[Tensor, Tensor]:
     """Transition marginals like ``potentials`` (0 beyond the lengths) and log Z (B,), by ``lane``."""
-    if lane == "bounded":
-        return chain_bounded.marginals(potentials, lengths)
-    alphas, betas, log_z = (_checked if lane == "checked" else _reference)(potentials, lengths, True)
+    if lane.name == "bounded":
+        return chain_bounded.marginals(potentials, lengths, lane.spans)
+    alphas, betas, log_z = (_checked if lane.name == "checked" else _reference)(potentials, lengths, True)
     return _marginals_from_logs(potentials, lengths, alphas, betas, log_z), log_z
 
 

@@ -45,12 +45,12 @@ def token_spans(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, float]:
     return top, float(torch.where(real, top - flat.amin(-1), 0.0).amax())
 
 
-def widest_span(potentials: Tensor, lengths: Tensor) -> float:
-    """The largest span (max - min) of a real token's potentials, in nats: NaN or inf where one holds NaN
-    or an infinite score, -inf for no real token; the lane takes :func:`takes` of it."""
+def widest_span(potentials: Tensor, lengths: Tensor) -> Optional[Tuple[Tensor, float]]:
+    """:func:`token_spans` of order-1 potentials that are not empty, else None; the lane takes the
+    potentials where :func:`takes` the span."""
     if potentials.dim() != 4 or potentials.numel() == 0:
-        return float("nan")
-    return token_spans(potentials.detach(), lengths)[1]
+        return None
+    return token_spans(potentials.detach(), lengths)
 
 
 def takes(span: float, dtype: torch.dtype) -> bool:
@@ -62,15 +62,17 @@ def takes(span: float, dtype: torch.dtype) -> bool:
 def applies(potentials: Tensor, lengths: Tensor) -> bool:
     """Whether the lane takes these potentials: order 1, not empty, every real token finite and spanning
     at most 354 nats."""
-    return takes(widest_span(potentials, lengths), potentials.dtype)
+    spans = widest_span(potentials, lengths)
+    return spans is not None and takes(spans[1], potentials.dtype)
 
 
-def recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> Bounded:
+def recursions(potentials: Tensor, lengths: Tensor, backward: bool, spans=None) -> Bounded:
     """The forward (and with ``backward`` the backward) pass; ``exps``, ``ya`` and ``yb`` in the dtype it
-    ran in, log Z in the potentials'. The caller has checked :func:`applies`."""
+    ran in, log Z in the potentials'. The caller has checked :func:`applies`; ``spans``: the potentials'
+    :func:`token_spans` if the caller has them."""
     batch, n, m, _ = potentials.shape
     real = real_tokens(lengths, n)
-    top, span = token_spans(potentials, lengths)
+    top, span = token_spans(potentials, lengths) if spans is None else spans
     dtype = potentials.dtype
     if not span <= -theta(dtype):  # float32 tokens spanning 43.7 to 354 nats: the same lane in float64
         potentials = potentials.double()
@@ -133,9 +135,9 @@ def transition_marginals(bounded: Bounded, lengths: Tensor, grad: Optional[Tenso
     return marg.mul_(factor[:, :, None, None])
 
 
-def marginals(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
+def marginals(potentials: Tensor, lengths: Tensor, spans=None) -> Tuple[Tensor, Tensor]:
     """Transition marginals like ``potentials`` (0 beyond the lengths) and log Z (B,)."""
-    bounded = recursions(potentials, lengths, backward=True)
+    bounded = recursions(potentials, lengths, True, spans)
     return transition_marginals(bounded, lengths).to(potentials.dtype), bounded.log_z
 
 
@@ -144,9 +146,9 @@ class LogPartition(torch.autograd.Function):
     when a gradient will be needed."""
 
     @staticmethod
-    def forward(ctx, potentials: Tensor, lengths: Tensor) -> Tensor:
+    def forward(ctx, potentials: Tensor, lengths: Tensor, spans) -> Tensor:
         backward = ctx.needs_input_grad[0]
-        bounded = recursions(potentials, lengths, backward)
+        bounded = recursions(potentials, lengths, backward, spans)
         if backward:  # E_t kept aside, not saved: the backward turns it into the marginals in place
             ctx.save_for_backward(potentials, lengths, bounded.ya, bounded.yb)
             ctx.exps = bounded.exps
@@ -158,9 +160,9 @@ class LogPartition(torch.autograd.Function):
         exps, ctx.exps = ctx.exps, None
         if exps is None:  # a second backward through a retained graph: E_t again
             exps = recursions(potentials, lengths, backward=True).exps
-        return transition_marginals(Bounded(exps, ya, yb, None), lengths, grad).to(grad.dtype), None
+        return transition_marginals(Bounded(exps, ya, yb, None), lengths, grad).to(grad.dtype), None, None
 
 
-def log_partition(potentials: Tensor, lengths: Tensor) -> Tensor:
-    """log Z (B,), differentiable."""
-    return LogPartition.apply(potentials, lengths)
+def log_partition(potentials: Tensor, lengths: Tensor, spans=None) -> Tensor:
+    """log Z (B,), differentiable; ``spans`` as for :func:`recursions`."""
+    return LogPartition.apply(potentials, lengths, spans)
