@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from brute import chain_reference, enumerate_chain
-from spacy_nldm.structs import ChainScores, chain, chain_potentials, crf_log_partition, crf_marginals, crf_viterbi
+from spacy_nldm.structs import (
+    ChainScores,
+    chain_checked,
+    chain_potentials,
+    crf_lane,
+    crf_log_partition,
+    crf_marginals,
+    crf_viterbi,
+)
 
 LENGTHS = [5, 2, 4, 1, 0]
 
@@ -38,6 +46,44 @@ def test_chain_against_enumeration(order, masked):
         assert torch.all(labels[b, length:] == 0)
         np.testing.assert_allclose(marg[b, :length].numpy(), ref_marg, atol=1e-9)
         np.testing.assert_allclose(marg[b, length:].numpy(), 0.0)
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("masked", [False, True])
+def test_every_lane_forced_against_enumeration_and_the_log_space_reference(order, masked):
+    """Each lane that takes the scores, forced through ``lane=``: log Z, its gradient and the marginals
+    against enumeration (float64, lengths 5, 2, 4, 1 and 0) and against the log-space lane."""
+    m, n = 3, max(LENGTHS)
+    gen = torch.Generator().manual_seed(order * 10 + masked + 100)
+    potentials = torch.randn(len(LENGTHS), n, *((m,) * (order + 1)), generator=gen, dtype=torch.float64)
+    lengths = torch.tensor(LENGTHS)
+    mask = None
+    if masked:
+        mask = torch.rand(len(LENGTHS), n, m, generator=gen) < 0.6
+        mask[:, :, 1] = True
+    leaf = potentials.clone().requires_grad_(True)
+    ref_z = crf_log_partition(leaf, lengths, label_mask=mask, lane="log")
+    (ref_grad,) = torch.autograd.grad(ref_z.sum(), leaf)
+    ref_marg = crf_marginals(potentials, lengths, label_mask=mask, lane="log")
+    lanes = ["checked", "log"] + (["bounded"] if order == 1 and not masked else [])
+    assert crf_lane(potentials, lengths, label_mask=mask) in lanes
+    for lane in lanes:
+        log_z = crf_log_partition(leaf, lengths, label_mask=mask, lane=lane)
+        (grad,) = torch.autograd.grad(log_z.sum(), leaf)
+        marg = crf_marginals(potentials, lengths, label_mask=mask, lane=lane)
+        torch.testing.assert_close(log_z, ref_z, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(grad, ref_grad, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(marg, ref_marg, rtol=1e-10, atol=1e-12)
+        for b, length in enumerate(LENGTHS):
+            if length == 0:
+                assert log_z[b].item() == 0.0 and torch.all(marg[b] == 0) and torch.all(grad[b] == 0)
+                continue
+            allowed = None if mask is None else mask[b].numpy()
+            ref, _, _, enumerated = enumerate_chain(potentials[b].numpy(), length, allowed)
+            assert log_z[b].item() == pytest.approx(ref, abs=1e-9)
+            np.testing.assert_allclose(marg[b, :length].numpy(), enumerated, atol=1e-9)
+            token_grad = grad[b].sum(dim=tuple(range(1, order + 1)))[:length]
+            np.testing.assert_allclose(token_grad.numpy(), enumerated, atol=1e-9)
 
 
 @pytest.mark.parametrize("order", [1, 2])
@@ -94,12 +140,14 @@ def test_large_float32_potentials_and_minus_inf_stay_finite(order):
 SCALES = [1.0, 10.0, 30.0, 100.0, 300.0, 1000.0]
 
 
+@pytest.mark.parametrize("lane", [None, "bounded", "checked", "log"])
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("scale", SCALES)
-def test_exact_in_float32_and_float64_at_every_scale(order, scale):
+def test_exact_in_float32_and_float64_at_every_scale(order, scale, lane):
     """log Z, log S (partial label mask), Viterbi score and marginals at score standard deviations 1-1000,
     float32 and float64, against enumeration in float64: relative error <= 1e-5 on scores, absolute <= 1e-4
-    on marginals (float64: 1e-10 and 1e-9). Before the log-space fallback, float32 log Z was 7.4% off at std 50."""
+    on marginals (float64: 1e-10 and 1e-9); the lane chosen, and each lane forced where it applies.
+    Before the log-space fallback, float32 log Z was 7.4% off at std 50."""
     m, lengths = 3, [5, 3, 4, 0]
     gen = torch.Generator().manual_seed(int(scale) + order)
     potentials = scale * torch.randn(len(lengths), 5, *((m,) * (order + 1)), generator=gen, dtype=torch.float64)
@@ -108,10 +156,12 @@ def test_exact_in_float32_and_float64_at_every_scale(order, scale):
     for dtype, rel, abs_marg in ((torch.float32, 1e-5, 1e-4), (torch.float64, 1e-10, 1e-9)):
         pot = potentials.to(dtype).requires_grad_(True)
         for label_mask in (None, mask):
-            log_z = crf_log_partition(pot, torch.tensor(lengths), label_mask=label_mask)
+            if lane == "bounded" and (label_mask is not None or crf_lane(pot, torch.tensor(lengths)) != "bounded"):
+                continue  # the bounded lane takes unmasked order-1 scores spanning at most 354 nats per token
+            log_z = crf_log_partition(pot, torch.tensor(lengths), label_mask=label_mask, lane=lane)
             (grad,) = torch.autograd.grad(log_z.sum(), pot)
             labels, _, best = crf_viterbi(pot, torch.tensor(lengths), label_mask=label_mask)
-            marg = crf_marginals(pot, torch.tensor(lengths), label_mask=label_mask)
+            marg = crf_marginals(pot, torch.tensor(lengths), label_mask=label_mask, lane=lane)
             for b, n in enumerate(lengths):
                 if n == 0:
                     assert log_z[b].item() == 0.0 and torch.all(marg[b] == 0) and torch.all(grad[b] == 0)
@@ -186,13 +236,13 @@ def test_gold_labels_score_equals_the_masked_dynamic_program():
         lengths = torch.tensor([5, 2, 0])
         labels = torch.randint(4, (3, 5), generator=gen)
         gold = torch.nn.functional.one_hot(labels, 4).bool()
+        assert crf_lane(pot, lengths, label_mask=gold) == "gold"
         fast = crf_log_partition(pot, lengths, label_mask=gold)  # one label per token: read off
-        from spacy_nldm.structs.chain import _LogPartition, _masked
-
-        slow = _LogPartition.apply(_masked(pot, gold), lengths)
-        slow = torch.where(lengths > 0, slow, 0.0)
-        torch.testing.assert_close(fast, slow)
-        torch.testing.assert_close(torch.autograd.grad(fast.sum(), pot)[0], torch.autograd.grad(slow.sum(), pot)[0])
+        (fast_grad,) = torch.autograd.grad(fast.sum(), pot)
+        for lane in ("checked", "log"):  # the dynamic program on the masked potentials
+            slow = crf_log_partition(pot, lengths, label_mask=gold, lane=lane)
+            torch.testing.assert_close(fast, slow)
+            torch.testing.assert_close(fast_grad, torch.autograd.grad(slow.sum(), pot)[0])
 
 
 @pytest.mark.parametrize("order, m, std",
@@ -240,7 +290,7 @@ def test_bounded_lane_at_a_realistic_size(m, std):
     # float64 marginals 1e-11: the reference's absolute log values round by an ulp of log Z (4e-12 at 3e4)
     for dtype, rel, tol in ((torch.float32, 1e-6, 1e-6), (torch.float64, 1e-12, 1e-11)):
         pot = potentials.to(dtype)
-        assert chain._bounded_recursions(pot, lengths, False) is not None
+        assert crf_lane(pot, lengths) == "bounded"
         log_z = crf_log_partition(pot, lengths)
         np.testing.assert_allclose(log_z.double().numpy(), ref_z.numpy(), rtol=rel, atol=rel)
         marg = crf_marginals(pot, lengths)
@@ -252,7 +302,7 @@ def test_bounded_lane_at_a_realistic_size(m, std):
     if m > 1:  # one token spanning more than -log(THETA) = 354 nats in float64
         wide = potentials.float().clone()
         wide[0, 3, 0, 1] = 400.0
-        assert chain._bounded_recursions(wide, lengths, False) is None
+        assert crf_lane(wide, lengths) == "checked"  # finite: the checked lane
 
 
 @pytest.mark.parametrize("std", [0.0, 1.0, 5.0])
@@ -267,29 +317,43 @@ def test_order_2_runs_in_exp_space_at_ordinary_scales(std):
     lengths = torch.tensor([6, 4, 1, 3])
     potentials = std * torch.randn(len(lengths), n, m, m, m, generator=gen, dtype=torch.float64)
     potentials[1, 4:] = 1e4  # padding
-    alphas, betas, suspect = chain._exp_recursions(potentials, lengths, backward=True)
+    assert crf_lane(potentials, lengths) == "checked"
+    alphas, betas, suspect = chain_checked.recursions(potentials, lengths, backward=True)
     assert not bool(suspect.any())
-    log_alphas, log_betas = chain._log_recursions(potentials, lengths, backward=True)
-    log_z = alphas.shift[:, -1] + torch.logsumexp(alphas.rel[:, -1], 1)
     ref_z, ref_marg = chain_reference(potentials, lengths)
-    torch.testing.assert_close(log_z, ref_z)
-    marg = chain._transition_marginals(potentials, lengths, alphas, betas, log_z)
-    log_marg = chain._transition_marginals(potentials, lengths, log_alphas, log_betas, log_z)
-    torch.testing.assert_close(marg, log_marg)
-    torch.testing.assert_close(chain._token_label_sums(marg), ref_marg)
+    leaf = potentials.clone().requires_grad_(True)
+    for lane in ("checked", "log"):
+        log_z = crf_log_partition(leaf, lengths, lane=lane)
+        torch.testing.assert_close(log_z, ref_z)
+        (grad,) = torch.autograd.grad(log_z.sum(), leaf)
+        torch.testing.assert_close(grad.sum((2, 3)), ref_marg)
+        torch.testing.assert_close(crf_marginals(potentials, lengths, lane=lane), ref_marg)
 
 
 def test_bounded_lane_leaves_other_inputs_to_the_general_lanes():
     gen = torch.Generator().manual_seed(4)
     lengths = torch.tensor([4, 2])
     pot = torch.randn(2, 4, 3, 3, generator=gen)
-    assert chain._bounded_recursions(pot, lengths, True) is not None
-    for value in (float("-inf"), float("inf"), float("nan")):
+    assert crf_lane(pot, lengths) == "bounded"
+    for value, lane in ((float("-inf"), "log"), (float("inf"), "log"), (float("nan"), "log")):
         bad = pot.clone()
         bad[1, 1, 0, 2] = value
-        assert chain._bounded_recursions(bad, lengths, True) is None
-    assert chain._bounded_recursions(torch.randn(2, 4, 3, 3, 3, generator=gen), lengths, True) is None  # order 2
-    assert chain._bounded_recursions(300.0 * pot, lengths, True) is None  # std 300: tokens span ~1000 nats
+        assert crf_lane(bad, lengths) == lane
+        with pytest.raises(ValueError, match="lane 'bounded' cannot take"):
+            crf_log_partition(bad, lengths, lane="bounded")
+    order2 = torch.randn(2, 4, 3, 3, 3, generator=gen)
+    assert crf_lane(order2, lengths) == "checked"
+    assert crf_lane(300.0 * pot, lengths) == "checked"  # std 300: tokens span ~1000 nats, all finite
+    mask = torch.ones(2, 4, 3, dtype=torch.bool)
+    mask[0, 1, 2] = False
+    assert crf_lane(pot, lengths, label_mask=mask) == "log"
+    for bad_lane, scores in (("bounded", order2), ("bounded", 300.0 * pot), ("factored", pot), ("gold", pot)):
+        with pytest.raises(ValueError, match=f"lane '{bad_lane}' cannot take"):
+            crf_log_partition(scores, lengths, lane=bad_lane)
+    with pytest.raises(ValueError, match="lane must be one of"):
+        crf_log_partition(pot, lengths, lane="fast")
+    with pytest.raises(ValueError, match="log Z only"):
+        crf_marginals(pot, lengths, lane="gold")
 
 
 @pytest.mark.parametrize("dtype,tiny", [(torch.float64, 1e-310), (torch.float32, 1e-45)])
@@ -307,7 +371,7 @@ def test_bounded_lane_backward_twice_through_a_retained_graph():
     gen = torch.Generator().manual_seed(6)
     pot = torch.randn(3, 5, 4, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([5, 3, 0])
-    assert chain._bounded_recursions(pot.detach(), lengths, True) is not None
+    assert crf_lane(pot, lengths) == "bounded"
     log_z = crf_log_partition(pot, lengths)
     (first,) = torch.autograd.grad(log_z.sum(), pot, retain_graph=True)
     (second,) = torch.autograd.grad((2 * log_z).sum(), pot)

@@ -5,7 +5,15 @@ import pytest
 import torch
 
 from brute import chain_reference, enumerate_chain
-from spacy_nldm.structs import ChainScores, chain_scores, crf_log_partition, crf_marginals, crf_viterbi
+from spacy_nldm.structs import (
+    ChainScores,
+    chain_factored,
+    crf_lane,
+    crf_log_partition,
+    crf_marginals,
+    crf_score,
+    crf_viterbi,
+)
 
 LENGTHS = [5, 2, 4, 1, 5]
 
@@ -17,10 +25,18 @@ def _scores(scale=1.0, dtype=torch.float64, seed=0, batch=len(LENGTHS), n=5, m=3
     return ChainScores(*[None if p is None else p.requires_grad_(True) for p in parts])
 
 
+def _fast(scores, lengths):
+    """The factored lane's pass over these scores (None where it declines them all)."""
+    emissions = scores.emissions.detach()
+    if scores.end is not None:  # the end scores onto each sentence's last real token
+        last = torch.arange(emissions.shape[1])[None, :] == (lengths - 1)[:, None]
+        emissions = emissions + last[:, :, None].to(emissions.dtype) * scores.end.detach()
+    start = torch.zeros_like(emissions[0, 0]) if scores.start is None else scores.start.detach()
+    return chain_factored.fast_path(emissions, scores.transitions.detach(), start, lengths)
+
+
 def _took_fast_path(scores, lengths) -> bool:
-    emissions = chain_scores._emissions_with_end(scores, lengths).detach()
-    start = chain_scores._start_scores(scores).detach()
-    return chain_scores._fast_path(emissions, scores.transitions.detach(), start, lengths) is not None
+    return crf_lane(scores, lengths) == "factored" and _fast(scores, lengths) is not None
 
 
 def _grads(log_z, scores):
@@ -70,10 +86,8 @@ def test_factored_equals_the_potentials_path_with_gradients_at_every_scale(scale
 
 
 def _working_dtype(scores, lengths):
-    """The dtype the fast path computes in, None where it does not apply."""
-    emissions = chain_scores._emissions_with_end(scores, lengths).detach()
-    start = chain_scores._start_scores(scores).detach()
-    fast = chain_scores._fast_path(emissions, scores.transitions.detach(), start, lengths)
+    """The dtype the factored lane computes in, None where it declines."""
+    fast = _fast(scores, lengths)
     return None if fast is None else fast.ya.dtype
 
 
@@ -86,30 +100,46 @@ def test_the_fast_path_applies_at_tagger_scales_and_steps_aside_beyond():
     assert _working_dtype(_scores(300.0, torch.float32), lengths) is None
 
 
-@pytest.mark.parametrize("scale, bounded", [(1.0, True), (30.0, True), (300.0, False)])
-def test_the_gpu_route_through_the_potentials(monkeypatch, scale, bounded):
-    """On a GPU, ChainScores take the potentials' bounded lane where it applies (``_on_gpu`` forced here):
-    the same log Z, gradients and marginals as the fast path, in float32; wider scores keep the fast path."""
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 30.0, 300.0])
+def test_every_lane_forced_on_chain_scores(scale, masked):
+    """Each lane that takes ChainScores, forced through ``lane=`` (on a GPU the bounded lane is chosen where
+    it applies): float64 log Z, gradients of every tensor and marginals equal the log-space lane's, and
+    float32 is within 1e-5 relative (log Z) and 1e-4 (marginals, gradients) of them."""
     lengths = torch.tensor(LENGTHS)
-    scores = ChainScores(*[p.detach().float().requires_grad_(True) for p in _scores(scale, m=4, seed=int(scale))])
-    expected_z = crf_log_partition(scores, lengths)
-    expected = (expected_z.detach(), _grads(expected_z, scores), crf_marginals(scores, lengths))
-    monkeypatch.setattr(chain_scores, "_on_gpu", lambda tensor: True)
-    assert (chain_scores._potentials_on_gpu(scores, lengths) is not None) == bounded
-    log_z = crf_log_partition(scores, lengths)
-    torch.testing.assert_close(log_z.detach(), expected[0], rtol=1e-6, atol=1e-5)
-    for got, ref in zip(_grads(log_z, scores), expected[1]):
-        torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4 * max(1.0, float(ref.abs().max())))
-    torch.testing.assert_close(crf_marginals(scores, lengths), expected[2], rtol=0, atol=1e-4)
-    monkeypatch.setattr(chain_scores, "GPU_POTENTIALS_UP_TO", 10)  # too big for the route: the fast path
-    assert chain_scores._potentials_on_gpu(scores, lengths) is None
+    scores = _scores(scale, m=4, seed=int(scale))
+    mask = None
+    if masked:
+        mask = torch.rand(len(LENGTHS), 5, 4, generator=torch.Generator().manual_seed(1)) < 0.6
+        mask[:, :, 3] = True
+    ref_z = crf_log_partition(scores, lengths, label_mask=mask, lane="log")
+    ref_grads = _grads(ref_z, scores)
+    ref_marg = crf_marginals(scores, lengths, label_mask=mask, lane="log")
+    single = ChainScores(*[p.detach().float().requires_grad_(True) for p in scores])
+    lanes = ["factored", "checked", "log"] + (["bounded"] if scale < 300 and not masked else [])
+    for lane in lanes:
+        log_z = crf_log_partition(scores, lengths, label_mask=mask, lane=lane)
+        torch.testing.assert_close(log_z, ref_z, rtol=1e-12, atol=1e-9)
+        for got, ref in zip(_grads(log_z, scores), ref_grads):
+            torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9)
+        marg = crf_marginals(scores, lengths, label_mask=mask, lane=lane)
+        torch.testing.assert_close(marg, ref_marg, rtol=1e-9, atol=1e-9)
+        z32 = crf_log_partition(single, lengths, label_mask=mask, lane=lane)
+        assert float(((z32.detach().double() - ref_z.detach()) / ref_z.detach().abs()).abs().max()) <= 1e-5
+        for got, ref in zip(_grads(z32, single), ref_grads):
+            assert float((got.double() - ref).abs().max()) <= 1e-4 * max(1.0, float(ref.abs().max()))
+        marg32 = crf_marginals(single, lengths, label_mask=mask, lane=lane)
+        assert float((marg32.double() - ref_marg).abs().max()) <= 1e-4
+    if scale == 300 and not masked:
+        with pytest.raises(ValueError, match="lane 'bounded' cannot take"):
+            crf_log_partition(scores, lengths, lane="bounded")
 
 
 def test_the_general_gradient_path_agrees(monkeypatch):
     """Where the transition gradient's check fails, the gradients come from the potentials' path."""
     scores, lengths = _scores(), torch.tensor(LENGTHS)
     expected = _grads(crf_log_partition(scores, lengths), scores)
-    monkeypatch.setattr(chain_scores, "_transition_gradient", lambda *args: None)
+    monkeypatch.setattr(chain_factored, "_transition_gradient", lambda *args: None)
     for got, ref in zip(_grads(crf_log_partition(scores, lengths), scores), expected):
         torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
 
@@ -127,9 +157,11 @@ def test_label_masks_gold_scores_and_empty_sentences():
                                crf_marginals(potentials.detach(), lengths, label_mask=mask))
     gold = torch.randint(3, (3, 5), generator=gen)
     one = torch.nn.functional.one_hot(gold, 3).bool()
+    assert crf_lane(scores, lengths, label_mask=one) == "gold"
     got = crf_log_partition(scores, lengths, label_mask=one)
     ref = crf_log_partition(potentials, lengths, label_mask=one)
     torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(crf_score(scores, gold, lengths), crf_score(potentials, gold, lengths))
     assert got[1].item() == 0.0
     for a, b in zip(_grads(got, scores), _grads(ref, scores)):
         torch.testing.assert_close(a, b)
@@ -176,10 +208,8 @@ def test_forbidden_transitions_keep_the_fast_path_and_its_exactness():
 
 
 def _redone_rows(scores, lengths):
-    """The sentences the fast path hands to the potentials (a list), or None if it hands them all."""
-    emissions = chain_scores._emissions_with_end(scores, lengths).detach()
-    start = chain_scores._start_scores(scores).detach()
-    rows = chain_scores._redone(chain_scores._fast_path(emissions, scores.transitions.detach(), start, lengths))
+    """The sentences the factored lane hands to the potentials (a list), or None if it hands them all."""
+    rows = chain_factored.untrusted(_fast(scores, lengths))
     return None if rows is None else rows.tolist()
 
 
@@ -228,16 +258,16 @@ def test_untrusted_sentences_are_redone_on_the_potentials(monkeypatch):
     expected_z = crf_log_partition(scores.potentials(lengths), lengths)
     expected_grads = _grads(expected_z, scores)
     expected_marg = crf_marginals(scores.potentials(lengths).detach(), lengths)
-    bound = chain_scores._underflow_bound
+    bound = chain_factored._underflow_bound
     untrusted = lambda *args: bound(*args).index_fill(0, torch.tensor([1, 3]), float("inf"))  # noqa: E731
-    monkeypatch.setattr(chain_scores, "_underflow_bound", untrusted)
+    monkeypatch.setattr(chain_factored, "_underflow_bound", untrusted)
     assert _redone_rows(scores, lengths) == [1, 3]
     log_z = crf_log_partition(scores, lengths)
     torch.testing.assert_close(log_z, expected_z, rtol=1e-12, atol=1e-9)
     for got, ref in zip(_grads(log_z, scores), expected_grads):
         torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-9)
     torch.testing.assert_close(crf_marginals(scores, lengths), expected_marg, rtol=1e-9, atol=1e-9)
-    monkeypatch.setattr(chain_scores, "_underflow_bound", lambda *args: bound(*args) + float("inf"))
+    monkeypatch.setattr(chain_factored, "_underflow_bound", lambda *args: bound(*args) + float("inf"))
     assert _redone_rows(scores, lengths) is None  # most sentences untrusted: one general call
     torch.testing.assert_close(crf_log_partition(scores, lengths), expected_z, rtol=1e-12, atol=1e-9)
 

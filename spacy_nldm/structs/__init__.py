@@ -3,13 +3,13 @@
 Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterbi`, :func:`marginals`.
 Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterbi`, :func:`crf_marginals`.
 They take (B, N, M, M[, M]) potentials, or for order 1 a :class:`ChainScores` (emissions, one transition
-matrix, start and end scores, as pytorch-crf holds them), which skips building the potentials.
+matrix, start and end scores, as pytorch-crf holds them), which skips building the potentials;
+:func:`crf_lane` says which lane (:mod:`.chain`) computes them.
 Decoders return :class:`Decoded` (labels, heads, score). Score layouts are documented in :mod:`.tree`
 and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
 from .arcs import distance_bias_matrix
-from .chain_scores import ChainScores
-from .chain import chain_potentials, crf_log_partition, crf_marginals, crf_score, crf_viterbi
+from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
 from .semiring import BroadcastLogSemiring, LogSemiring, MaxSemiring, Semiring
 from .tree import DirectionalScores, Marginals, count_trees, log_partition, marginals, viterbi
@@ -27,6 +27,7 @@ __all__ = [
     "crf_viterbi",
     "crf_marginals",
     "crf_score",
+    "crf_lane",
     "chain_potentials",
     "ChainScores",
     "Semiring",

@@ -1,9 +1,6 @@
-"""A first-order chain in factored form, as pytorch-crf and most taggers hold it: emissions (B, N, M),
-one transition matrix (M, M) shared by every token, and optional start and end scores (M,).
-
-``crf_log_partition``, ``crf_marginals`` and ``crf_viterbi`` take a :class:`ChainScores` wherever they
-take potentials. Its fast path never builds the (B, N, M, M) potentials; it is the exp-space recursion
-of :mod:`.chain` with E_t the same for every token:
+"""The factored lane: a first-order chain held as emissions (B, N, M), one transition matrix T (M, M) and
+start scores (M,) (:class:`~.chain.ChainScores`, with the end scores added onto each sentence's last
+emissions), in exp space, never building the (B, N, M, M) potentials:
 
     E[a, c] = exp(T[a, c] - max_a' T[a', c])                   (M, M), every entry in [0, 1]
     d_t[c]  = exp(e_t[c] + max_a T[a, c] - shift_t)            (B, M), the columns' shifts; max 1
@@ -21,138 +18,22 @@ r P_t(c). Summed over a sentence's tokens (``_underflow_bound``), this must stay
 error (the scores' eps). In float32 it does for transitions of standard deviation up to ~12 (columns of
 E spanning up to 3/4 of -log tiny, ~65 nats); float32 scores whose columns span more run the same
 recursions in float64 (tiny ~1e-308; at tagger sizes about as fast), which keeps them exact up to
-std ~60-100. A sentence whose bound fails is redone on its potentials (:func:`ChainScores.potentials`)
-by the general path, exact at any score scale; the whole call is, when most sentences would be (or
-the columns span more than 3/4 of float64's range), or a score is not finite, or a sentence is empty.
-So the factored form changes the speed, never the result.
-
-On a GPU a step costs its kernel launches rather than its arithmetic, and the general path's bounded
-lane (one batched matrix product per token, :func:`.chain._bounded_recursions`) beats this path's five
-or six operations per token (H200, B=32, n=30, M=17-25: 2.6-3.7 ms against 6.2-9.2 ms for log Z forward
-and backward, score std 1-30; ``results/gpu/``). There, ``log_partition`` and ``marginals`` take the
-potentials when they hold at most :data:`GPU_POTENTIALS_UP_TO` numbers and that lane takes them (tokens
-spanning up to 354 nats); wider scores stay here (std 100: 8.4 ms, where the general path's log-space
-lane takes 14).
+std ~60-100. :func:`fast_path` says which sentences it trusts; :mod:`.chain` redoes the others on their
+potentials, and the whole call when most sentences would be (or the columns span more than 3/4 of
+float64's range, or a score is not finite, or a sentence is empty). So the lane changes the speed, never
+the result.
 """
 import math
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional
 
 import torch
 
-from . import chain
-from .checks import check_lengths, check_scores
+from .chain_common import real_tokens
 
 Tensor = torch.Tensor
 
 
-class ChainScores(NamedTuple):
-    """First-order chain scores: ``emissions`` (B, N, M); ``transitions`` (M, M) indexed [previous,
-    current]; ``start`` (M,) scores the first label, ``end`` (M,) the last real one (both optional)."""
-
-    emissions: Tensor
-    transitions: Tensor
-    start: Optional[Tensor] = None
-    end: Optional[Tensor] = None
-
-    def potentials(self, lengths: Tensor) -> Tensor:
-        """The same scores as (B, N, M, M) potentials (see :func:`~.chain.chain_potentials`)."""
-        return chain.chain_potentials(self.emissions, self.transitions, lengths, start=self.start, end=self.end)
-
-    def check(self, lengths) -> Tensor:
-        """Validate shapes and dtypes; returns ``lengths`` as a long tensor."""
-        check_scores(self.emissions, "emissions")
-        if self.emissions.dim() != 3:
-            raise ValueError(f"emissions must be (B, N, M), got {tuple(self.emissions.shape)}")
-        batch, n, m = self.emissions.shape
-        for name, value, shape in (("transitions", self.transitions, (m, m)), ("start", self.start, (m,)),
-                                   ("end", self.end, (m,))):
-            if value is None:
-                continue
-            check_scores(value, name)
-            if tuple(value.shape) != shape or value.dtype != self.emissions.dtype:
-                raise ValueError(f"{name} must be {self.emissions.dtype} of shape {shape}, got {value.dtype} "
-                                 f"{tuple(value.shape)}")
-        return check_lengths(lengths, batch, n, self.emissions.device)
-
-
-#: the most numbers (B * N * M * M) of potentials built on a GPU instead of taking the fast path
-GPU_POTENTIALS_UP_TO = 1 << 26
-
-
-def _on_gpu(tensor: Tensor) -> bool:
-    """``tensor.is_cuda``; a function of its own so that the CPU tests can force the GPU route."""
-    return tensor.is_cuda
-
-
-def _potentials_on_gpu(scores: ChainScores, lengths: Tensor) -> Optional[Tensor]:
-    """The potentials, where the general path is the faster one: on a GPU, small enough, and taken by
-    its bounded lane (module docstring); else None."""
-    batch, n, m = scores.emissions.shape
-    if not _on_gpu(scores.emissions) or batch * n * m * m > GPU_POTENTIALS_UP_TO:
-        return None
-    potentials = scores.potentials(lengths)
-    return potentials if chain.runs_bounded(potentials.detach(), lengths) else None
-
-
-def log_partition(scores: ChainScores, lengths: Tensor) -> Tensor:
-    """log Z (B,), differentiable with respect to every tensor of ``scores``."""
-    potentials = _potentials_on_gpu(scores, lengths)
-    if potentials is not None:
-        return chain._log_partition(potentials, lengths)
-    emissions, start = _emissions_with_end(scores, lengths), _start_scores(scores)
-    with torch.no_grad():
-        fast = _fast_path(emissions.detach(), scores.transitions.detach(), start.detach(), lengths)
-    rows = _redone(fast)
-    if rows is None:
-        return chain._log_partition(scores.potentials(lengths), lengths)
-    log_z = _LogPartition.apply(emissions, scores.transitions, start, lengths, fast)
-    if len(rows):  # the sentences the fast path does not trust, on their potentials
-        log_z = log_z.index_copy(0, rows, chain._log_partition(*_sub_problem(scores, lengths, rows)))
-    return log_z
-
-
-def marginals(scores: ChainScores, lengths: Tensor) -> Optional[Tensor]:
-    """P(y_t = c) (B, N, M), 0 beyond ``lengths``; None where the fast path does not apply (or is the
-    slower one: on a GPU)."""
-    with torch.no_grad():
-        if _potentials_on_gpu(scores, lengths) is not None:
-            return None
-        emissions = _emissions_with_end(scores, lengths)
-        fast = _fast_path(emissions, scores.transitions, _start_scores(scores), lengths)
-        rows = _redone(fast)
-        if rows is None:
-            return None
-        marg = fast.token_marginals.to(emissions.dtype)
-        if len(rows):
-            potentials, some_lengths = _sub_problem(scores, lengths, rows)
-            redone, _ = chain._marginals(potentials.detach(), some_lengths)
-            marg = marg.index_copy(0, rows, chain._token_label_sums(redone))
-    return marg
-
-
-def _sub_problem(scores: ChainScores, lengths: Tensor, rows: Tensor) -> Tuple[Tensor, Tensor]:
-    """The sentences ``rows`` (R,) as the general path takes them: potentials (R, N, M, M) and lengths (R,)."""
-    some = scores._replace(emissions=scores.emissions[rows])
-    return some.potentials(lengths[rows]), lengths[rows]
-
-
-def score(scores: ChainScores, labels: Tensor, lengths: Tensor) -> Tensor:
-    """Score (B,) of the label sequences ``labels`` (B, N) (ignored beyond ``lengths``); differentiable."""
-    emissions, start = _emissions_with_end(scores, lengths), _start_scores(scores)
-    real = chain._real(lengths, emissions.shape[1])
-    labels = torch.where(real, labels.to(emissions.device).long(), 0)
-    picked = emissions.gather(2, labels[:, :, None]).squeeze(2)  # (B, N)
-    moves = scores.transitions[labels[:, :-1], labels[:, 1:]]  # (B, N-1)
-    picked = picked + torch.cat([start[labels[:, :1]], moves], 1)
-    return torch.where(real, picked, 0.0).sum(1)
-
-
-def masked(scores: ChainScores, mask: Tensor) -> ChainScores:
-    """Disallowed labels (``mask`` (B, N, M) False) get emission -inf: the same as masking the potentials."""
-    return scores._replace(emissions=scores.emissions.masked_fill(~mask, float("-inf")))
-
-
-class _Fast(NamedTuple):
+class Fast(NamedTuple):
     """What the fast path keeps for the gradient: the scaled alphas ``ya`` and betas ``yb`` (B, N, M),
     E (M, M), the column shifts d (B, N, M), log Z (B,), the token marginals (B, N, M) and ``exact``
     (B,): the sentences whose results it trusts (the others' log Z and marginals are 0 here)."""
@@ -166,7 +47,7 @@ class _Fast(NamedTuple):
     exact: Tensor
 
 
-def _redone(fast: Optional[_Fast]) -> Optional[Tensor]:
+def untrusted(fast: Optional[Fast]) -> Optional[Tensor]:
     """The sentences (R,) to redo on the potentials, or None when all should be (no fast path, or it
     trusts fewer than half of them: then one general call is cheaper)."""
     if fast is None:
@@ -175,22 +56,7 @@ def _redone(fast: Optional[_Fast]) -> Optional[Tensor]:
     return None if 2 * len(rows) > len(fast.exact) else rows
 
 
-def _emissions_with_end(scores: ChainScores, lengths: Tensor) -> Tensor:
-    """The emissions with the end scores on each sentence's last real token."""
-    if scores.end is None:
-        return scores.emissions
-    n = scores.emissions.shape[1]
-    last = torch.arange(n, device=lengths.device)[None, :] == (lengths - 1)[:, None]
-    return scores.emissions + last[:, :, None].to(scores.emissions.dtype) * scores.end
-
-
-def _start_scores(scores: ChainScores) -> Tensor:
-    if scores.start is not None:
-        return scores.start
-    return scores.emissions.new_zeros(scores.emissions.shape[-1])
-
-
-def _fast_path(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor) -> Optional[_Fast]:
+def fast_path(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor) -> Optional[Fast]:
     """The recursions in the scores' dtype, or in float64 for float32 scores whose transitions span more
     than float32's range handles well (std ~12 and more; their bound decides which sentences it trusts);
     None when the columns span too much for float64 too (std ~150 and more)."""
@@ -201,7 +67,7 @@ def _fast_path(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: T
     # E's columns hold terms below float32's tiny (or its attempt trusts too few sentences): float64,
     # bounded against float32's eps, costs about as much as float32 at tagger sizes
     wide = emissions.dtype == torch.float32 and span <= 0.75 * -math.log(torch.finfo(torch.float64).tiny)
-    if _redone(fast) is None and wide:
+    if untrusted(fast) is None and wide:
         wider = (x.double() for x in (emissions, transitions, start))
         fast = _recursions(*wider, lengths, torch.finfo(emissions.dtype).eps)
     return fast
@@ -218,14 +84,14 @@ def _column_span(transitions: Tensor) -> float:
 
 
 def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor,
-                eps: Optional[float] = None) -> Optional[_Fast]:
+                eps: Optional[float] = None) -> Optional[Fast]:
     """The exp-space forward and backward passes (module docstring), or None when they cannot apply; a
     sentence is trusted when its underflow bound is at most ``eps`` (default: the dtype's)."""
     batch, n, m = emissions.shape
     if n == 0 or bool((lengths == 0).any()):
         return None
     tiny = torch.finfo(emissions.dtype).tiny
-    real = chain._real(lengths, n)
+    real = real_tokens(lengths, n)
     emissions = torch.where(real[:, :, None], emissions, 0.0)  # padding may hold anything
     column = transitions.amax(0)  # (M,)
     if not bool(torch.isfinite(column).all()):
@@ -272,7 +138,7 @@ def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: 
     exact = exact <= (eps or torch.finfo(emissions.dtype).eps)  # NaN (0 / 0) is not trusted either
     log_z = torch.where(exact, log_z, 0.0)
     token_marginals = torch.where(real[:, :, None] & exact[:, None, None], joint / norm[:, :, None], 0.0)
-    return _Fast(ya, yb, exps, d, log_z, token_marginals, exact)
+    return Fast(ya, yb, exps, d, log_z, token_marginals, exact)
 
 
 def _underflow_bound(ya: Tensor, yb: Tensor, tops: Tensor, back_tops: Optional[Tensor], norm: Tensor,
@@ -299,7 +165,7 @@ def _underflow_bound(ya: Tensor, yb: Tensor, tops: Tensor, back_tops: Optional[T
     return torch.where(real, bound, 0.0).sum(1)
 
 
-def _transition_gradient(fast: _Fast, grad: Tensor, lengths: Tensor) -> Optional[Tensor]:
+def _transition_gradient(fast: Fast, grad: Tensor, lengths: Tensor) -> Optional[Tensor]:
     """sum over the trusted sentences b and tokens t >= 1 of grad_b P_b(y_{t-1} = a, y_t = c), (M, M);
     None if a token's normaliser is 0 (then the caller takes the general path)."""
     ya, yb, exps, d = fast.ya, fast.yb, fast.exps, fast.d
@@ -309,7 +175,7 @@ def _transition_gradient(fast: _Fast, grad: Tensor, lengths: Tensor) -> Optional
     after = d[:, 1:] * yb[:, 1:]  # (B, N-1, M): d_t[c] yb_t[c]
     before = ya[:, :-1]  # ya_{t-1}[a]
     norm = (before * (after @ exps.t())).sum(-1)  # sum_{a, c} ya[a] E[a, c] d[c] yb[c], (B, N-1)
-    real = chain._real(lengths, n)[:, 1:] & fast.exact[:, None]
+    real = real_tokens(lengths, n)[:, 1:] & fast.exact[:, None]
     if bool(((norm <= 0) & real).any()):
         return None
     weight = torch.where(real, grad[:, None] / norm, 0.0)  # (B, N-1)
@@ -317,13 +183,14 @@ def _transition_gradient(fast: _Fast, grad: Tensor, lengths: Tensor) -> Optional
     return exps * (before.reshape(-1, m).t() @ after.reshape(-1, m))
 
 
-class _LogPartition(torch.autograd.Function):
-    """log Z from the fast path; gradients: token marginals (emissions, start) and summed transition
-    marginals (transitions), or the general path's where a gradient check fails."""
+class LogPartition(torch.autograd.Function):
+    """log Z from :func:`fast_path`; gradients: token marginals (emissions, start) and summed transition
+    marginals (transitions). Where the transition gradient's check fails, all three come from
+    ``general(emissions, transitions, start, lengths)``, a differentiable log Z on the potentials."""
 
     @staticmethod
-    def forward(ctx, emissions, transitions, start, lengths, fast: _Fast):
-        ctx.fast = fast
+    def forward(ctx, emissions, transitions, start, lengths, fast: Fast, general: Callable):
+        ctx.fast, ctx.general = fast, general
         ctx.save_for_backward(emissions, transitions, start, lengths)
         return fast.log_z.to(emissions.dtype)
 
@@ -334,14 +201,15 @@ class _LogPartition(torch.autograd.Function):
         token = (fast.token_marginals * grad.to(fast.ya.dtype)[:, None, None]).to(dtype)
         moves = _transition_gradient(fast, grad.to(fast.ya.dtype), lengths) if ctx.needs_input_grad[1] else None
         if ctx.needs_input_grad[1] and moves is None:
-            return _general_gradients(emissions, transitions, start, lengths, grad) + (None, None)
-        return token, None if moves is None else moves.to(dtype), token[:, 0].sum(0), None, None
+            with torch.enable_grad():
+                leaves = [x.detach().requires_grad_(True) for x in (emissions, transitions, start)]
+                general = torch.autograd.grad(ctx.general(*leaves, lengths), leaves, grad)
+            return general + (None, None, None)
+        return token, None if moves is None else moves.to(dtype), token[:, 0].sum(0), None, None, None
 
 
-def _general_gradients(emissions, transitions, start, lengths, grad) -> Tuple[Tensor, Tensor, Tensor]:
-    """The three gradients from the general path's transition marginals."""
-    with torch.enable_grad():
-        leaves = [x.detach().requires_grad_(True) for x in (emissions, transitions, start)]
-        pot = chain.chain_potentials(leaves[0], leaves[1], lengths, start=leaves[2])
-        log_z = chain._log_partition(pot, lengths)
-        return torch.autograd.grad(log_z, leaves, grad)
+def log_partition(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor, fast: Fast,
+                  general: Callable) -> Tensor:
+    """log Z (B,) of the sentences ``fast`` trusts (0 for the others), differentiable with respect to
+    ``emissions`` (B, N, M, end scores included), ``transitions`` and ``start``."""
+    return LogPartition.apply(emissions, transitions, start, lengths, fast, general)
