@@ -25,6 +25,7 @@ def build_nldm_tagger(
     distance_bias: bool = True,
     dropout: float = 0.0,
     char_width: int = 0,
+    context_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
@@ -39,12 +40,16 @@ def build_nldm_tagger(
     whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
     each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
     whose ``char_width`` features join the tok2vec's at the scorer's input (0: the tok2vec's alone); it works
-    the same whether the tok2vec is the component's own or a listener to a shared one."""
+    the same whether the tok2vec is the component's own or a listener to a shared one. ``context_width`` > 0
+    puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
+    between those vectors and the scorer, so that every token's scores see the whole sentence (0: none);
+    it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``)."""
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
-        emission=emission, distance_bias=distance_bias, dropout=dropout, char_width=char_width, nO=nO,
+        emission=emission, distance_bias=distance_bias, dropout=dropout, char_width=char_width,
+        context_width=context_width, nO=nO,
     )
 
 
@@ -58,14 +63,15 @@ def build_crf_tagger(
     emission: bool = True,
     dropout: float = 0.0,
     char_width: int = 0,
+    context_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
-    transition table to the first-order edge score); ``emission``, ``dropout`` and ``char_width`` as for the
-    NLDM."""
+    transition table to the first-order edge score); ``emission``, ``dropout``, ``char_width`` and
+    ``context_width`` as for the NLDM."""
     return build_structured_tagger(
         tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
-        emission=emission, dropout=dropout, char_width=char_width, nO=nO,
+        emission=emission, dropout=dropout, char_width=char_width, context_width=context_width, nO=nO,
     )
 
 

@@ -1,5 +1,5 @@
-"""The Thinc model of the structured taggers: tok2vec (and, optionally, a character CNN) -> wrapped PyTorch
-edge scorer, per token.
+"""The Thinc model of the structured taggers: tok2vec (optionally with a character CNN, then a context
+BiLSTM) -> wrapped PyTorch edge scorer, per token.
 
 Input: a batch of Docs. Output: :class:`~.segments.TokenScores`, the factored scores (T, X, C, M) of
 the batch's T tokens. The component cuts them into segments (sentences, or windows of its
@@ -10,10 +10,11 @@ from typing import List, Optional
 
 import numpy
 from spacy.tokens import Doc
-from thinc.api import Model, concatenate
+from thinc.api import Model, chain, concatenate
 from thinc.types import Floats2d
 
 from .chars import char_cnn
+from .lstm import packed_lstm
 from .scorers import make_scorer
 from .segments import SegmentScores, TokenScores  # noqa: F401  (SegmentScores: re-exported)
 from .shim import torch_layer
@@ -33,14 +34,20 @@ def build_structured_tagger(
     distance_bias: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
+    context_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
     ``distance_bias`` (tree only): one learned score per arc direction and length; ``dropout``: on the
     scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN (:mod:`.chars`)
-    of that width, whose vectors are concatenated to the tok2vec's at the scorer's input."""
-    if char_width < 0:
-        raise ValueError(f"char_width must be >= 0, not {char_width}")
+    of that width, whose vectors are concatenated to the tok2vec's at the scorer's input; ``context_width``
+    > 0: a bidirectional LSTM of that output width (half per direction) over each doc's vectors (the
+    tok2vec's, with the characters'), whose output is the scorer's input."""
+    for name, value in (("char_width", char_width), ("context_width", context_width)):
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, not {value}")
+    if context_width % 2:
+        raise ValueError(f"context_width must be even (half of it per direction), not {context_width}")
     n_dirs = 2 if structure == "tree" else 1
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
@@ -48,6 +55,8 @@ def build_structured_tagger(
     head = torch_layer(scorer)
     # the scorer reads [tok2vec vectors; char CNN vectors] when the head has characters of its own
     features = concatenate(tok2vec, char_cnn(char_width)) if char_width else tok2vec
+    if context_width:
+        features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + char_width))
     return Model(
         f"nldm-{structure}-tagger",
         forward,
@@ -56,7 +65,7 @@ def build_structured_tagger(
         refs={"tok2vec": tok2vec, "head": head},
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
-               TOK2VEC_GRAD_SCALE: 1.0},
+               "context_width": context_width, TOK2VEC_GRAD_SCALE: 1.0},
     )
 
 
@@ -67,6 +76,15 @@ TOK2VEC_GRAD_SCALE = "tok2vec_grad_scale"
 
 #: arc lengths with a bias of their own without max_dist (longer arcs share the last one)
 DISTANCE_BIAS_LENGTHS = 10
+
+
+def _known_width(tok2vec: Model) -> int:
+    """The tok2vec's output width where the config states it (its dim nO): the context LSTM is built with it."""
+    if not tok2vec.has_dim("nO") or not tok2vec.get_dim("nO"):
+        raise ValueError(
+            "spacy-nldm: context_width > 0 needs a tok2vec whose width the config states (dim nO, as spacy.Tok2Vec.v2 "
+            f"and spacy.Tok2VecListener.v1 have); {tok2vec.name!r} has none: set context_width = 0")
+    return tok2vec.get_dim("nO")
 
 
 def get_structure(model: Model) -> Structure:
@@ -99,6 +117,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
             raise ValueError("spacy-nldm: cannot infer the tok2vec width without sample docs")
         nI = tok2vec.predict(X[:1])[0].shape[1]
     nI += model.attrs.get("char_width", 0)
+    nI = model.attrs.get("context_width", 0) or nI  # the context LSTM's output is the scorer's input
     nO = model.get_dim("nO") if model.has_dim("nO") else None
     if not nO:
         raise ValueError("spacy-nldm: set the number of labels (dim nO) before initializing the model")

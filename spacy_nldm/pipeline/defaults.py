@@ -53,6 +53,7 @@ emission = true
 distance_bias = true
 dropout = 0.0
 char_width = 0
+context_width = 0
 """
     + TOK2VEC
 )["model"]
@@ -68,6 +69,7 @@ rank = 400
 emission = true
 dropout = 0.0
 char_width = 0
+context_width = 0
 """
     + TOK2VEC
 )["model"]
