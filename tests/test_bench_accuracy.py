@@ -92,14 +92,14 @@ def test_diagnosis_rows_give_every_run_their_change():
 
 
 def test_every_recorded_run_is_found_again_under_its_key():
-    """The plain loop's records (results/accuracy/*.jsonl, results/diagnosis/*.jsonl) keep their keys: each row's
+    """The plain loop's records (projects/paper/results/accuracy/*.jsonl, projects/paper/results/diagnosis/*.jsonl) keep their keys: each row's
     spec gives its stored key back, so no recorded run is redone (Twitter is ``twitter`` in the registry and ``tw``
     in the keys, patches of the study's scripts ``scripts.<module>``)."""
     from pathlib import Path
 
     from projects.paper.runs.loop import RunSpec
 
-    results = Path(__file__).resolve().parents[1] / "results"
+    results = Path(__file__).resolve().parents[1] / "projects" / "paper" / "results"
     files = sorted([*(results / "accuracy").glob("*.jsonl"), *(results / "diagnosis").glob("*.jsonl")])
     rows = [json.loads(line) for path in files for line in path.read_text(encoding="utf8").splitlines() if line.strip()]
     rows = [row for row in rows if "spec" in row and "key" in row]

@@ -133,14 +133,15 @@ def test_the_study_is_its_own_project_and_the_main_job_names_none_of_it():
 
 def test_a_study_command_runs_from_the_repository_root(tmp_path):
     """`spacy project run derive-configs projects/paper` starts in projects/paper; run.py runs it from the root,
-    so it reads configs/ there and finds the committed derived configs up to date."""
+    so it reads configs/ and projects/paper/configs/ there and finds the committed derived configs up to date."""
     proj = copy_project(tmp_path / "proj")
     res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "derive-configs",
                           str(proj / "projects" / "paper")], capture_output=True, text=True, cwd=tmp_path,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     for name in ("glove/nldm.cfg", "softmax_trf.cfg"):
-        assert (proj / "configs" / name).read_text() == (ROOT / "configs" / name).read_text()
+        study = Path("projects") / "paper" / "configs" / name
+        assert (proj / study).read_text() == (ROOT / study).read_text()
 
 
 def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):

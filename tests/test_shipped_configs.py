@@ -1,4 +1,4 @@
-"""Every shipped config (configs/*.cfg), built as `spacy train` builds it and trained a few steps on
+"""Every shipped config (configs/*.cfg and the study's projects/paper/configs/*.cfg), built as `spacy train` builds it and trained a few steps on
 fixture tweets: what a user meets with it (the same predictions whatever the batch, empty input), and that it
 learns (a tiny learnable task lifts its accuracy from below a floor to above it)."""
 import pytest
@@ -11,7 +11,8 @@ from nldm_fixtures import LEARNABLE, LEARNABLE_FLOOR, ROOT, TWITTER
 from spacy_nldm.corpora.ark import read_ark
 from spacy_nldm.pipeline import StructuredTagger
 
-CONFIGS = sorted((ROOT / "configs").glob("*.cfg"))
+STUDY_CONFIGS = ROOT / "projects" / "paper" / "configs"
+CONFIGS = sorted([*(ROOT / "configs").glob("*.cfg"), *STUDY_CONFIGS.glob("*.cfg")])
 TRAIN = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:24]
 TEST = [s.words for s in read_ark(TWITTER / "oct27.test")][:64]
 FLOOR = LEARNABLE_FLOOR
@@ -98,7 +99,7 @@ def test_ten_steps_on_a_tiny_task_lift_the_accuracy_above_a_floor(shipped):
     assert untrained < FLOOR < learned, (untrained, learned)
 
 
-ALL_CONFIGS = sorted((ROOT / "configs").rglob("*.cfg"))
+ALL_CONFIGS = sorted([*(ROOT / "configs").rglob("*.cfg"), *STUDY_CONFIGS.rglob("*.cfg")])
 
 
 def test_every_nldm_config_states_the_settings_where_the_factory_default_differs_from_the_architectures():

@@ -11,8 +11,8 @@ from projects.paper.scripts.transfer_config import transfer, tuned_values
 from projects.paper.tuning.space import load_space  # noqa: E402
 from projects.paper.tuning.study import base_config  # noqa: E402
 
-SPACE = ROOT / "configs" / "glove_bilstm" / "space.yml"
-BASE = ROOT / "configs" / "glove_bilstm"
+SPACE = ROOT / "projects" / "paper" / "configs" / "glove_bilstm" / "space.yml"
+BASE = ROOT / "projects" / "paper" / "configs" / "glove_bilstm"
 
 
 def _tuned_nldm(tmp_path: Path) -> Path:

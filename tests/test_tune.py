@@ -18,6 +18,7 @@ from projects.paper.tuning.study import StudySpec, TuneError, open_study, run_st
 from projects.paper.tuning.trial import ProgressTable, pid_alive  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+STUDY_CONFIGS = ROOT / "projects" / "paper" / "configs"
 FIXTURES = ROOT / "tests" / "fixtures"
 FAKE_TRAIN = (sys.executable, str(FIXTURES / "tune_fake_train.py"))
 DROPOUT_SPACE = {"parameters": {"dropout": {"type": "float", "low": 0.0, "high": 0.5, "set": "training.dropout"}}}
@@ -58,7 +59,7 @@ def load(spec: StudySpec):
 def test_shipped_space_fits_the_four_configs_and_starts_from_their_values():
     from thinc.api import Config
 
-    space = load_space(ROOT / "configs" / "tuned" / "space.yml")
+    space = load_space(STUDY_CONFIGS / "tuned" / "space.yml")
     for system in ("softmax", "crf1", "crf2", "nldm"):
         config = Config().from_disk(ROOT / "configs" / f"{system}.cfg", interpolate=False)
         component = config["nlp"]["pipeline"][-1]
@@ -75,7 +76,7 @@ def test_shipped_space_fits_the_four_configs_and_starts_from_their_values():
 
 
 def test_sgd_choice_replaces_the_optimizer_block_and_keeps_its_learning_rate():
-    space = load_space(ROOT / "configs" / "tuned" / "space.yml")
+    space = load_space(STUDY_CONFIGS / "tuned" / "space.yml")
     out = space.overrides({"optimizer": "sgd", "sgd_learn_rate": 0.3, "hidden_size": 200}, "nldm")
     assert out["training.optimizer"]["@optimizers"] == "SGD.v1"
     assert out["training.optimizer"]["learn_rate"] == 0.3  # folded into the block, not lost behind it
@@ -92,7 +93,7 @@ def test_a_base_config_on_sgd_at_another_rate_starts_from_sgd_at_that_rate():
     on SGD at 0.03 is the SGD choice at 0.03 (it was read as Adam, so trial 0 was not the base config)."""
     from thinc.api import Config
 
-    space = load_space(ROOT / "configs" / "tuned" / "space.yml")
+    space = load_space(STUDY_CONFIGS / "tuned" / "space.yml")
     sgd = space.params[0].set_by_choice["sgd"]["training.optimizer"]
     for rate in (0.03, 0.1, 0.3):
         config = Config().from_disk(ROOT / "configs" / "crf1.cfg", interpolate=False)
@@ -303,8 +304,8 @@ def test_a_shared_proposal_takes_the_peers_values_and_fills_the_rest_from_the_st
 
     from projects.paper.tuning.sharing import proposal
 
-    space = load_space(ROOT / "configs" / "glove_bilstm" / "space.yml")
-    config = Config().from_disk(ROOT / "configs" / "glove_bilstm" / "nldm.cfg", interpolate=False)
+    space = load_space(STUDY_CONFIGS / "glove_bilstm" / "space.yml")
+    config = Config().from_disk(STUDY_CONFIGS / "glove_bilstm" / "nldm.cfg", interpolate=False)
     # a softmax trial: no label_dim or max_dist, and a D_h this space does not have
     peer = {"optimizer": "sgd", "sgd_learn_rate": 0.3, "dropout": 0.1, "word_dropout": 0.2, "embed_width": 100,
             "hidden_size": 300}

@@ -19,6 +19,7 @@ from projects.paper.pretrained.glove import GloveError, add_case_keys, check_vec
 from projects.paper.pretrained.variants import HASH_EMBEDS, derive_all, write_all  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+STUDY_CONFIGS = ROOT / "projects" / "paper" / "configs"
 FIXTURE = ROOT / "tests" / "fixtures" / "vectors_glove"
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
 
@@ -110,7 +111,7 @@ def test_glove_config_initialises_static_vectors_from_the_folder(vectors_folder,
 
     docs, _ = ark_to_docs([ROOT / "tests" / "fixtures" / "tune_twitter.txt"], spacy.blank("en").vocab)
     DocBin(docs=docs[:10]).to_disk(tmp_path / "train.spacy")
-    config = load_config(ROOT / "configs" / "glove" / "nldm.cfg", overrides={
+    config = load_config(STUDY_CONFIGS / "glove" / "nldm.cfg", overrides={
         "paths.vectors": str(vectors_folder), "paths.train": str(tmp_path / "train.spacy"),
         "paths.dev": str(tmp_path / "train.spacy")})
     nlp = init_nlp(config)
@@ -124,7 +125,7 @@ def test_glove_config_initialises_static_vectors_from_the_folder(vectors_folder,
 
 
 def test_derived_configs_are_committed_and_up_to_date():
-    assert write_all(ROOT / "configs", check=True) == [], "run: python -m projects.paper derive-configs"
+    assert write_all(ROOT / "configs", check=True, output=STUDY_CONFIGS) == [], "run: python -m projects.paper derive-configs"
 
 
 def _cfg(path: Path) -> Config:
@@ -133,7 +134,7 @@ def _cfg(path: Path) -> Config:
 
 def test_glove_configs_differ_from_the_systems_only_by_the_static_vectors_word_dropout_and_averaging():
     for system in SYSTEMS:
-        base, glove = _cfg(ROOT / "configs" / f"{system}.cfg"), _cfg(ROOT / "configs" / "glove" / f"{system}.cfg")
+        base, glove = _cfg(ROOT / "configs" / f"{system}.cfg"), _cfg(STUDY_CONFIGS / "glove" / f"{system}.cfg")
         name = base["nlp"]["pipeline"][-1]
         embed = glove["components"][name]["model"]["tok2vec"]["embed"]
         assert embed["@architectures"] == "spacy-nldm.WordDropoutHashEmbed.v1" and embed["include_static_vectors"] is True
@@ -152,10 +153,10 @@ def test_glove_configs_differ_from_the_systems_only_by_the_static_vectors_word_d
 
 
 def test_minilm_configs_share_the_transformer_and_training_and_keep_each_head():
-    trf = _cfg(ROOT / "configs" / "nldm_trf.cfg")
+    trf = _cfg(STUDY_CONFIGS / "nldm_trf.cfg")
     listener = trf["components"]["nldm"]["model"]["tok2vec"]
     for system in ["softmax", "crf1", "crf2"]:
-        cfg, base = _cfg(ROOT / "configs" / f"{system}_trf.cfg"), _cfg(ROOT / "configs" / f"{system}.cfg")
+        cfg, base = _cfg(STUDY_CONFIGS / f"{system}_trf.cfg"), _cfg(ROOT / "configs" / f"{system}.cfg")
         name = base["nlp"]["pipeline"][-1]
         assert cfg["nlp"]["pipeline"] == ["transformer", name]
         assert cfg["components"]["transformer"] == trf["components"]["transformer"]
@@ -173,13 +174,14 @@ def test_derive_refuses_an_encoder_without_hash_embeddings(tmp_path):
 
     configs = tmp_path / "configs"
     configs.mkdir()
-    for name in ["crf1", "crf2", "nldm", "nldm_trf"]:
+    for name in ["crf1", "crf2", "nldm"]:
         (configs / f"{name}.cfg").write_text((ROOT / "configs" / f"{name}.cfg").read_text())
+    (configs / "nldm_trf.cfg").write_text((STUDY_CONFIGS / "nldm_trf.cfg").read_text())
     text = (ROOT / "configs" / "softmax.cfg").read_text()
     embed = next(name for name in HASH_EMBEDS if f'"{name}"' in text)
     (configs / "softmax.cfg").write_text(text.replace(f'"{embed}"', '"spacy.CharacterEmbed.v2"'))
     with pytest.raises(VariantError, match="softmax.cfg: .*is not spacy.MultiHashEmbed.v2"):
-        derive_all(configs)
+        derive_all(configs, output=configs)
 
 
 # ---------------------------------------------------------------- seed-run table

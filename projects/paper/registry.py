@@ -10,6 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, List, Optional
 
+#: the study's own configs and results, relative to the repository root (where its commands run); the main
+#: job's (the four systems' configs/, Table 2's results/) are the root's configs/ and results/
+STUDY_CONFIGS = Path("projects/paper/configs")
+STUDY_RESULTS = Path("projects/paper/results")
+
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
 SYSTEM_NAMES = {
     "softmax": "Neural Softmax",
@@ -17,7 +22,7 @@ SYSTEM_NAMES = {
     "crf2": "Neural 2-order CRF",
     "nldm": "NLDM",
 }
-#: the systems' names in the seed-run tables (results/glove.md, minilm.md, the tuned tables)
+#: the systems' names in the seed-run tables (projects/paper/results/glove.md, minilm.md, the tuned tables)
 SEED_TABLE_NAMES = {"softmax": "Neural softmax", "crf1": "Neural CRF, order 1", "crf2": "Neural CRF, order 2",
                     "nldm": "NLDM"}
 

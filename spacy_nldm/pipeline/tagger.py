@@ -77,14 +77,14 @@ class StructuredTagger(TrainablePipe):
     normalize_loss: the batch's loss and gradient are its mean per token (else its sum). spaCy's
         optimizers clip each parameter's gradient norm (``grad_clip = 1.0`` in spaCy's default
         optimizer): a sum over a batch of hundreds of tokens is clipped at almost every step, which
-        slows learning (results/diagnosis.md); a mean per token is not. The loss shown in spaCy's
+        slows learning (projects/paper/results/diagnosis.md); a mean per token is not. The loss shown in spaCy's
         training table is then also the mean per token.
     tok2vec_loss: the loss whose gradient reaches the tok2vec (or, through a listener, the shared one):
         "sum" over the batch's tokens, as spaCy's ``tagger`` sends it, "mean" per token, or None: the
         head's (``normalize_loss``), as before this setting existed (the paper's ``spacy train``
         configs keep that). The head's gradient follows ``normalize_loss`` either way. With the
         default per-token head and summed tok2vec gradient, spaCy's clipping acts on the encoder at
-        almost every step (as for its ``tagger``) and not on the head (results/diagnosis.md section 20).
+        almost every step (as for its ``tagger``) and not on the head (projects/paper/results/diagnosis.md section 20).
     label_smoothing: as spaCy's ``tagger`` setting (each token's target keeps 1 - a on the gold label):
         the loss mixes the gold likelihood with the uniform distribution over the outputs
         (:mod:`spacy_nldm.models.smoothing`); 0 is the plain likelihood.

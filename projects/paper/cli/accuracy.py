@@ -24,7 +24,7 @@ from . import app
 SYSTEMS = {"softmax": "tagger", "crf": "crf_tagger", "nldm": "nldm_tagger"}
 PAIRS = [("crf", "softmax"), ("nldm", "softmax"), ("nldm", "crf")]
 #: the runs file `python -m projects.paper accuracy` reads and appends to unless --results names another
-DEFAULT_RESULTS = "results/accuracy/runs.jsonl"
+DEFAULT_RESULTS = "projects/paper/results/accuracy/runs.jsonl"
 #: the converted corpora `spacy project run corpora` writes
 DEFAULT_CORPUS = "corpus"
 

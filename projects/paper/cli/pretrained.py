@@ -4,9 +4,9 @@
     python -m spacy init vectors en assets/glove/glove.6B.50d.txt.gz assets/glove/vectors --name glove_6B_50d
     python -m projects.paper glove-case-keys assets/glove/vectors
     python -m projects.paper glove-check assets/glove/vectors
-    python -m projects.paper derive-configs            # configs/glove/*.cfg, configs/{softmax,crf1,crf2}_trf.cfg
-    python -m projects.paper seed-runs --config "configs/glove/{system}.cfg" --seeds 0,1,2 ...
-    python -m projects.paper seed-table --results results/glove/runs --output results/glove.md
+    python -m projects.paper derive-configs    # projects/paper/configs/glove/*.cfg, {softmax,crf1,crf2}_trf.cfg
+    python -m projects.paper seed-runs --config "projects/paper/configs/glove/{system}.cfg" --seeds 0,1,2 ...
+    python -m projects.paper seed-table --results projects/paper/results/glove/runs --output projects/paper/results/glove.md
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from ..registry import SYSTEMS
+from ..registry import STUDY_CONFIGS, SYSTEMS
 from . import app
 
 
@@ -91,15 +91,17 @@ def glove_check_cli(
 
 @app.command("derive-configs")
 def derive_configs_cli(
-    configs: Path = typer.Option(Path("configs"), "--configs", help="Folder of the source configs"),
+    configs: Path = typer.Option(Path("configs"), "--configs", help="Folder of the four systems' configs"),
+    output: Path = typer.Option(STUDY_CONFIGS, "--output", help="Folder of nldm_trf.cfg and of the derived configs"),
     vectors: str = typer.Option("assets/glove/vectors", "--vectors", help="paths.vectors of the GloVe configs"),
     check: bool = typer.Option(False, "--check/--no-check", help="Only report derived configs that are out of date (exit 1)"),
 ):
-    """Write configs/glove/<system>.cfg and configs/<system>_trf.cfg from the four systems' configs."""
+    """Write projects/paper/configs/glove/<system>.cfg and projects/paper/configs/<system>_trf.cfg from the four
+    systems' configs (configs/) and projects/paper/configs/nldm_trf.cfg."""
     from ..pretrained.variants import VariantError, write_all
 
     try:
-        changed = write_all(configs, vectors, check=check)
+        changed = write_all(configs, vectors, check=check, output=output)
     except VariantError as err:
         _fail(err)
     if check and changed:
@@ -110,7 +112,7 @@ def derive_configs_cli(
 
 @app.command("seed-runs")
 def seed_runs_cli(
-    config: str = typer.Option(..., "--config", help="Config path pattern with {system}, e.g. configs/glove/{system}.cfg"),
+    config: str = typer.Option(..., "--config", help="Config path pattern with {system}, e.g. projects/paper/configs/glove/{system}.cfg"),
     systems: str = typer.Option(",".join(SYSTEMS), "--systems", help=f"Comma-separated systems, from {', '.join(SYSTEMS)} ({{system}} in --config)"),
     seeds: str = typer.Option("0,1,2", "--seeds", help="Comma-separated training seeds (system.seed of spacy train)"),
     train: Path = typer.Option(Path("corpus/twitter/train.spacy"), "--train", help="Training data (DocBin): paths.train"),

@@ -73,15 +73,15 @@ def tune_cli(
     trials: int = typer.Option(20, "--trials", "-n", help="Finished trials per study (the same for every system)"),
     steps: int = typer.Option(320, "--steps", help="Training steps per trial (batches of ~500 words)"),
     eval_frequency: int = typer.Option(40, "--eval-frequency", help="Dev evaluation (and pruning check) every N steps"),
-    space_path: Path = typer.Option(Path("configs/tuned/space.yml"), "--space", help="Search space (YAML)"),
+    space_path: Path = typer.Option(Path("projects/paper/configs/tuned/space.yml"), "--space", help="Search space (YAML)"),
     configs: Path = typer.Option(Path("configs"), "--configs", help="Folder of the systems' configs"),
     corpus: Path = typer.Option(Path("corpus"), "--corpus", help="Folder of the converted corpora"),
     train: Optional[Path] = typer.Option(None, "--train", help="Train DocBin (one dataset only; default from --corpus)"),
     dev: Optional[Path] = typer.Option(None, "--dev", help="Dev DocBin (one dataset only; default from --corpus)"),
     lang: Optional[str] = typer.Option(None, "--lang", help="spaCy language (default: the dataset's, else en)"),
     study_dir: Path = typer.Option(Path("training/tune"), "--study-dir", help="SQLite studies and trial logs"),
-    tuned_dir: Path = typer.Option(Path("configs/tuned"), "--tuned-dir", help="Best configs: <dataset>-<system>.cfg"),
-    table: Optional[Path] = typer.Option(Path("results/tuning.md"), "--table", help="Markdown table of all studies in --study-dir"),
+    tuned_dir: Path = typer.Option(Path("projects/paper/configs/tuned"), "--tuned-dir", help="Best configs: <dataset>-<system>.cfg"),
+    table: Optional[Path] = typer.Option(Path("projects/paper/results/tuning.md"), "--table", help="Markdown table of all studies in --study-dir"),
     seed: int = typer.Option(0, "--seed", help="Training seed of every trial (and the sampler's seed)"),
     threads: int = typer.Option(1, "--threads", help="Torch/BLAS threads per training process"),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU id for spacy train (-1: CPU)"),
@@ -159,8 +159,8 @@ def _interrupt(signum, frame):
 @app.command("tune-table")
 def tune_table_cli(
     study_dir: Path = typer.Option(Path("training/tune"), "--study-dir", help="Folder of the SQLite studies"),
-    output: Path = typer.Option(Path("results/tuning.md"), "--output", "-o", help="Markdown file"),
-    space_path: Optional[Path] = typer.Option(Path("configs/tuned/space.yml"), "--space", help="Search space to describe"),
+    output: Path = typer.Option(Path("projects/paper/results/tuning.md"), "--output", "-o", help="Markdown file"),
+    space_path: Optional[Path] = typer.Option(Path("projects/paper/configs/tuned/space.yml"), "--space", help="Search space to describe"),
 ):
     """Write the Markdown table of every study in --study-dir (no training)."""
     from ..tuning.report import write_report

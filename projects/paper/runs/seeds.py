@@ -1,5 +1,5 @@
-"""Train and test each system over seeds, resumably, and the mean ± std table (``results/glove.md``,
-``results/minilm.md``).
+"""Train and test each system over seeds, resumably, and the mean ± std table (``projects/paper/results/glove.md``,
+``projects/paper/results/minilm.md``).
 
 One run = ``spacy train <config> --output <training>/<system>/seed<k>`` with the given data, seed and budget,
 then ``spacy evaluate model-best <test> --gold-preproc``; its record goes to ``<results>/<system>-seed<k>.json``
@@ -34,7 +34,7 @@ class RunError(RuntimeError):
 class RunSpec:
     """The runs of one table: systems x seeds of one config pattern on one dataset."""
 
-    config_pattern: str  # e.g. "configs/glove/{system}.cfg"
+    config_pattern: str  # e.g. "projects/paper/configs/glove/{system}.cfg"
     train: Path
     dev: Path
     test: Path

@@ -3,7 +3,7 @@ over the seeds both have, and the change; then the average change per system ove
 for pairs of systems the difference of their test changes (mean over the datasets with both, its standard error
 from the spread over datasets: whether one system gained more than another beyond the datasets' noise).
 
-    python -m projects.paper.scripts.compare_runs --base results/runs --variant results/diagnosis/table2_wd/runs
+    python -m projects.paper.scripts.compare_runs --base results/runs --variant projects/paper/results/diagnosis/table2_wd/runs
 
 Records are the JSON files ``<runs>/<dataset>/<system>-seed<k>.json`` that ``projects/paper/scripts/reproduce.py`` writes
 (``--results``); a (dataset, system) pair without a common seed is left blank. Prints a Markdown table.

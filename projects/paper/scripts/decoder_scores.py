@@ -2,7 +2,7 @@
 
 Each pipeline is loaded once per decoder with every structured component's setting overridden at load time
 (``paired_bootstrap.load_pipeline``) and scored with ``nlp.evaluate`` on the
-dev and test DocBins (gold tokenisation). Prints one row per pipeline and the means (results/diagnosis.md §33).
+dev and test DocBins (gold tokenisation). Prints one row per pipeline and the means (projects/paper/results/diagnosis.md §33).
 
     python -m projects.paper.scripts.decoder_scores training/glove_bilstm-tuned/twitter/nldm/seed{0,1,2,3,4}/model-best
 """

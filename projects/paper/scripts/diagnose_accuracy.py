@@ -4,10 +4,10 @@
 
 Every run is the plain loop of ``projects.paper.runs.loop`` (factory defaults unless the row
 says otherwise, ``nlp.initialize``'s default optimizer, batches of 16 sentences, 10 epochs, test
-accuracy of the final weights). Runs are kept in ``results/accuracy/runs.jsonl`` (shared with
+accuracy of the final weights). Runs are kept in ``projects/paper/results/accuracy/runs.jsonl`` (shared with
 ``python -m projects.paper accuracy``, whose runs are the "factory defaults" rows) and never re-run; the tables
-go to stdout and ``results/diagnosis/tables.md`` (the write-up is
-``results/diagnosis.md``). Settings that are not part of the product (the old initialisation, a
+go to stdout and ``projects/paper/results/diagnosis/tables.md`` (the write-up is
+``projects/paper/results/diagnosis.md``). Settings that are not part of the product (the old initialisation, a
 normalised loss, thinc's unpatched PyTorch shim) are applied by the ``patch_*`` functions below in
 the run's own process (``RunSpec.setup``).
 """
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(ROOT)
 
-from projects.paper.registry import canonical  # noqa: E402
+from projects.paper.registry import STUDY_RESULTS, canonical  # noqa: E402
 from projects.paper.runs.loop import RunSpec, run_all  # noqa: E402
 from projects.paper.cli.accuracy import default_signature  # noqa: E402
 
@@ -326,13 +326,13 @@ def main(
     seeds: str = typer.Option("0", help="Seeds, comma-separated."),
     groups: str = typer.Option(",".join(ABLATIONS), help="Ablation groups, comma-separated."),
     corpus: str = typer.Option("corpus", help="Converted corpora folder."),
-    results: Path = typer.Option(ROOT / "results" / "accuracy" / "runs.jsonl", help="Runs file (JSON lines), shared with python -m projects.paper accuracy."),
+    results: Path = typer.Option(ROOT / STUDY_RESULTS / "accuracy" / "runs.jsonl", help="Runs file (JSON lines), shared with python -m projects.paper accuracy."),
     workers: int = typer.Option(2, help="Runs at a time."),
     run: bool = typer.Option(True, help="Run missing runs (--no-run: tables of what is there)."),
 ) -> None:
     sets = [canonical(d) for d in datasets.split(",")]
     seed_list = [int(s) for s in seeds.split(",")]
-    out = ROOT / "results" / "diagnosis" / "tables.md"
+    out = ROOT / STUDY_RESULTS / "diagnosis" / "tables.md"
     sections = _sections(out)
     for group in groups.split(","):
         entries = specs_for(group, sets, seed_list, corpus)

@@ -6,7 +6,7 @@
 A token "has a vector" when its ORTH is a key of the vectors (how spacy.StaticVectors.v2 looks it up; the GloVe
 folder has lower, capitalised and upper-case keys). Prints, per model, accuracy on both groups and the five most
 frequent (gold, predicted) confusions, then the tokens without a vector by gold tag (count, errors of the last
-model, examples). Used by results/diagnosis.md section 21.
+model, examples). Used by projects/paper/results/diagnosis.md section 21.
 """
 import argparse
 import collections

@@ -1,4 +1,4 @@
-"""How often spaCy's gradient clipping acts on a component's updates (results/diagnosis.md, section 6).
+"""How often spaCy's gradient clipping acts on a component's updates (projects/paper/results/diagnosis.md, section 6).
 
     python -m projects.paper.scripts.gradient_clipping nldm_tagger sum|mean [--tok2vec-loss sum|mean|same] [--corpus ...]
 

@@ -1,7 +1,7 @@
 """How close are the NLDM's latent trees to Tweebank's gold dependency trees? (The paper's section 7, 17.9% UAS.)
 
     python -m projects.paper.scripts.latent_uas --model training/twitter/nldm/model-best \\
-        --test ../shared/data/tweebank_v1/test --output results/latent_uas.md --json results/latent_uas.json
+        --test ../shared/data/tweebank_v1/test --output projects/paper/results/latent_uas.md --json projects/paper/results/latent_uas.json
 
 The trained NLDM pipeline (ARK Twitter tags) tags every tweet of the Tweebank v1 test file (Kong et al. 2014)
 on its gold tokens (a Doc made from the file's words), and its latent tree (``Token._.nldm_head``: the head's
@@ -322,7 +322,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                         help="Tweebank v1 file with gold heads (14 columns)")
     parser.add_argument("--train-corpus", type=Path, default=Path("corpus/twitter/train.spacy"),
                         help="the NLDM's training DocBin: its tweets are counted apart (skipped if missing)")
-    parser.add_argument("--output", type=Path, default=None, help="Markdown table (e.g. results/latent_uas.md)")
+    parser.add_argument("--output", type=Path, default=None, help="Markdown table (e.g. projects/paper/results/latent_uas.md)")
     parser.add_argument("--json", type=Path, default=None, help="the figures as JSON")
     args = parser.parse_args(argv)
     for path, what in ((args.test, "Tweebank v1 test file"), (args.model, "trained pipeline"),

@@ -15,7 +15,7 @@ this says how much it depends on which sentences the test set happened to hold. 
 over seeds can still be a handful of sentences. ``--decode-a`` / ``--decode-b`` load a group's structured
 components (``crf_tagger``, ``nldm_tagger``) with another decoder than they were trained with (``viterbi`` or
 ``posterior``; a load-time setting, no retraining), e.g. the CRF decoded like the NLDM. Used by
-results/diagnosis.md sections 27 and 28.
+projects/paper/results/diagnosis.md sections 27 and 28.
 """
 import argparse
 from pathlib import Path

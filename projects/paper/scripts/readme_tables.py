@@ -4,7 +4,7 @@ Two kinds of marked block:
 
 A copied table sits between two markers::
 
-    <!-- table: results/accuracy.md -->
+    <!-- table: projects/paper/results/accuracy.md -->
     | ... |
     <!-- /table -->
 
@@ -14,7 +14,7 @@ projects/paper/scripts/readme_tables.py`` rewrites every such block from its fil
 
 Prose or a hand-made summary table that quotes figures sits between::
 
-    <!-- figures: results/table2.md results/glove.md -->
+    <!-- figures: results/table2.md projects/paper/results/glove.md -->
     ... NLDM 91.95 against CRF1 91.96 ...
     <!-- /figures -->
 

@@ -1,4 +1,4 @@
-"""Which part's averaging recovers the final weights' loss on Pl (results/diagnosis.md, section 16)?
+"""Which part's averaging recovers the final weights' loss on Pl (projects/paper/results/diagnosis.md, section 16)?
 
 Trains one system with ``projects.paper.runs.loop.train`` (the loop of ``python -m projects.paper accuracy``) under spaCy's
 default optimizer with averages kept (which does not change the updates), and scores the test split with: the

@@ -2,14 +2,14 @@
 """Table and plot of the synthetic-data learning curve (the paper's Figure 3) from the per-run metrics of
 projects/paper/scripts/synthetic_runs.py.
 
-Writes to --output (default results/synthetic/):
+Writes to --output (default projects/paper/results/synthetic/):
   table.md      test token accuracy per model and sample size: mean, std over seeds, number of seeds;
                 the NLDM - CRF difference (paired by seed)
   runs.csv      one line per run (model, size, seed, test and dev accuracy, training seconds)
   accuracy.png  accuracy against sample size (log x), one line per model, error bars (std over seeds) where
                 more than one seed ran
 
-    python -m projects.paper.scripts.synthetic_report --metrics training/synthetic/metrics --output results/synthetic
+    python -m projects.paper.scripts.synthetic_report --metrics training/synthetic/metrics --output projects/paper/results/synthetic
 """
 import argparse
 import csv
@@ -154,7 +154,7 @@ def write_table(acc, diffs, runs, path: Path, baselines=None, held=None, held_di
     if variants:
         lines += [
             "",
-            "Diagnostic variants (same encoder, schedule and data; configs/synthetic_<variant>.cfg). NLDM with",
+            "Diagnostic variants (same encoder, schedule and data; projects/paper/configs/synthetic_<variant>.cfg). NLDM with",
             "`max_dist = 1` can only build the chain 0->1->...->n, so it is a first-order CRF in NLDM's code path:",
             "it tells whether NLDM's gap to the CRF comes from the latent trees or from the implementation.",
             "",
@@ -252,7 +252,7 @@ def write_plot(acc, path: Path, held=None, held_n=None) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--metrics", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
-    p.add_argument("--output", type=Path, default=ROOT / "results" / "synthetic")
+    p.add_argument("--output", type=Path, default=ROOT / "projects" / "paper" / "results" / "synthetic")
     p.add_argument("--skip-posterior", action="store_true", help="leave out the posterior-decoding diagnostic")
     p.add_argument("--code-note", default="", help="a sentence on the code the runs used, for the table's footer")
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth",

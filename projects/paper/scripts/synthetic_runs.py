@@ -3,7 +3,7 @@
 
 For each seed, then each size, then each model: generate the corpus if it is missing
 (``corpus/synth/<size>``, data seed fixed by --data-seed, so every model and training seed sees the same data),
-``spacy train configs/synthetic_<model>.cfg`` with ``--system.seed <seed>``, then ``spacy evaluate
+``spacy train projects/paper/configs/synthetic_<model>.cfg`` with ``--system.seed <seed>``, then ``spacy evaluate
 model-best`` on the test split (``--gold-preproc``). One JSON file per run goes to --metrics-dir; a run whose
 metrics file exists is skipped, so the script can be stopped and started again. ``--stop-at HH:MM`` (UTC)
 starts no run after that time. Several copies can run at once on the same folders: each claims a run with a
@@ -23,6 +23,7 @@ from pathlib import Path
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
+from projects.paper.registry import STUDY_CONFIGS  # noqa: E402
 from projects.paper.runs.queue import Run, last_logged_step, parse_overrides, run_queue, spacy_evaluate, spacy_train
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -91,7 +92,7 @@ def run_one(model: str, size: int, seed: int, args) -> dict:
     overrides = {"paths.train": str(corpus / "train.spacy"), "paths.dev": str(corpus / "dev.spacy"),
                  "system.seed": str(seed), **parse_overrides(args.overrides)}
     fingerprint = code_fingerprint()
-    train_s, _ = spacy_train(ROOT / "configs" / f"synthetic_{model}.cfg", out_dir, overrides, log,
+    train_s, _ = spacy_train(ROOT / STUDY_CONFIGS / f"synthetic_{model}.cfg", out_dir, overrides, log,
                              threads=args.threads, cwd=ROOT)
     t1 = time.time()
     scores = spacy_evaluate(out_dir / "model-best", corpus / "test.spacy", log, threads=args.threads, cwd=ROOT)
@@ -131,7 +132,7 @@ def main() -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--models", nargs="+", default=["nldm", "crf"],
-                   help="names <m> of configs/synthetic_<m>.cfg (nldm, crf; nldm_k1 is a diagnostic)")
+                   help="names <m> of projects/paper/configs/synthetic_<m>.cfg (nldm, crf; nldm_k1 is a diagnostic)")
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth")
     p.add_argument("--train-dir", type=Path, default=ROOT / "training" / "synthetic")
@@ -146,8 +147,8 @@ def main() -> None:
     args, unknown = p.parse_known_args()
     args.overrides = unknown
     for model in args.models:
-        if not (ROOT / "configs" / f"synthetic_{model}.cfg").exists():
-            p.error(f"no configs/synthetic_{model}.cfg")
+        if not (ROOT / STUDY_CONFIGS / f"synthetic_{model}.cfg").exists():
+            p.error(f"no projects/paper/configs/synthetic_{model}.cfg")
     args.metrics_dir.mkdir(parents=True, exist_ok=True)
     args.train_dir.mkdir(parents=True, exist_ok=True)
     if args.data_only:

@@ -1,8 +1,8 @@
 """Like-for-like configs: other systems' base configs with a tuned config's searched values.
 
-    python -m projects.paper.scripts.transfer_config --tuned configs/tuned/glove_bilstm/twitter-nldm.cfg --from nldm \
-        --space configs/glove_bilstm/space.yml --base "configs/glove_bilstm/{system}.cfg" \
-        --systems softmax,crf1,crf2 --output "results/diagnosis/glove_bilstm_transfer/{system}.cfg"
+    python -m projects.paper.scripts.transfer_config --tuned projects/paper/configs/tuned/glove_bilstm/twitter-nldm.cfg --from nldm \
+        --space projects/paper/configs/glove_bilstm/space.yml --base "projects/paper/configs/glove_bilstm/{system}.cfg" \
+        --systems softmax,crf1,crf2 --output "projects/paper/results/diagnosis/glove_bilstm_transfer/{system}.cfg"
 
 The tuned config's values of the search space's parameters are read back from it (exactly, through the space:
 ``Space.baseline``), and each target system's base config gets those that apply to it (a softmax has no label

@@ -2,7 +2,7 @@
 
 Optuna's ``MedianPruner`` stops a trial whose dev score at a step is below the median of the study's
 completed trials at that step. When the space mixes optimisers that learn at different speeds this judges one
-against the other: in the GloVe search (results/diagnosis.md section 32) SGD trials were still 2.7-7 points
+against the other: in the GloVe search (projects/paper/results/diagnosis.md section 32) SGD trials were still 2.7-7 points
 (median) below their final dev score at step 200, Adam trials 0.2, so at step 200 the median was the Adam
 trials' and most SGD trials were stopped, among them some on course to beat the study's best.
 ``MedianPrunerWithin("optimizer", ...)`` takes the median over the completed trials on the same optimiser, and

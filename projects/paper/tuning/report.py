@@ -1,4 +1,4 @@
-"""``results/tuning.md``: one row per study (dataset, system) and the search space, in Markdown."""
+"""``projects/paper/results/tuning.md``: one row per study (dataset, system) and the search space, in Markdown."""
 from __future__ import annotations
 
 from pathlib import Path

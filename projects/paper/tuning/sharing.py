@@ -1,7 +1,7 @@
 """Each system's study also tries the other systems' best settings (``tune --share best``).
 
 A search of a few trials per system leaves each study in its own corner of the space: in the GloVe search
-(results/diagnosis.md section 31) the CRF2's best settings, run by hand on the NLDM, tested 0.4 above the
+(projects/paper/results/diagnosis.md section 31) the CRF2's best settings, run by hand on the NLDM, tested 0.4 above the
 NLDM's own best, which its study never sampled. Sharing is the same for every system: each study of a
 dataset runs, once, the best complete trial of every other system's study of that dataset, proposed as
 

@@ -1,6 +1,6 @@
 """The search space: which config values a trial sets, read from a small YAML file.
 
-Format (see ``configs/tuned/space.yml``)::
+Format (see ``projects/paper/configs/tuned/space.yml``)::
 
     parameters:
       <name>:                      # an Optuna parameter, sampled in file order

@@ -7,7 +7,7 @@
   that every trial of a study is measured the same way.
 * The first trial of a new study is the base config's own values (see :meth:`Space.baseline`).
 * With sharing (:mod:`.sharing`), the other systems' best trials are queued and run on top of ``n_trials``.
-* When done, the best trial's config is written as a full config (``configs/tuned/<dataset>-<system>.cfg``).
+* When done, the best trial's config is written as a full config (``projects/paper/configs/tuned/<dataset>-<system>.cfg``).
 """
 from __future__ import annotations
 
