@@ -1,5 +1,6 @@
 """Run a study command from the repository root, wherever it is started (the study's paths are relative to
-the root: configs/, corpus/, training/, results/, assets/). The commands of projects/paper/project.yml go
+the root: the study's projects/paper/configs/ and projects/paper/results/, the main job's configs/, corpus/,
+training/, assets/). The commands of projects/paper/project.yml go
 through it, since `spacy project run` starts them in this folder:
 
     python projects/paper/run.py tune --datasets twitter ...         # a command of python -m projects.paper

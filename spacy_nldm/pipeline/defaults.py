@@ -3,7 +3,7 @@
 The factories' default configs (what ``nlp.add_pipe`` and ``spacy init config -p nldm_tagger`` give), the
 component class's keyword defaults and the registered architectures' defaults all come from here (the
 architectures' signatures are checked against :data:`NLDM_MODEL` and :data:`CRF_MODEL` by the tests). A
-config in ``configs/`` differs from them only where a comment says why.
+config in ``configs/`` (or the study's ``projects/paper/configs/``) differs from them only where a comment says why.
 """
 from thinc.api import Config
 
