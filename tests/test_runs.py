@@ -81,3 +81,11 @@ def test_a_record_without_a_required_field_is_redone(tmp_path, capsys):
     runs.run_queue([without, with_counts], lambda run: done.append(run.name) or {"value": 1, "counts": [2]})
     assert done == ["r0"] and "redo r0: its record" in capsys.readouterr().out
     assert json.loads(with_counts.record.read_text())["value"] == "kept" and without.done()
+
+
+def test_a_record_reads_back_as_written_with_number_lists_on_one_line(tmp_path):
+    record = {"test_correct": [3, 0, 12], "scores": {"x": [1.5, -2e-3, 1e20]}, "words": ["a", "b"], "empty": []}
+    runs.write_json(tmp_path / "r.json", record)
+    text = (tmp_path / "r.json").read_text()
+    assert json.loads(text) == record
+    assert '"test_correct": [3, 0, 12]' in text and '"x": [1.5, -0.002, 1e+20]' in text

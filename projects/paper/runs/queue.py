@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -114,11 +115,18 @@ def run_queue(runs: Iterable[Run], work: Callable[[Run], dict], stop: Callable[[
     return failed
 
 
+#: a JSON list of numbers only, as json.dumps(indent=2) spreads it over one line per number
+_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]")
+
+
 def write_json(path: Path, data: dict) -> None:
-    """Written whole or not at all (a reader never sees half a record)."""
+    """Written whole or not at all (a reader never sees half a record); indented, with each list of
+    numbers (e.g. per-sentence counts) on one line."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(m.group(1).replace(",", " ").split()) + "]",
+                            json.dumps(data, indent=2))
+    tmp.write_text(text + "\n")
     os.replace(tmp, path)
 
 
