@@ -82,3 +82,22 @@ def test_runs_are_kept_and_not_redone(tmp_path):
     assert second.exit_code == 0 and "0 runs to do" in second.output
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1
     assert Run("tw", "crf_tagger", "own", 0, rows[0]["config"]).key == rows[0]["key"]
+
+
+def test_dev_curves_read_spacy_train_logs(tmp_path):
+    """projects/paper/scripts/spacy_train_curves.py: the dev accuracy column of each system's log rows."""
+    from projects.paper.scripts.spacy_train_curves import dev_curve, gain_since
+
+    tagger = tmp_path / "tagger.log"
+    tagger.write_text("E    #  LOSS TOK2VEC  LOSS TAGGER  TAG_ACC  POS_ACC  SCORE\n---\n"
+                      "  0       0    0.00   83.54   17.36    0.00    0.17\n"
+                      "  0     400  267.40 3674.65   87.03    0.00    0.87\n"
+                      "  1    1000   80.56  828.98   88.11    0.00    0.88\n"
+                      "  2    1400   29.53  363.84   88.34    0.00    0.88\n")
+    ours = tmp_path / "crf.log"
+    ours.write_text("  0       0    2.83   18.77    0.19\n  1     400  130.75   87.43    0.87\n"
+                    "  2    1000   75.73   88.44    0.88\n  3    1400   68.30   88.32    0.88\n")
+    assert dev_curve(tagger, "tagger") == [(0, 17.36), (400, 87.03), (1000, 88.11), (1400, 88.34)]
+    assert dev_curve(ours, "crf_tagger")[-1] == (1400, 88.32)
+    assert gain_since(dev_curve(tagger, "tagger"), 1000) == pytest.approx(0.23)
+    assert gain_since(dev_curve(ours, "crf_tagger"), 400) == pytest.approx(0.89)
