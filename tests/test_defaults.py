@@ -117,3 +117,26 @@ def test_shipped_configs_differ_from_the_defaults_only_with_a_comment(path):
                         and not _explained_in_source(path, section, key, actual[key]):
                     unexplained.append(f"[{section}] {key} = {actual[key]!r} (default {value!r})")
     assert not unexplained, f"{path.name} differs from the defaults without a comment saying why: {unexplained}"
+
+
+#: settings that change neither training nor the predicted labels (see the component's docstring)
+PREDICTION_ONLY = {"store_probs", "store_tree"}
+#: configs of measured results: the paper's and the study's (configs/example_*.cfg follow the defaults)
+MEASURED = sorted([p for p in SHIPPED if not p.name.startswith("example_")]
+                  + list((ROOT / "projects" / "paper" / "results").rglob("*.cfg")))
+
+
+@pytest.mark.parametrize("path", MEASURED, ids=lambda p: str(p.relative_to(ROOT)))
+def test_configs_of_measured_results_state_every_training_setting(path):
+    """A changed default cannot change what a config of published results trains: each structured component
+    writes every setting of the component and of its architecture that training reads."""
+    config = Config().from_disk(path, interpolate=False)
+    missing = []
+    for name, block in config.get("components", {}).items():
+        if block.get("factory") not in FACTORIES:
+            continue
+        settings, model, _ = FACTORIES[block["factory"]]
+        missing += [f"[components.{name}] {k}" for k in settings if k not in block and k not in PREDICTION_ONLY]
+        if block["model"].get("@architectures") == model["@architectures"]:
+            missing += [f"[components.{name}.model] {k}" for k in model if k != "tok2vec" and k not in block["model"]]
+    assert not missing, f"{path.relative_to(ROOT)} leaves to the defaults: {missing}"
