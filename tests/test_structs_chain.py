@@ -19,17 +19,23 @@ from spacy_nldm.structs import (
 LENGTHS = [5, 2, 4, 1, 0]
 
 
-@pytest.mark.parametrize("order", [1, 2])
-@pytest.mark.parametrize("masked", [False, True])
-def test_chain_against_enumeration(order, masked):
-    m, n = 3, max(LENGTHS)
-    gen = torch.Generator().manual_seed(order * 10 + masked)
+def random_chain(order, masked, seed, m=3):
+    """float64 potentials (len(LENGTHS), max(LENGTHS), M, ..., M) of the given order, the lengths, and a random
+    label mask (label 1 always allowed) or None."""
+    gen = torch.Generator().manual_seed(seed)
+    n = max(LENGTHS)
     potentials = torch.randn(len(LENGTHS), n, *((m,) * (order + 1)), generator=gen, dtype=torch.float64)
-    lengths = torch.tensor(LENGTHS)
     mask = None
     if masked:
         mask = torch.rand(len(LENGTHS), n, m, generator=gen) < 0.6
         mask[:, :, 1] = True
+    return potentials, torch.tensor(LENGTHS), mask
+
+
+@pytest.mark.parametrize("order", [1, 2])
+@pytest.mark.parametrize("masked", [False, True])
+def test_chain_against_enumeration(order, masked):
+    potentials, lengths, mask = random_chain(order, masked, seed=order * 10 + masked)
     log_z = crf_log_partition(potentials, lengths, label_mask=mask)
     labels, _, best = crf_viterbi(potentials, lengths, label_mask=mask)
     marg = crf_marginals(potentials, lengths, label_mask=mask)
@@ -53,14 +59,7 @@ def test_chain_against_enumeration(order, masked):
 def test_every_lane_forced_against_enumeration_and_the_log_space_reference(order, masked):
     """Each lane that takes the scores, forced through ``lane=``: log Z, its gradient and the marginals
     against enumeration (float64, lengths 5, 2, 4, 1 and 0) and against the log-space lane."""
-    m, n = 3, max(LENGTHS)
-    gen = torch.Generator().manual_seed(order * 10 + masked + 100)
-    potentials = torch.randn(len(LENGTHS), n, *((m,) * (order + 1)), generator=gen, dtype=torch.float64)
-    lengths = torch.tensor(LENGTHS)
-    mask = None
-    if masked:
-        mask = torch.rand(len(LENGTHS), n, m, generator=gen) < 0.6
-        mask[:, :, 1] = True
+    potentials, lengths, mask = random_chain(order, masked, seed=order * 10 + masked + 100)
     leaf = potentials.clone().requires_grad_(True)
     ref_z = crf_log_partition(leaf, lengths, label_mask=mask, lane="log")
     (ref_grad,) = torch.autograd.grad(ref_z.sum(), leaf)
