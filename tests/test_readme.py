@@ -69,9 +69,11 @@ def test_copied_tables_and_quoted_figures_are_in_step_with_their_files(path):
         assert not missing, f"{path}: figures that {' '.join(sources)} do not hold: {missing}"
 
 
-def test_the_figures_check_catches_a_figure_no_table_holds():
+def test_the_figures_check_catches_a_figure_no_table_holds(tmp_path, monkeypatch):
     module = readme_tables()
-    block = "<!-- figures: results/table2.md -->\nNLDM 91.95 (−0.01), CRF1 91.97\n<!-- /figures -->\n"
-    assert module.figure_blocks(block) == [(["results/table2.md"], ["91.97"])]
+    (tmp_path / "table.md").write_text("| NLDM | 91.95 | −0.01 |\n", encoding="utf8")
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    block = "<!-- figures: table.md -->\nNLDM 91.95 (−0.01), CRF1 91.97, +0.01\n<!-- /figures -->\n"
+    assert module.figure_blocks(block) == [(["table.md"], ["91.97", "+0.01"])]
     assert module.numbers("0.6-0.75, −0.01, (+0.64), r2.5, 1.2.3") == [
         ("", "0.6"), ("", "0.75"), ("-", "0.01"), ("+", "0.64")]
