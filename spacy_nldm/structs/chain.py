@@ -55,7 +55,7 @@ import numpy
 import torch
 
 from . import chain_bounded, chain_checked, chain_factored
-from .chain_common import Logs, as_steps, real_tokens, start_state
+from .chain_common import Logs, as_steps, real_tokens, running_sums, start_state
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
 from .semiring import exp_, logsumexp
 
@@ -395,13 +395,9 @@ def _shifts(tops: list, real: Tensor, like: Tensor, backward: bool = False) -> T
     """The shifts (B, T+1) from the maxima ``tops`` (T of them, in token order) the steps took out of the
     real tokens ``real`` (B, T): forward, shift_t = sum of the tops up to t; backward, of those after t.
     (An impossible sentence's shifts may reach -inf; its values are all -inf then.)"""
-    zero = like.new_zeros(real.shape[0], 1)
     if not tops:
-        return zero
-    steps = torch.where(real, torch.stack(tops, 1), 0.0)
-    if backward:
-        return torch.cat([steps.flip(1).cumsum(1).flip(1), zero], 1)
-    return torch.cat([zero, steps.cumsum(1)], 1)
+        return like.new_zeros(real.shape[0], 1)
+    return running_sums(torch.where(real, torch.stack(tops, 1), 0.0), backward)
 
 
 def _viterbi(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .chain_common import Logs, as_steps, identity, real_tokens, start_state, theta
+from .chain_common import Logs, as_steps, identity, real_tokens, running_sums, start_state, theta
 from .semiring import exp_
 
 Tensor = torch.Tensor
@@ -131,13 +131,10 @@ def _unscale(ys: list, tops: list, shift: Tensor, has_terms, real: Tensor, backw
     if not tops:
         return Logs(ys.log(), ys.new_zeros(ys.shape[:2])), ys.new_zeros(ys.shape[0], dtype=torch.bool)
     log_tops = torch.stack(tops, 1).log_()  # (B, T, 1)
-    steps = log_tops + shift[:, :, None]
-    zero = torch.zeros_like(steps[:, :1])
+    scale = running_sums(log_tops + shift[:, :, None], backward)
     if backward:
-        scale = torch.cat([steps.flip(1).cumsum(1).flip(1), zero], 1)
         sums = ys[:, :-1].log() + log_tops  # each step's sum, relative to its input's scale
     else:
-        scale = torch.cat([zero, steps.cumsum(1)], 1)
         sums = torch.stack(sums, 1).log_() if sums is not None else ys[:, 1:].log() + log_tops
     values = Logs(ys.log(), scale.squeeze(-1))
     sums = torch.where(real[..., None], sums, 0.0)

@@ -28,6 +28,15 @@ def real_tokens(lengths: Tensor, n: int) -> Tensor:
     return torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]
 
 
+def running_sums(steps: Tensor, backward: bool = False) -> Tensor:
+    """(B, T, ...) per-step offsets -> (B, T+1, ...) the offset of each token's values: forward, the sum of
+    the steps up to it (0 before the first); backward, of the steps after it (0 after the last)."""
+    zero = torch.zeros_like(steps[:, :1])
+    if backward:
+        return torch.cat([steps.flip(1).cumsum(1).flip(1), zero], 1)
+    return torch.cat([zero, steps.cumsum(1)], 1)
+
+
 def as_steps(potentials: Tensor) -> Tensor:
     """(B, N, M[, M], M) -> (B, N, A, P, C): A the oldest label of the state, P the rest (1 for order 1)."""
     batch, n = potentials.shape[:2]
