@@ -117,7 +117,7 @@ def generate_config(system: str, setting: str, lang: str, *, labels_with_bang: b
     return config
 
 
-def _labels_with_bang(train: Path) -> bool:
+def labels_with_bang(train: Path) -> bool:
     from spacy.tokens import DocBin
     from spacy.vocab import Vocab
 
@@ -278,7 +278,7 @@ def bench_spacy_train(
     plan: List[Tuple[str, Run]] = []  # seed by seed: a partial table has every dataset at the first seeds
     configs = {}
     for d in sets:
-        bang = _labels_with_bang(corpus / DATASETS[d][0] / "train.spacy")
+        bang = labels_with_bang(corpus / DATASETS[d][0] / "train.spacy")
         for mode in modes:
             for system in names:
                 config = _apply(generate_config(system, mode, DATASETS[d][1], labels_with_bang=bang), set_, system)

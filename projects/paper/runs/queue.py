@@ -189,10 +189,13 @@ def spacy_evaluate(model: Path, data: Path, log: Path, *, threads: int = 1, cwd:
         return json.loads(out.read_text())
 
 
+def logged_steps(log: Path) -> List[List[str]]:
+    """The rows of ``spacy train``'s table in ``log`` (epoch, step, losses, scores), in order."""
+    rows = (line.split() for line in log.read_text().splitlines())
+    return [parts for parts in rows if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit()]
+
+
 def last_logged_step(log: Path) -> Optional[List[str]]:
-    """The last row of ``spacy train``'s table in ``log`` (epoch, step, losses, scores), or None."""
-    for line in reversed(log.read_text().splitlines()):
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
-            return parts
-    return None
+    """The last row of ``spacy train``'s table in ``log``, or None."""
+    rows = logged_steps(log)
+    return rows[-1] if rows else None

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Dict, List, Tuple
 
+from projects.paper.runs.queue import logged_steps
 from spacy_nldm.cli.bench_spacy_train import run_key
 
 
@@ -21,12 +22,7 @@ def dev_curve(log: Path, system: str) -> List[Tuple[int, float]]:
     """(step, dev accuracy %) per evaluation of a ``spacy train`` console log. The tagger's rows end in
     TAG_ACC POS_ACC SCORE, the structured components' in TAG_ACC SCORE."""
     column = -3 if system == "tagger" else -2
-    curve = []
-    for line in log.read_text(encoding="utf8").splitlines():
-        fields = line.split()
-        if len(fields) >= 4 and fields[0].isdigit() and fields[1].isdigit():
-            curve.append((int(fields[1]), float(fields[column])))
-    return curve
+    return [(int(fields[1]), float(fields[column])) for fields in logged_steps(log) if len(fields) >= 4]
 
 
 def gain_since(curve: List[Tuple[int, float]], step: int) -> float:
@@ -37,17 +33,14 @@ def gain_since(curve: List[Tuple[int, float]], step: int) -> float:
 
 def current_keys(corpus: Path, setting: str) -> set:
     """The run keys (any seed up to 9) of the configs bench spacy-train generates today, per dataset and system."""
-    from spacy.tokens import DocBin
-    from spacy.vocab import Vocab
-
-    from spacy_nldm.cli.bench_spacy_train import DATASETS, SYSTEMS, generate_config
+    from spacy_nldm.cli.bench_spacy_train import DATASETS, SYSTEMS, generate_config, labels_with_bang
 
     keys = set()
     for dataset, (folder, lang) in DATASETS.items():
         train = corpus / folder / "train.spacy"
         if not train.exists():
             continue
-        bang = any(t.tag_.startswith("!") for doc in DocBin().from_disk(train).get_docs(Vocab()) for t in doc)
+        bang = labels_with_bang(train)
         for system in SYSTEMS:
             text = generate_config(system, setting, lang, labels_with_bang=bang).to_str()
             keys.update(run_key(dataset, text, seed) for seed in range(10))
