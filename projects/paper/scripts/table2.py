@@ -11,6 +11,8 @@ from collections import defaultdict
 import sys
 from pathlib import Path
 
+import numpy
+
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
@@ -33,8 +35,6 @@ def fmt(values):
 def per_sentence(records: list) -> "tuple | None":
     """(correct tokens averaged over the seeds, tokens) per test sentence, from records that all hold the
     counts (``reproduce.py`` stores them); None if any lacks them."""
-    import numpy
-
     if not records or any("test_correct" not in r for r in records):
         return None
     return (numpy.mean([r["test_correct"] for r in records], axis=0),
@@ -45,7 +45,7 @@ def significance_lines(records: dict) -> list:
     """The paired test of NLDM against each baseline per dataset: NLDM − baseline over the seeds both have,
     its 95% interval and the bootstrap p-value (the share of resamples of the test sentences in which the
     difference does not keep its sign)."""
-    lines = [
+    header = [
         "## Paired significance: NLDM against each baseline",
         "",
         f"Per test sentence, each system's correct tokens averaged over the seeds both systems ran; the difference "
@@ -57,6 +57,7 @@ def significance_lines(records: dict) -> list:
         "| Data | " + " | ".join(f"NLDM − {SYSTEM_NAMES[s]}" for s in SYSTEMS[:3]) + " |",
         "|---|---|---|---|",
     ]
+    rows = []
     for key, d in DATASETS.items():
         cells = []
         for s in SYSTEMS[:3]:
@@ -69,10 +70,8 @@ def significance_lines(records: dict) -> list:
             diff, low, high, flipped = paired_bootstrap(ours[0], theirs[0], ours[1], SAMPLES, seed=0)
             cells.append(f"{diff:+.2f} [{low:+.2f}, {high:+.2f}] p = {flipped:.3f} ({len(seeds)} seeds)")
         if any(c != "–" for c in cells):
-            lines.append(f"| {d['paper']} ({key}) | " + " | ".join(cells) + " |")
-    if len(lines) == 6:
-        lines.append("| (no dataset has per-sentence counts for NLDM and a baseline) | | | |")
-    return lines
+            rows.append(f"| {d['paper']} ({key}) | " + " | ".join(cells) + " |")
+    return header + (rows or ["| (no dataset has per-sentence counts for NLDM and a baseline) | | | |"])
 
 
 def main() -> None:
