@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from spacy_nldm import structs
-from spacy_nldm.models.structure import LatentTree
+from spacy_nldm.models.structure import Chain, LatentTree
 from spacy_nldm.models.trees import canonical_heads
 
 
@@ -58,3 +58,22 @@ def test_a_long_sentence_decodes_with_arcs_up_to_max_dist():
     torch.testing.assert_close(total, got.score[0], rtol=1e-5, atol=1e-3)
     marg = LatentTree(max_dist=k).label_marginals(F, torch.tensor([n]))
     torch.testing.assert_close(marg.sum(-1), torch.ones(1, n))
+
+
+@pytest.mark.parametrize("structure", [LatentTree(max_dist=2), Chain(order=1)], ids=["nldm", "crf"])
+def test_posterior_decoding_reads_the_marginals_it_is_given(structure):
+    """decode(marginals=label_marginals(F)) is decode(posterior) exactly (what the component does with
+    store_probs, computing them once); marginals from elsewhere are what it decodes."""
+    torch.manual_seed(3)
+    n_heads = 2 if structure.has_tree else 1
+    F = torch.randn(3, 5, n_heads, 5, 4, dtype=torch.float64)
+    lengths = torch.tensor([5, 2, 4])
+    plain = structure.decode(F, lengths, posterior=True)
+    given = structure.decode(F, lengths, posterior=True, marginals=structure.label_marginals(F, lengths))
+    assert torch.equal(plain.labels, given.labels)
+    assert (plain.heads is None and given.heads is None) or torch.equal(plain.heads, given.heads)
+    torch.testing.assert_close(plain.score, given.score)
+    chosen = torch.randint(0, 4, (3, 5)) * (torch.arange(5) < lengths[:, None])
+    forced = structure.decode(F, lengths, posterior=True,
+                              marginals=torch.nn.functional.one_hot(chosen, 4).to(F.dtype))
+    assert torch.equal(forced.labels, chosen)

@@ -10,6 +10,7 @@ F to the dense tensors. Segments are grouped by length into buckets whose expand
 Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as structs does; the
 NLDM's tree is the canonical one of the decoded labels (:mod:`.trees`), so it does not depend on the batch.
 """
+import math
 from typing import List, Optional, Tuple
 
 import torch
@@ -130,11 +131,14 @@ class Structure:
         (see :mod:`.smoothing`)."""
         raise NotImplementedError
 
-    def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False, tree: bool = True) -> structs.Decoded:
+    def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False, tree: bool = True,
+               marginals: Optional[Tensor] = None) -> structs.Decoded:
         """Best labels (S, L), heads (S, L) (None for the chains) and score (S,), as
         :class:`~spacy_nldm.structs.Decoded`; ``posterior``: per-token arg-max of the label marginals
         (the tree and score are then the best ones for those labels). ``tree = False``: the labels only
-        (heads None; the score is the Viterbi score, or 0 under ``posterior``), skipping the tree search."""
+        (heads None; the score is the Viterbi score, or 0 under ``posterior``), skipping the tree search.
+        ``marginals`` (S, L, M): :meth:`label_marginals` of the same F, when the caller has them already
+        (posterior decoding then reads them instead of computing them again)."""
         has_tree = self.has_tree and tree
         S, L = F.shape[:2]
         labels = torch.zeros(S, L, dtype=torch.long, device=F.device)
@@ -142,7 +146,8 @@ class Structure:
         best = torch.zeros(S, dtype=F.dtype, device=F.device)
         with torch.no_grad():
             for idx, Fb, lens in self._buckets(F, lengths):
-                found = self._decode(Fb, lens, posterior, has_tree)
+                probs = None if marginals is None else marginals[idx, : Fb.shape[1]].to(F.device)
+                found = self._decode(Fb, lens, posterior, has_tree, probs)
                 best[idx] = found.score
                 labels[idx, : Fb.shape[1]] = found.labels
                 if found.heads is not None:
@@ -281,27 +286,35 @@ class LatentTree(Structure):
         real = d <= lengths[:, None]
         return (arc * real).sum(1)
 
-    def _decode(self, F, lengths, posterior, tree=True) -> structs.Decoded:
+    def _decode(self, F, lengths, posterior, tree=True, probs=None) -> structs.Decoded:
         scores = self.directional(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
         mask = None
         if posterior:
-            probs = structs.marginals(scores, lengths, max_dist=self.max_dist).labels
+            if probs is None:
+                probs = structs.marginals(scores, lengths, max_dist=self.max_dist).labels
+            labels = probs.argmax(-1).masked_fill(~real_tokens(probs, lengths), 0)
             if not tree:  # the labels are the marginals' arg-max: no tree search
-                labels = probs.argmax(-1).masked_fill(~real_tokens(probs, lengths), 0)
                 return structs.Decoded(labels, None, F.new_zeros(F.shape[0]))
-            mask = self._mask(torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool())
+            if self.canonical:  # the labels are known: the canonical tree's search is the whole tree search
+                return self._canonical(F, labels, lengths)
+            mask = self._mask(torch.nn.functional.one_hot(labels, F.shape[-1]).bool())
         found = structs.viterbi(scores, lengths, label_mask=mask, max_dist=self.max_dist)
         if not tree:
             return structs.Decoded(found.labels, None, found.score)
         if not self.canonical:
             return found
-        # one tree among the (near-)equally scored ones for these labels, whatever the rounding;
-        # memory O(n k) with max_dist
-        heads, score = canonical_heads(F, found.labels, lengths, self.max_dist, distance_bias=self._bias(F))
-        possible = torch.isfinite(found.score)  # an impossible sentence keeps head 0 and score -inf
-        heads = torch.where(possible[:, None], heads.to(found.heads.device), torch.zeros_like(found.heads))
-        score = torch.where(possible, score.to(found.score), found.score)
-        return structs.Decoded(found.labels, heads, score)
+        return self._canonical(F, found.labels, lengths)
+
+    def _canonical(self, F: Tensor, labels: Tensor, lengths: Tensor) -> structs.Decoded:
+        """The canonical tree of ``labels`` (S, L) and its score: one tree among the (near-)equally scored
+        ones, whatever the rounding; memory O(n k) with max_dist. A segment no tree can carry (score -inf)
+        gets labels and heads 0, as structs' decoders leave it."""
+        heads, score = canonical_heads(F, labels, lengths, self.max_dist, distance_bias=self._bias(F))
+        heads, score = heads.to(labels.device), score.to(device=F.device, dtype=F.dtype)
+        possible = torch.isfinite(score)
+        labels = torch.where(possible[:, None], labels, torch.zeros_like(labels))
+        heads = torch.where(possible[:, None], heads, torch.zeros_like(heads))
+        return structs.Decoded(labels, heads, torch.where(possible, score, torch.full_like(score, -math.inf)))
 
     def _marginals(self, F, lengths):
         return structs.marginals(self.directional(F), lengths, max_dist=self.max_dist).labels
@@ -373,11 +386,12 @@ class Chain(Structure):
         scores = self.factored(F)
         return self.expand(F) if scores is None else scores
 
-    def _decode(self, F, lengths, posterior, tree=False) -> structs.Decoded:
+    def _decode(self, F, lengths, posterior, tree=False, probs=None) -> structs.Decoded:
         pot = self._scores(F)
         mask = None
         if posterior:
-            probs = structs.crf_marginals(pot, lengths)
+            if probs is None:
+                probs = structs.crf_marginals(pot, lengths)
             mask = torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool()
         return structs.crf_viterbi(pot, lengths, label_mask=mask)
 

@@ -320,11 +320,14 @@ class StructuredTagger(TrainablePipe):
         scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
-        # the NLDM's decode returns the canonical tree of the decoded labels (independent of the batch)
-        labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior", tree=has_tree)
+        probs = structure.label_marginals(F, lengths) if self.store_probs else None
+        # the NLDM's decode returns the canonical tree of the decoded labels (independent of the batch);
+        # posterior decoding reads the marginals already computed for store_probs
+        labels, heads, best = structure.decode(F, lengths, posterior=self.decode == "posterior", tree=has_tree,
+                                               marginals=probs)
         if heads is not None:
             heads = heads.cpu().numpy()
-        probs = structure.label_marginals(F, lengths).cpu().numpy() if self.store_probs else None
+        probs = None if probs is None else probs.cpu().numpy()
         return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs, has_tree)
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
