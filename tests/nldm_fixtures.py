@@ -2,6 +2,7 @@
 files of the project's data mirror, see its README.md). No test reads ``../shared/data``; the few checks
 that compare with the full mirror (md5 of the assets) run only where ``SPACY_NLDM_MIRROR`` names it."""
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Optional
@@ -47,3 +48,12 @@ LEARNABLE = [(list(order), [LEARNABLE_WORDS[w] for w in order]) for order in (
 )]
 #: 5 balanced tags: a model that has not learnt the words is far below
 LEARNABLE_FLOOR = 0.6
+
+
+def copy_project(dest: Path) -> Path:
+    """project.yml, configs/ and projects/ (the scripts) copied to ``dest`` (what `spacy project run` needs)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "project.yml", dest / "project.yml")
+    shutil.copytree(ROOT / "configs", dest / "configs")
+    shutil.copytree(ROOT / "projects", dest / "projects", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest

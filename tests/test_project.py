@@ -6,28 +6,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 import pytest
 import srsly
 from thinc.api import Config
 
-from nldm_fixtures import MIRROR, ROOT, full_mirror
+from nldm_fixtures import MIRROR, ROOT, copy_project, full_mirror
 
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
-
-
-def copy_project(dest: Path) -> Path:
-    """project.yml, configs/ and projects/ (the scripts) copied to ``dest`` (what `spacy project run` needs)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "project.yml", dest / "project.yml")
-    shutil.copytree(ROOT / "configs", dest / "configs")
-    shutil.copytree(ROOT / "projects", dest / "projects", ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
 
 
 @pytest.fixture(scope="module")
@@ -131,19 +120,6 @@ def test_the_study_is_its_own_project_and_the_main_job_names_none_of_it():
             assert path.startswith("../../"), (command["name"], path)
 
 
-def test_a_study_command_runs_from_the_repository_root(tmp_path):
-    """`spacy project run derive-configs projects/paper` starts in projects/paper; run.py runs it from the root,
-    so it reads configs/ and projects/paper/configs/ there and finds the committed derived configs up to date."""
-    proj = copy_project(tmp_path / "proj")
-    res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", "derive-configs",
-                          str(proj / "projects" / "paper")], capture_output=True, text=True, cwd=tmp_path,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    for name in ("glove/nldm.cfg", "softmax_trf.cfg"):
-        study = Path("projects") / "paper" / "configs" / name
-        assert (proj / study).read_text() == (ROOT / study).read_text()
-
-
 def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     """The project's own commands (spacy project run) on the miniature mirror; softmax trains a few steps."""
     mirror = MIRROR
@@ -189,7 +165,7 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     # per-sentence counts for the paired significance: they add up to spacy evaluate's accuracy
     assert len(record["test_correct"]) == len(record["test_tokens"]) > 1
     assert 100 * sum(record["test_correct"]) / sum(record["test_tokens"]) == pytest.approx(record["test_acc"], abs=0.006)
-    # the record carries its run's fingerprint (the queue's skip and redo by fingerprint: tests/test_runs.py)
+    # the record carries its run's fingerprint (the queue's skip and redo by fingerprint: projects/paper/tests/test_runs.py)
     from projects.paper.scripts.reproduce import config_fingerprint
 
     budget = {"max_epochs": 1, "max_steps": 0, "patience": 2000, "eval_frequency": 0}

@@ -17,7 +17,7 @@ from projects.paper.tuning.space import SpaceError, fold_overrides, get_path, lo
 from projects.paper.tuning.study import StudySpec, TuneError, open_study, run_study  # noqa: E402
 from projects.paper.tuning.trial import ProgressTable, pid_alive  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+from nldm_fixtures import ROOT  # noqa: E402
 STUDY_CONFIGS = ROOT / "projects" / "paper" / "configs"
 FIXTURES = ROOT / "tests" / "fixtures"
 FAKE_TRAIN = (sys.executable, str(FIXTURES / "tune_fake_train.py"))

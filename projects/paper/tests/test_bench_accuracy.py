@@ -6,6 +6,7 @@ import spacy
 from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
+from nldm_fixtures import ROOT
 from projects.paper.cli import app
 from projects.paper.cli.accuracy import accuracy_table
 
@@ -72,9 +73,7 @@ def test_diagnosis_rows_give_every_run_their_change():
     """projects/paper/scripts/diagnose_accuracy.py: each run of a row (every dataset, seed and system) carries the
     row's config and tok2vec, not only the first one (a shared dict was once emptied by the first run's pop)."""
     import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "projects" / "paper" / "scripts" / "diagnose_accuracy.py"
+    path = ROOT / "projects" / "paper" / "scripts" / "diagnose_accuracy.py"
     spec = importlib.util.spec_from_file_location("diagnose_accuracy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -95,11 +94,9 @@ def test_every_recorded_run_is_found_again_under_its_key():
     """The plain loop's records (projects/paper/results/accuracy/*.jsonl, projects/paper/results/diagnosis/*.jsonl) keep their keys: each row's
     spec gives its stored key back, so no recorded run is redone (Twitter is ``twitter`` in the registry and ``tw``
     in the keys, patches of the study's scripts ``scripts.<module>``)."""
-    from pathlib import Path
-
     from projects.paper.runs.loop import RunSpec
 
-    results = Path(__file__).resolve().parents[1] / "projects" / "paper" / "results"
+    results = ROOT / "projects" / "paper" / "results"
     files = sorted([*(results / "accuracy").glob("*.jsonl"), *(results / "diagnosis").glob("*.jsonl")])
     rows = [json.loads(line) for path in files for line in path.read_text(encoding="utf8").splitlines() if line.strip()]
     rows = [row for row in rows if "spec" in row and "key" in row]

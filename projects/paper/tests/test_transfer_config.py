@@ -5,7 +5,7 @@ from pathlib import Path
 
 from thinc.api import Config
 
-ROOT = Path(__file__).resolve().parents[1]
+from nldm_fixtures import ROOT  # noqa: E402
 from projects.paper.scripts.transfer_config import transfer, tuned_values
 
 from projects.paper.tuning.space import load_space  # noqa: E402

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from nldm_fixtures import ROOT  # noqa: E402
 
 
 def write(runs: Path, dataset: str, system: str, seed: int, test: float, dev: float) -> None:

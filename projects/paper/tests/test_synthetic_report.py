@@ -2,10 +2,9 @@
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 
-ROOT = Path(__file__).resolve().parent.parent
+from nldm_fixtures import ROOT  # noqa: E402
 
 
 def load_script(name):

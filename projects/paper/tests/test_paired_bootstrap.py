@@ -1,11 +1,10 @@
 """projects/paper/scripts/paired_bootstrap.py: the difference of two groups' accuracies, resampled over test sentences."""
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy
 
-ROOT = Path(__file__).resolve().parents[1]
+from nldm_fixtures import ROOT  # noqa: E402
 from projects.paper.scripts.paired_bootstrap import paired_bootstrap
 
 

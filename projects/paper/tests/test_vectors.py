@@ -18,7 +18,7 @@ pytest.importorskip("pyarrow")
 from projects.paper.pretrained.glove import GloveError, add_case_keys, check_vectors, load_glove  # noqa: E402
 from projects.paper.pretrained.variants import HASH_EMBEDS, derive_all, write_all  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+from nldm_fixtures import ROOT  # noqa: E402
 STUDY_CONFIGS = ROOT / "projects" / "paper" / "configs"
 FIXTURE = ROOT / "tests" / "fixtures" / "vectors_glove"
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
