@@ -77,3 +77,19 @@ def test_posterior_decoding_reads_the_marginals_it_is_given(structure):
     forced = structure.decode(F, lengths, posterior=True,
                               marginals=torch.nn.functional.one_hot(chosen, 4).to(F.dtype))
     assert torch.equal(forced.labels, chosen)
+
+
+@pytest.mark.parametrize("posterior", [True, False])
+def test_an_impossible_segment_decodes_to_zeros_and_leaves_the_others_alone(posterior):
+    """A segment no tree can carry (every arc -inf) gets labels and heads 0 and score -inf, as structs'
+    decoders leave it; the other segments of the batch decode as they do alone."""
+    torch.manual_seed(5)
+    F = torch.randn(2, 4, 2, 4, 3, dtype=torch.float64)
+    F[1] = float("-inf")
+    lengths = torch.tensor([4, 3])
+    tree = LatentTree(max_dist=2)
+    both = tree.decode(F, lengths, posterior=posterior)
+    alone = tree.decode(F[:1], lengths[:1], posterior=posterior)
+    assert both.labels[1].eq(0).all() and both.heads[1].eq(0).all() and both.score[1] == float("-inf")
+    assert torch.equal(both.labels[:1], alone.labels) and torch.equal(both.heads[:1], alone.heads)
+    torch.testing.assert_close(both.score[:1], alone.score)

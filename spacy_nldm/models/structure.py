@@ -146,7 +146,7 @@ class Structure:
         best = torch.zeros(S, dtype=F.dtype, device=F.device)
         with torch.no_grad():
             for idx, Fb, lens in self._buckets(F, lengths):
-                probs = None if marginals is None else marginals[idx, : Fb.shape[1]].to(F.device)
+                probs = None if marginals is None else marginals.to(F.device)[idx, : Fb.shape[1]]
                 found = self._decode(Fb, lens, posterior, has_tree, probs)
                 best[idx] = found.score
                 labels[idx, : Fb.shape[1]] = found.labels

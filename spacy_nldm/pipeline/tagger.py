@@ -73,7 +73,7 @@ class StructuredTagger(TrainablePipe):
     max_length: longer sentences are scored in windows of this many tokens (with a warning).
     store_probs: keep the label marginals in ``Doc._.nldm_probs``.
     store_tree: (NLDM) keep the decoded latent tree in ``Token._.nldm_head`` and ``Doc._.nldm_tree_score``;
-        false skips the tree search after decoding (same labels, faster tagging; both stay None).
+        false skips the search for the decoded labels' tree (same labels; both stay None).
     normalize_loss: the batch's loss and gradient are its mean per token (else its sum). spaCy's
         optimizers clip each parameter's gradient norm (``grad_clip = 1.0`` in spaCy's default
         optimizer): a sum over a batch of hundreds of tokens is clipped at almost every step, which
