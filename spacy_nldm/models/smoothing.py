@@ -47,20 +47,30 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
     """Sum over the segments of F (S, L, X, C, M) (``lengths`` (S,)) of ``weights`` (S,) times
     ``E_u[score] + constant``; ``moments(n, M)`` gives, for a segment of ``n`` tokens, ``(mu (n, X, C, M),
     mu_bias (2, K) or None, constant)``: the expected counts of F's entries and of the bias under the uniform
-    distribution, and the constant added to E_u[score] (log #trees for the tree, 0 for chains)."""
-    total = F.new_zeros(())
+    distribution, and the constant added to E_u[score] (log #trees for the tree, 0 for chains).
+
+    The weighted counts of every segment are laid out like F first (no gradient), so that F is read by one
+    product: its gradient is that layout, not one F-sized gradient per segment length to add up.
+    """
     lens = lengths.to(F.device)
     weights = weights.to(device=F.device, dtype=F.dtype)
+    counts = torch.zeros(F.shape, dtype=F.dtype, device=F.device)  # weights * mu, laid out like F
+    constant_total = 0.0
+    bias_counts = None
     for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
         rows = ((lens == n) & (weights != 0)).nonzero().flatten()
         if not len(rows):
             continue
         mu, mu_bias, constant = moments(n, F.shape[-1])
         w = weights[rows]
-        per_segment = (F[rows, :n] * mu.to(device=F.device, dtype=F.dtype)).flatten(1).sum(1)
-        total = total + (w * per_segment).sum() + w.sum() * constant
+        counts[rows, :n] = w.view(-1, *[1] * mu.dim()) * mu.to(device=F.device, dtype=F.dtype)
+        constant_total += float(w.sum()) * constant
         if mu_bias is not None and bias is not None:
-            total = total + w.sum() * (mu_bias.to(device=F.device, dtype=F.dtype) * bias).sum()
+            term = float(w.sum()) * mu_bias.to(device=F.device, dtype=F.dtype)
+            bias_counts = term if bias_counts is None else bias_counts + term
+    total = (F * counts).sum() + constant_total
+    if bias_counts is not None:
+        total = total + (bias_counts * bias).sum()
     return total
 
 
