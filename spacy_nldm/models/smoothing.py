@@ -49,12 +49,14 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
     mu_bias (2, K) or None, constant)``: the expected counts of F's entries and of the bias under the uniform
     distribution, and the constant added to E_u[score] (log #trees for the tree, 0 for chains).
 
-    The weighted counts of every segment are laid out like F first (no gradient), so that F is read by one
-    product: its gradient is that layout, not one F-sized gradient per segment length to add up.
+    The sum is linear in F, so its gradient is the weighted counts laid out like F: :class:`_LinearInF`
+    writes them once in the backward pass, where indexing F once per sentence length would make autograd
+    allocate, zero and add an F-sized gradient per length (the second-order chain's F has (M+1)^2 M entries
+    per token).
     """
     lens = lengths.to(F.device)
     weights = weights.to(device=F.device, dtype=F.dtype)
-    counts = torch.zeros(F.shape, dtype=F.dtype, device=F.device)  # weights * mu, laid out like F
+    groups = []  # (rows, weights of the rows, mu) per sentence length
     constant_total = 0.0
     bias_counts = None
     for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
@@ -63,15 +65,35 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
             continue
         mu, mu_bias, constant = moments(n, F.shape[-1])
         w = weights[rows]
-        counts[rows, :n] = w.view(-1, *[1] * mu.dim()) * mu.to(device=F.device, dtype=F.dtype)
+        groups.append((rows, w, mu.to(device=F.device, dtype=F.dtype)))
         constant_total += float(w.sum()) * constant
         if mu_bias is not None and bias is not None:
             term = float(w.sum()) * mu_bias.to(device=F.device, dtype=F.dtype)
             bias_counts = term if bias_counts is None else bias_counts + term
-    total = (F * counts).sum() + constant_total
+    total = _LinearInF.apply(F, groups) + constant_total
     if bias_counts is not None:
         total = total + (bias_counts * bias).sum()
     return total
+
+
+class _LinearInF(torch.autograd.Function):
+    """sum over groups (rows (R,), w (R,), mu (n, ...)) of sum_r w_r <F[r, :n], mu>, and its gradient."""
+
+    @staticmethod
+    def forward(ctx, F: Tensor, groups) -> Tensor:
+        ctx.groups, ctx.shape = groups, F.shape
+        total = F.new_zeros(())
+        for rows, w, mu in groups:
+            n = mu.shape[0]
+            total += (w * (F[rows, :n] * mu).flatten(1).sum(1)).sum()
+        return total
+
+    @staticmethod
+    def backward(ctx, d_total: Tensor):
+        d_F = d_total.new_zeros(ctx.shape)
+        for rows, w, mu in ctx.groups:
+            d_F[rows, : mu.shape[0]] = (d_total * w).view(-1, *[1] * mu.dim()) * mu
+        return d_F, None
 
 
 def _moments(log_z, F_shape, bias_shape: Optional[Tuple[int, int]], n: int, m: int):
