@@ -144,9 +144,10 @@ class Structure:
         labels = torch.zeros(S, L, dtype=torch.long, device=F.device)
         heads = torch.zeros(S, L, dtype=torch.long, device=F.device)
         best = torch.zeros(S, dtype=F.dtype, device=F.device)
+        marginals = None if marginals is None else marginals.to(F.device)
         with torch.no_grad():
             for idx, Fb, lens in self._buckets(F, lengths):
-                probs = None if marginals is None else marginals.to(F.device)[idx, : Fb.shape[1]]
+                probs = None if marginals is None else marginals[idx, : Fb.shape[1]]
                 found = self._decode(Fb, lens, posterior, has_tree, probs)
                 best[idx] = found.score
                 labels[idx, : Fb.shape[1]] = found.labels
