@@ -57,7 +57,7 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
     lens = lengths.to(F.device)
     weights = weights.to(device=F.device, dtype=F.dtype)
     groups = []  # (rows, weights of the rows, mu) per sentence length
-    constant_total = 0.0
+    constant_total = F.new_zeros(())
     bias_counts = None
     for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
         rows = ((lens == n) & (weights != 0)).nonzero().flatten()
@@ -66,9 +66,9 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
         mu, mu_bias, constant = moments(n, F.shape[-1])
         w = weights[rows]
         groups.append((rows, w, mu.to(device=F.device, dtype=F.dtype)))
-        constant_total += float(w.sum()) * constant
+        constant_total = constant_total + w.sum() * constant
         if mu_bias is not None and bias is not None:
-            term = float(w.sum()) * mu_bias.to(device=F.device, dtype=F.dtype)
+            term = w.sum() * mu_bias.to(device=F.device, dtype=F.dtype)
             bias_counts = term if bias_counts is None else bias_counts + term
     total = _LinearInF.apply(F, groups) + constant_total
     if bias_counts is not None:
