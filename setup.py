@@ -31,6 +31,8 @@ setup(
         "torch>=2.0",
         "typer>=0.9",
         "numpy",
+        # the compiled inside-outside pass of the NLDM (spacy_nldm/structs/compiled.py)
+        "numba>=0.60",
     ],
     extras_require={
         # spacy-transformers: tests build a tiny random BERT locally (no download at test time);

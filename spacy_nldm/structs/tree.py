@@ -23,13 +23,17 @@ see :mod:`.contract`).
 
 The algorithm is in :mod:`.inside` (the stages), :mod:`.outside` (the backward passes), :mod:`.charts`
 (the chart layouts), :mod:`.contract` (the contractions) and :mod:`.arcs`; docs/algorithm.md maps the
-paper's recurrences to the code.
+paper's recurrences to the code. On the CPU, log Z of :class:`DirectionalScores` without masks (what the
+components train and decode with) runs in :mod:`.compiled` instead: the same recurrences, one compiled
+loop per sentence, its outside pass in the same call. ``compiled.enabled = False`` (or the environment
+variable ``SPACY_NLDM_COMPILED=0``) sends everything through the torch stages.
 """
 from typing import NamedTuple, Optional
 
 import torch
 
 from .arcs import ArcScores, DenseArcs, DirectionalArcs, DirectionalScores
+from . import compiled
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
 from .inside import Inside
 from .outside import backtrack, outside_by_recomputation, outside_log, outside_log_space
@@ -64,7 +68,11 @@ def log_partition(
     slow reference, or :class:`~.semiring.MaxSemiring` (the best score; its gradient marks the best tree).
     """
     problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
-    root = _Inside.apply(as_semiring(semiring), problem.arcs.tensor, problem.arcs.bias, problem)
+    semiring = as_semiring(semiring)
+    if _compiled_lane(semiring, problem, label_mask):
+        root = _CompiledInside.apply(problem.arcs.tensor, problem.arcs.bias, problem)
+    else:
+        root = _Inside.apply(semiring, problem.arcs.tensor, problem.arcs.bias, problem)
     result = torch.where(problem.impossible, float("-inf"), root)
     raise_if_not_finite(result, lambda b: _bad_arc(problem, b))
     return result
@@ -248,6 +256,36 @@ class _Inside(torch.autograd.Function):
         if not bool(possible.all()):  # a sentence without a finite tree: gradient 0, never NaN
             grad = torch.where(possible.reshape(-1, *((1,) * (grad.dim() - 1))), grad, 0.0)
         return None, grad, inside.arcs.bias_grad, None
+
+
+def _compiled_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
+    """Whether :mod:`.compiled` computes this log Z: the log semiring itself, DirectionalScores on the CPU,
+    no label or arc mask, every score finite (anything else, and ``compiled.enabled = False``: the torch
+    stages of :mod:`.inside`, which also name a bad score)."""
+    arcs = problem.arcs
+    return (compiled.enabled and compiled.available() and type(semiring) is LogSemiring and label_mask is None
+            and isinstance(arcs, DirectionalArcs) and arcs.arc_mask is None and arcs.tensor.device.type == "cpu"
+            and problem.limit >= 1 and bool(torch.isfinite(arcs.tensor).all()))
+
+
+class _CompiledInside(torch.autograd.Function):
+    """log Z (B,) by the compiled inside pass; its outside pass runs in the same call when a gradient
+    will be asked for, and the backward pass only scales it."""
+
+    @staticmethod
+    def forward(ctx, tensor: Tensor, bias: Optional[Tensor], problem: _Problem) -> Tensor:
+        with_grad = any(ctx.needs_input_grad[:2])
+        log_z, grad, grad_bias = compiled.inside_outside(tensor, bias, problem.lengths, problem.limit, with_grad)
+        ctx.grads = (grad, grad_bias)
+        return log_z.to(tensor.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        grad, grad_bias = ctx.grads
+        scale = grad_root.to(torch.float64)
+        d_tensor = (grad * scale.reshape(-1, 1, 1, 1, 1)).to(grad_root.dtype) if ctx.needs_input_grad[0] else None
+        d_bias = (grad_bias * scale.reshape(-1, 1, 1)).sum(0).to(grad_root.dtype) if ctx.needs_input_grad[1] else None
+        return d_tensor, d_bias, None
 
 
 def _bad_arc(problem: _Problem, b: int) -> str:

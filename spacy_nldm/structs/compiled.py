@@ -1,0 +1,586 @@
+"""The NLDM's inside and outside passes in one compiled loop per sentence (numba), for the common case:
+:class:`~.arcs.DirectionalScores` on the CPU, the log semiring, no label or arc mask, finite scores.
+
+Same recurrences as :mod:`.inside` (docs/algorithm.md), sentence by sentence, in float64:
+
+- inner(s, t)[a, c] = log sum_{k=s..t-1} exp(CR[s, k, a] + CL[k+1, t, c])
+- IR[s, t][a, c] = inner(s, t)[a, c] + arc(s -> t, a, c);  IL[s, t][a, c] = inner(s, t)[a, c] + arc(t -> s, c, a)
+- CR[s, t][a] = log sum_{d=1..w, c} exp(IR[s, s+d][a, c] + CR[s+d, t][c])
+- CL[s, t][c] = log sum_{e=0..w-1, a} exp(CL[s, s+e][a] + IL[s+e, t][a, c])
+- T[i][a] = CR[i, n][a] for n - i <= K, else log sum_{d=1..K, c} exp(IR[i, i+d][a, c] + T[i+d][c]);  log Z = T[0][0]
+
+Every item is held as values v (largest 1) and a float64 shift: item = log(v) + shift. A contraction sums
+exp-space products with one scale factor per split (a matrix-vector product, no exp per term). If any of
+its totals falls below ``THRESHOLD`` relative to its scale (where float64 could lose the digits of a term),
+the item is recomputed in log space from its operands' exact log values and kept in log form as well
+("flagged"); its consumers then read those. So the results are exact at any score scale, like the torch
+path's, and only the far tails of extreme score scales pay for log space.
+
+The outside pass goes over the same items in reverse and gives d log Z / d item, the item's marginal. A
+split's share of an item is term / total: in exp space (g / total) * scale * v_x * v_y, which is at most g;
+for a flagged item exp(x + y - item) in log space. The incomplete items' marginals are the arc marginals,
+which are the gradient of F (and, summed per width and direction, of the distance bias).
+"""
+import os
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+try:  # numba is a dependency; without it (an unusual install) the torch path computes everything
+    from numba import njit
+except ImportError:  # pragma: no cover - exercised only where numba is missing
+    njit = None
+
+Tensor = torch.Tensor
+
+#: False (or the environment variable SPACY_NLDM_COMPILED=0): every log Z goes through the torch stages
+enabled = os.environ.get("SPACY_NLDM_COMPILED", "1") != "0"
+
+#: a total below this (relative to its contraction's scale) is recomputed in log space: far above float64's
+#: smallest normal number (2.2e-308), so every term that underflowed or is subnormal is negligible beside it
+THRESHOLD = 1e-280
+
+
+def available() -> bool:
+    """Whether the compiled kernel can run here (numba imports)."""
+    return njit is not None
+
+
+def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
+                   with_grad: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """log Z (B,) float64, and with ``with_grad`` d log Z / d F (B, N, 2, M+1, M) and d log Z / d bias
+    (B, 2, K_b) per sentence (float64), for DirectionalScores F (any float dtype, CPU), distance bias
+    (2, K_b) or None, lengths (B,) and the longest arc ``limit`` (>= 1)."""
+    F64 = np.ascontiguousarray(F.detach().to(torch.float64).numpy())
+    B, N = F64.shape[:2]
+    b64 = (np.zeros((2, 0)) if bias is None
+           else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy()))
+    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
+    log_z = np.zeros(B)
+    grad = np.zeros(F64.shape) if with_grad else np.zeros((0, 0, 2, 1, 1))
+    grad_bias = np.zeros((B, 2, b64.shape[1])) if with_grad else np.zeros((0, 2, 0))
+    # exp(F - largest) per dependent and direction (token heads) and for the root's row, vectorised by
+    # torch: [b, t-1, 0, a, c] for the arcs s -> t (head label a), [b, s-1, 1, a, c] for t -> s (the
+    # dependent's label a first, then the head's c)
+    F_ = torch.from_numpy(F64)
+    tokens = F_[:, :, :, 1:]
+    token_top = tokens.amax((-2, -1))
+    exps = (tokens - token_top[..., None, None]).exp_()
+    exps[:, :, 1] = exps[:, :, 1].transpose(-1, -2).clone()
+    root_top = F_[:, :, 0, 0].amax(-1)
+    root_exps = (F_[:, :, 0, 0] - root_top[..., None]).exp_()
+    _kernel()(F64, exps.numpy(), token_top.numpy(), root_exps.numpy(), root_top.numpy(), b64, lens, int(limit),
+              with_grad, log_z, grad, grad_bias)
+    if not with_grad:
+        return torch.from_numpy(log_z), None, None
+    return torch.from_numpy(log_z), torch.from_numpy(grad), torch.from_numpy(grad_bias)
+
+
+_compiled = None
+
+
+def _kernel():
+    """The compiled batch loop (compiled on first use, cached on disk by numba)."""
+    global _compiled
+    if _compiled is None:
+        _compiled = njit(cache=True, nogil=True)(_batch)
+    return _compiled
+
+
+def _lg(v, shift):
+    """log(v) + shift, -inf for v = 0."""
+    return np.log(v) + shift if v > 0.0 else -np.inf
+
+
+def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa: C901 - one recurrence per block
+    B, N = F.shape[0], F.shape[1]
+    M = F.shape[4]
+    Kb = bias.shape[1]
+    neg = -np.inf
+    KK = max(1, min(limit, N))
+    P = N + 1
+    # charts, [start, width, ...]; *s: shift, *p: scale before normalisation, *f: flagged, *l: exact logs
+    CRv, CLv = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
+    CRs, CLs, CRp, CLp = np.zeros((P, KK + 1)), np.zeros((P, KK + 1)), np.zeros((P, KK + 1)), np.zeros((P, KK + 1))
+    CRf, CLf = np.zeros((P, KK + 1), np.bool_), np.zeros((P, KK + 1), np.bool_)
+    CRl, CLl = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
+    It, Il = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))  # inner totals (unnormalised), logs
+    Is, If = np.zeros((P, KK + 1)), np.zeros((P, KK + 1), np.bool_)
+    IRv, ILv = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
+    IRl, ILl = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
+    IRs, ILs = np.zeros((P, KK + 1)), np.zeros((P, KK + 1))
+    IRf, ILf = np.zeros((P, KK + 1), np.bool_), np.zeros((P, KK + 1), np.bool_)
+    Tv, Tl = np.zeros((P, M)), np.zeros((P, M))
+    Ts, Tp, Tf = np.zeros(P), np.zeros(P), np.zeros(P, np.bool_)
+    # outside: d log Z / d item
+    gCR, gCL = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
+    gIR, gIL = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
+    gT = np.zeros((P, M))
+    tot, rho = np.zeros(M), np.zeros(M)
+    tot2, rho2 = np.zeros((M, M)), np.zeros((M, M))
+
+    for b in range(B):
+        n = lengths[b]
+        if n <= 0:
+            log_z[b] = 0.0
+            continue
+        K = min(KK, n)
+        # -- base items: CR[s, s] = CL[s, s] = 0 (the root: label 0 only) --------------------------
+        for s in range(n + 1):
+            CRs[s, 0] = CLs[s, 0] = CRp[s, 0] = CLp[s, 0] = 0.0
+            CRf[s, 0] = CLf[s, 0] = False
+            for a in range(M):
+                CRv[s, 0, a] = 1.0 if (s > 0 or a == 0) else 0.0
+                CLv[s, 0, a] = 1.0
+        for w in range(1, K + 1):
+            br = bias[0, min(w, Kb) - 1] if Kb > 0 else 0.0
+            bl = bias[1, min(w, Kb) - 1] if Kb > 0 else 0.0
+            # -- incomplete items of width w ------------------------------------------------------
+            for s in range(n - w + 1):
+                t = s + w
+                ah = 1 if s == 0 else M  # the labels the span's start may take
+                top = neg
+                for k in range(s, t):
+                    g = CRs[s, k - s] + CLs[k + 1, t - k - 1]
+                    if g > top:
+                        top = g
+                for a in range(M):
+                    for c in range(M):
+                        It[s, w, a, c] = 0.0
+                for k in range(s, t):  # inner = sum_k scale_k * CR[s, k] (outer) CL[k+1, t]
+                    f = np.exp(CRs[s, k - s] + CLs[k + 1, t - k - 1] - top)
+                    for a in range(ah):
+                        x = f * CRv[s, k - s, a]
+                        if x != 0.0:
+                            for c in range(M):
+                                It[s, w, a, c] += x * CLv[k + 1, t - k - 1, c]
+                Is[s, w] = top
+                low = False
+                for a in range(ah):
+                    for c in range(M):
+                        if It[s, w, a, c] < THRESHOLD:
+                            low = True
+                If[s, w] = low
+                if low:  # exact: inner = log sum_k exp(CR[s, k, a] + CL[k+1, t, c])
+                    top = neg
+                    for a in range(M):
+                        for c in range(M):
+                            acc = neg
+                            if a < ah:
+                                hi = neg
+                                for k in range(s, t):
+                                    x = (_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
+                                         + _lgc(CLf, CLl, CLv, CLs, k + 1, t - k - 1, c))
+                                    if x > hi:
+                                        hi = x
+                                if hi > neg:
+                                    acc = 0.0
+                                    for k in range(s, t):
+                                        acc += np.exp(_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
+                                                      + _lgc(CLf, CLl, CLv, CLs, k + 1, t - k - 1, c) - hi)
+                                    acc = np.log(acc) + hi
+                            Il[s, w, a, c] = acc
+                            if acc > top:
+                                top = acc
+                    Is[s, w] = top
+                    for a in range(M):
+                        for c in range(M):
+                            It[s, w, a, c] = np.exp(Il[s, w, a, c] - top) if Il[s, w, a, c] > neg else 0.0
+                # IR = inner + arc(s -> t)
+                if s == 0:
+                    shift = Is[s, w] + Eroot_top[b, t - 1]
+                    for a in range(M):
+                        for c in range(M):
+                            IRv[s, w, a, c] = It[s, w, 0, c] * Eroot[b, t - 1, c] if a == 0 else 0.0
+                else:
+                    shift = Is[s, w] + Etop[b, t - 1, 0] + br
+                    for a in range(M):
+                        for c in range(M):
+                            IRv[s, w, a, c] = It[s, w, a, c] * E[b, t - 1, 0, a, c]
+                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, b, s, w, t, ah, shift, br, True)
+                if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
+                    shift = Is[s, w] + Etop[b, s - 1, 1] + bl
+                    for a in range(M):
+                        for c in range(M):
+                            ILv[s, w, a, c] = It[s, w, a, c] * E[b, s - 1, 1, a, c]
+                    _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, b, s, w, t, M, shift, bl, False)
+            # -- complete items of width w --------------------------------------------------------
+            for s in range(n - w + 1):
+                t = s + w
+                ah = 1 if s == 0 else M
+                # CR[s, t][a] = log sum_{d, c} exp(IR[s, s+d][a, c] + CR[s+d, t][c])
+                top = neg
+                for d in range(1, w + 1):
+                    g = IRs[s, d] + CRs[s + d, w - d]
+                    if g > top:
+                        top = g
+                for a in range(M):
+                    tot[a] = 0.0
+                for d in range(1, w + 1):
+                    f = np.exp(IRs[s, d] + CRs[s + d, w - d] - top)
+                    for a in range(ah):
+                        acc = 0.0
+                        for c in range(M):
+                            acc += IRv[s, d, a, c] * CRv[s + d, w - d, c]
+                        tot[a] += f * acc
+                if _normalise(tot, ah, top, CRv, CRs, CRp, CRf, s, w):
+                    for a in range(M):
+                        hi = neg
+                        if a < ah:
+                            for d in range(1, w + 1):
+                                for c in range(M):
+                                    x = (_lgi(IRf, IRl, IRv, IRs, s, d, a, c)
+                                         + _lgc(CRf, CRl, CRv, CRs, s + d, w - d, c))
+                                    if x > hi:
+                                        hi = x
+                        acc = neg
+                        if hi > neg:
+                            acc = 0.0
+                            for d in range(1, w + 1):
+                                for c in range(M):
+                                    acc += np.exp(_lgi(IRf, IRl, IRv, IRs, s, d, a, c)
+                                                  + _lgc(CRf, CRl, CRv, CRs, s + d, w - d, c) - hi)
+                            acc = np.log(acc) + hi
+                        CRl[s, w, a] = acc
+                    _from_logs(CRl, CRv, CRs, CRp, s, w, M)
+                if s == 0:
+                    continue  # CL[0, t] would make the root a dependent
+                # CL[s, t][c] = log sum_{e, a} exp(CL[s, s+e][a] + IL[s+e, t][a, c])
+                top = neg
+                for e in range(w):
+                    g = CLs[s, e] + ILs[s + e, w - e]
+                    if g > top:
+                        top = g
+                for c in range(M):
+                    tot[c] = 0.0
+                for e in range(w):
+                    f = np.exp(CLs[s, e] + ILs[s + e, w - e] - top)
+                    for a in range(M):
+                        x = f * CLv[s, e, a]
+                        if x != 0.0:
+                            for c in range(M):
+                                tot[c] += x * ILv[s + e, w - e, a, c]
+                if _normalise(tot, M, top, CLv, CLs, CLp, CLf, s, w):
+                    for c in range(M):
+                        hi = neg
+                        for e in range(w):
+                            for a in range(M):
+                                x = (_lgc(CLf, CLl, CLv, CLs, s, e, a)
+                                     + _lgi(ILf, ILl, ILv, ILs, s + e, w - e, a, c))
+                                if x > hi:
+                                    hi = x
+                        acc = neg
+                        if hi > neg:
+                            acc = 0.0
+                            for e in range(w):
+                                for a in range(M):
+                                    acc += np.exp(_lgc(CLf, CLl, CLv, CLs, s, e, a)
+                                                  + _lgi(ILf, ILl, ILv, ILs, s + e, w - e, a, c) - hi)
+                            acc = np.log(acc) + hi
+                        CLl[s, w, c] = acc
+                    _from_logs(CLl, CLv, CLs, CLp, s, w, M)
+        # -- the tail: T[i] = CR[i, n] (n - i <= K), then the rows i = n-K-1 .. 0 ----------------------
+        if n <= K:
+            log_z[b] = CRl[0, n, 0] if CRf[0, n] else _lg(CRv[0, n, 0], CRs[0, n])
+        else:
+            for i in range(n - K, n + 1):
+                Ts[i], Tp[i], Tf[i] = CRs[i, n - i], CRp[i, n - i], CRf[i, n - i]
+                for a in range(M):
+                    Tv[i, a] = CRv[i, n - i, a]
+                    Tl[i, a] = CRl[i, n - i, a]
+            for i in range(n - K - 1, -1, -1):
+                ah = 1 if i == 0 else M
+                top = neg
+                for d in range(1, K + 1):
+                    g = IRs[i, d] + Ts[i + d]
+                    if g > top:
+                        top = g
+                for a in range(M):
+                    tot[a] = 0.0
+                for d in range(1, K + 1):
+                    f = np.exp(IRs[i, d] + Ts[i + d] - top)
+                    for a in range(ah):
+                        acc = 0.0
+                        for c in range(M):
+                            acc += IRv[i, d, a, c] * Tv[i + d, c]
+                        tot[a] += f * acc
+                low = False
+                for a in range(ah):
+                    if tot[a] < THRESHOLD:
+                        low = True
+                Tf[i] = low
+                if not low:
+                    mx = 0.0
+                    for a in range(ah):
+                        if tot[a] > mx:
+                            mx = tot[a]
+                    for a in range(M):
+                        Tv[i, a] = tot[a] / mx if a < ah else 0.0
+                    Tp[i], Ts[i] = top, top + np.log(mx)
+                else:
+                    top = neg
+                    for a in range(M):
+                        hi = neg
+                        if a < ah:
+                            for d in range(1, K + 1):
+                                for c in range(M):
+                                    x = _lgi(IRf, IRl, IRv, IRs, i, d, a, c) + _lgt(Tf, Tl, Tv, Ts, i + d, c)
+                                    if x > hi:
+                                        hi = x
+                        acc = neg
+                        if hi > neg:
+                            acc = 0.0
+                            for d in range(1, K + 1):
+                                for c in range(M):
+                                    acc += np.exp(_lgi(IRf, IRl, IRv, IRs, i, d, a, c)
+                                                  + _lgt(Tf, Tl, Tv, Ts, i + d, c) - hi)
+                            acc = np.log(acc) + hi
+                        Tl[i, a] = acc
+                        if acc > top:
+                            top = acc
+                    Ts[i] = Tp[i] = top
+                    for a in range(M):
+                        Tv[i, a] = np.exp(Tl[i, a] - top) if Tl[i, a] > neg else 0.0
+            log_z[b] = Tl[0, 0] if Tf[0] else _lg(Tv[0, 0], Ts[0])
+        if not with_grad or not np.isfinite(log_z[b]):
+            continue
+        # == outside: d log Z / d item, in reverse order ==============================================
+        for p in range(n + 1):
+            for w in range(K + 1):
+                for a in range(M):
+                    gCR[p, w, a] = 0.0
+                    gCL[p, w, a] = 0.0
+                    for c in range(M):
+                        gIR[p, w, a, c] = 0.0
+                        gIL[p, w, a, c] = 0.0
+            for a in range(M):
+                gT[p, a] = 0.0
+        if n <= K:
+            gCR[0, n, 0] = 1.0
+        else:
+            gT[0, 0] = 1.0
+            for i in range(n - K):
+                ah = 1 if i == 0 else M
+                for d in range(1, K + 1):
+                    if not Tf[i]:
+                        mx = np.exp(Ts[i] - Tp[i])
+                        f = np.exp(IRs[i, d] + Ts[i + d] - Tp[i])
+                        for a in range(ah):
+                            r = gT[i, a] / (Tv[i, a] * mx) * f if gT[i, a] != 0.0 else 0.0
+                            if r != 0.0:
+                                for c in range(M):
+                                    q = r * IRv[i, d, a, c] * Tv[i + d, c]
+                                    gIR[i, d, a, c] += q
+                                    gT[i + d, c] += q
+                    else:
+                        for a in range(ah):
+                            if gT[i, a] != 0.0:
+                                for c in range(M):
+                                    q = gT[i, a] * np.exp(_lgi(IRf, IRl, IRv, IRs, i, d, a, c)
+                                                          + _lgt(Tf, Tl, Tv, Ts, i + d, c) - Tl[i, a])
+                                    gIR[i, d, a, c] += q
+                                    gT[i + d, c] += q
+            for i in range(n - K, n + 1):
+                for a in range(M):
+                    gCR[i, n - i, a] += gT[i, a]
+        for w in range(K, 0, -1):
+            # complete items of width w
+            for s in range(n - w + 1):
+                ah = 1 if s == 0 else M
+                for d in range(1, w + 1):
+                    if not CRf[s, w]:
+                        mx = np.exp(CRs[s, w] - CRp[s, w])
+                        f = np.exp(IRs[s, d] + CRs[s + d, w - d] - CRp[s, w])
+                        for a in range(ah):
+                            g = gCR[s, w, a]
+                            r = g / (CRv[s, w, a] * mx) * f if g != 0.0 else 0.0
+                            if r != 0.0:
+                                for c in range(M):
+                                    q = r * IRv[s, d, a, c] * CRv[s + d, w - d, c]
+                                    gIR[s, d, a, c] += q
+                                    gCR[s + d, w - d, c] += q
+                    else:
+                        for a in range(ah):
+                            g = gCR[s, w, a]
+                            if g != 0.0:
+                                for c in range(M):
+                                    q = g * np.exp(_lgi(IRf, IRl, IRv, IRs, s, d, a, c)
+                                                   + _lgc(CRf, CRl, CRv, CRs, s + d, w - d, c) - CRl[s, w, a])
+                                    gIR[s, d, a, c] += q
+                                    gCR[s + d, w - d, c] += q
+                if s == 0:
+                    continue
+                for e in range(w):
+                    if not CLf[s, w]:
+                        mx = np.exp(CLs[s, w] - CLp[s, w])
+                        f = np.exp(CLs[s, e] + ILs[s + e, w - e] - CLp[s, w])
+                        for c in range(M):
+                            g = gCL[s, w, c]
+                            rho[c] = g / (CLv[s, w, c] * mx) * f if g != 0.0 else 0.0
+                        for a in range(M):
+                            x = CLv[s, e, a]
+                            if x != 0.0:
+                                acc = 0.0
+                                for c in range(M):
+                                    q = x * ILv[s + e, w - e, a, c] * rho[c]
+                                    gIL[s + e, w - e, a, c] += q
+                                    acc += q
+                                gCL[s, e, a] += acc
+                    else:
+                        for a in range(M):
+                            for c in range(M):
+                                g = gCL[s, w, c]
+                                if g != 0.0:
+                                    q = g * np.exp(_lgc(CLf, CLl, CLv, CLs, s, e, a)
+                                                   + _lgi(ILf, ILl, ILv, ILs, s + e, w - e, a, c) - CLl[s, w, c])
+                                    gIL[s + e, w - e, a, c] += q
+                                    gCL[s, e, a] += q
+            # incomplete items of width w: their marginals are the arcs' (the gradient of F and the bias)
+            for s in range(n - w + 1):
+                t = s + w
+                ah = 1 if s == 0 else M
+                for a in range(M):
+                    for c in range(M):
+                        tot2[a, c] = 0.0
+                if s == 0:
+                    for c in range(M):
+                        grad[b, t - 1, 0, 0, c] += gIR[0, w, 0, c]
+                        tot2[0, c] = gIR[0, w, 0, c]
+                else:
+                    right = 0.0
+                    left = 0.0
+                    for a in range(M):
+                        for c in range(M):
+                            grad[b, t - 1, 0, a + 1, c] += gIR[s, w, a, c]
+                            grad[b, s - 1, 1, c + 1, a] += gIL[s, w, a, c]
+                            right += gIR[s, w, a, c]
+                            left += gIL[s, w, a, c]
+                            tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
+                    if Kb > 0:
+                        grad_bias[b, 0, min(w, Kb) - 1] += right
+                        grad_bias[b, 1, min(w, Kb) - 1] += left
+                # inner: shares of each split k
+                if not If[s, w]:
+                    for a in range(ah):
+                        for c in range(M):
+                            rho2[a, c] = tot2[a, c] / It[s, w, a, c] if tot2[a, c] != 0.0 else 0.0
+                    for k in range(s, t):
+                        f = np.exp(CRs[s, k - s] + CLs[k + 1, t - k - 1] - Is[s, w])
+                        for a in range(ah):
+                            x = f * CRv[s, k - s, a]
+                            if x != 0.0:
+                                acc = 0.0
+                                for c in range(M):
+                                    q = x * CLv[k + 1, t - k - 1, c] * rho2[a, c]
+                                    gCL[k + 1, t - k - 1, c] += q
+                                    acc += q
+                                gCR[s, k - s, a] += acc
+                else:
+                    for a in range(ah):
+                        for c in range(M):
+                            g = tot2[a, c]
+                            if g != 0.0:
+                                for k in range(s, t):
+                                    q = g * np.exp(_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
+                                                   + _lgc(CLf, CLl, CLv, CLs, k + 1, t - k - 1, c) - Il[s, w, a, c])
+                                    gCR[s, k - s, a] += q
+                                    gCL[k + 1, t - k - 1, c] += q
+
+
+def _lgc(flags, logs, values, shifts, s, w, a):
+    """The exact log value of a complete item's element [s, w, a]."""
+    return logs[s, w, a] if flags[s, w] else _lg(values[s, w, a], shifts[s, w])
+
+
+def _lgi(flags, logs, values, shifts, s, w, a, c):
+    """The exact log value of an incomplete item's element [s, w, a, c]."""
+    return logs[s, w, a, c] if flags[s, w] else _lg(values[s, w, a, c], shifts[s, w])
+
+
+def _lgt(flags, logs, values, shifts, i, a):
+    """The exact log value of the tail item T[i][a]."""
+    return logs[i, a] if flags[i] else _lg(values[i, a], shifts[i])
+
+
+def _normalise(tot, ah, top, values, shifts, pre, flags, s, w):
+    """Store a complete item's totals (scale ``top``) as values of largest 1; True (flagged, nothing
+    stored) if a total of the labels 0..ah-1 is below THRESHOLD."""
+    M = tot.shape[0]
+    for a in range(ah):
+        if tot[a] < THRESHOLD:
+            flags[s, w] = True
+            return True
+    flags[s, w] = False
+    mx = 0.0
+    for a in range(ah):
+        if tot[a] > mx:
+            mx = tot[a]
+    for a in range(M):
+        values[s, w, a] = tot[a] / mx if a < ah else 0.0
+    pre[s, w] = top
+    shifts[s, w] = top + np.log(mx)
+    return False
+
+
+def _from_logs(logs, values, shifts, pre, s, w, M):
+    """A flagged complete item: shift = its largest log value, values = exp(log - shift)."""
+    top = -np.inf
+    for a in range(M):
+        if logs[s, w, a] > top:
+            top = logs[s, w, a]
+    shifts[s, w] = pre[s, w] = top
+    for a in range(M):
+        values[s, w, a] = np.exp(logs[s, w, a] - top) if logs[s, w, a] > -np.inf else 0.0
+
+
+def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, b, s, w, t, ah, shift, bias, right):
+    """An incomplete item's raw values (inner total * arc factor, scale ``shift``): normalised to a largest
+    value of 1, or, if one of them is below THRESHOLD, recomputed exactly as inner + arc in log space."""
+    M = values.shape[3]
+    low = False
+    for a in range(ah):
+        for c in range(M):
+            if values[s, w, a, c] < THRESHOLD:
+                low = True
+    flags[s, w] = low
+    if not low:
+        mx = 0.0
+        for a in range(ah):
+            for c in range(M):
+                if values[s, w, a, c] > mx:
+                    mx = values[s, w, a, c]
+        inv = 1.0 / mx
+        for a in range(ah):
+            for c in range(M):
+                values[s, w, a, c] *= inv
+        shifts[s, w] = shift + np.log(mx)
+        return
+    top = -np.inf
+    for a in range(M):
+        for c in range(M):
+            x = -np.inf
+            if a < ah:
+                inner = Il[s, w, a, c] if If[s, w] else _lg(It[s, w, a, c], Is[s, w])
+                if right:
+                    arc = F[b, t - 1, 0, 0, c] if s == 0 else F[b, t - 1, 0, a + 1, c] + bias
+                else:
+                    arc = F[b, s - 1, 1, c + 1, a] + bias
+                x = inner + arc
+            logs[s, w, a, c] = x
+            if x > top:
+                top = x
+    shifts[s, w] = top
+    for a in range(M):
+        for c in range(M):
+            values[s, w, a, c] = np.exp(logs[s, w, a, c] - top) if logs[s, w, a, c] > -np.inf else 0.0
+
+
+if njit is not None:  # the helpers are compiled (and inlined) into the batch loop
+    _lg = njit(inline="always")(_lg)
+    _lgc = njit(inline="always")(_lgc)
+    _lgi = njit(inline="always")(_lgi)
+    _lgt = njit(inline="always")(_lgt)
+    _normalise = njit(_normalise)
+    _from_logs = njit(_from_logs)
+    _finish_incomplete = njit(_finish_incomplete)

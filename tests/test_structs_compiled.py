@@ -1,0 +1,140 @@
+"""The compiled inside-outside lane (spacy_nldm.structs.compiled) against the torch stages and against
+enumeration: log Z, the gradient of F and of the distance bias, at every score scale, and when it runs."""
+import pytest
+import torch
+
+from brute import enumerate_tree_model, expand_directional
+from spacy_nldm.structs import DirectionalScores, LogSemiring, log_partition, marginals
+from spacy_nldm.structs import compiled
+
+pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+
+
+def torch_lane():
+    """A context in which log Z goes through the torch stages."""
+    class Off:
+        def __enter__(self):
+            self.before, compiled.enabled = compiled.enabled, False
+
+        def __exit__(self, *exc):
+            compiled.enabled = self.before
+    return Off()
+
+
+def log_z_and_grads(F, bias, lengths, k):
+    leaf = F.detach().clone().requires_grad_(True)
+    leaf_bias = None if bias is None else bias.detach().clone().requires_grad_(True)
+    log_z = log_partition(DirectionalScores(leaf, leaf_bias), lengths, max_dist=k)
+    weights = torch.arange(1, len(lengths) + 1, dtype=log_z.dtype)  # a backward pass scaled per sentence
+    (log_z * weights).sum().backward()
+    return log_z.detach(), leaf.grad, None if bias is None else leaf_bias.grad
+
+
+def random_case(seed, scale, dtype, with_bias):
+    gen = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(1, 9, (), generator=gen))
+    m = int(torch.randint(1, 6, (), generator=gen))
+    k = int(torch.randint(1, n + 1, (), generator=gen))
+    batch = 4
+    F = scale * torch.randn(batch, n, 2, m + 1, m, generator=gen, dtype=torch.float64)
+    bias = scale * torch.randn(2, 3, generator=gen, dtype=torch.float64) if with_bias else None
+    lengths = torch.randint(0, n + 1, (batch,), generator=gen)
+    lengths[0] = n
+    return F.to(dtype), None if bias is None else bias.to(dtype), lengths, k
+
+
+@pytest.mark.parametrize("scale", [0.5, 5.0, 50.0, 500.0, 5000.0])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_compiled_lane_agrees_with_the_torch_stages_in_float64(scale, with_bias):
+    for seed in range(8):
+        F, bias, lengths, k = random_case(seed, scale, torch.float64, with_bias)
+        got = log_z_and_grads(F, bias, lengths, k)
+        with torch_lane():
+            want = log_z_and_grads(F, bias, lengths, k)
+        assert torch.allclose(got[0], want[0], rtol=1e-12, atol=1e-9), (seed, got[0], want[0])
+        assert torch.allclose(got[1], want[1], atol=1e-9), (seed, (got[1] - want[1]).abs().max())
+        if with_bias:
+            assert torch.allclose(got[2], want[2], atol=1e-8), (seed, got[2], want[2])
+
+
+@pytest.mark.parametrize("scale", [1.0, 100.0, 1e4])
+def test_float32_scores_are_exact_at_any_scale(scale):
+    """float32 scores: log Z and the marginals as the float64 computation of the same scores gives them."""
+    for seed in range(6):
+        F, bias, lengths, k = random_case(100 + seed, scale, torch.float32, True)
+        got = log_z_and_grads(F, bias, lengths, k)
+        with torch_lane():
+            want = log_z_and_grads(F.double(), bias.double(), lengths, k)
+        assert got[0].dtype == torch.float32
+        assert torch.allclose(got[0].double(), want[0], rtol=1e-6, atol=1e-5)
+        assert torch.allclose(got[1].double(), want[1], atol=1e-5)
+
+
+def test_log_z_and_marginals_against_enumeration():
+    gen = torch.Generator().manual_seed(7)
+    m, n = 2, 4
+    F = torch.randn(2, n, 2, m + 1, m, generator=gen, dtype=torch.float64)
+    bias = torch.randn(2, 2, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([4, 3])
+    scores = DirectionalScores(F, bias)
+    dense = expand_directional(F) + _dense_bias(bias, n)[None, :, :, None, None]
+    for k in (1, 2, None):
+        log_z = log_partition(scores, lengths, max_dist=k)
+        got = marginals(scores, lengths, max_dist=k)
+        for b in range(2):
+            n_b = int(lengths[b])
+            want_log_z, _, _, arcs, labels = enumerate_tree_model(dense[b].numpy(), n_b, max_dist=k)
+            arcs = torch.from_numpy(arcs)
+            assert abs(float(log_z[b]) - float(want_log_z)) < 1e-10
+            assert torch.allclose(got.labels[b, :n_b], torch.from_numpy(labels), atol=1e-10)
+            for d in range(1, n_b + 1):  # F's gradient: the dense marginals summed over each direction's heads
+                assert torch.allclose(got.arcs[b, d - 1, 0, 0], arcs[0, d, 0], atol=1e-10)
+                assert torch.allclose(got.arcs[b, d - 1, 0, 1:], arcs[1:d, d].sum(0), atol=1e-10)
+                assert torch.allclose(got.arcs[b, d - 1, 1, 1:], arcs[d + 1 :, d].sum(0), atol=1e-10)
+
+
+def _dense_bias(bias, n):
+    k = bias.shape[1]
+    out = torch.zeros(n + 1, n + 1, dtype=bias.dtype)
+    for h in range(1, n + 1):
+        for d in range(1, n + 1):
+            if h != d:
+                out[h, d] = bias[0 if h < d else 1, min(abs(h - d), k) - 1]
+    return out
+
+
+def test_gradient_against_finite_differences():
+    F, bias, lengths, k = random_case(3, 2.0, torch.float64, True)
+    F, bias = F.requires_grad_(True), bias.requires_grad_(True)
+    assert torch.autograd.gradcheck(
+        lambda f, c: log_partition(DirectionalScores(f, c), lengths, max_dist=k), (F, bias), eps=1e-6, atol=1e-6)
+
+
+def test_the_lane_runs_where_it_applies_and_only_there(monkeypatch):
+    calls = []
+    real = compiled.inside_outside
+    monkeypatch.setattr(compiled, "inside_outside", lambda *a: calls.append(1) or real(*a))
+    F, bias, lengths, k = random_case(1, 1.0, torch.float32, True)
+    log_partition(DirectionalScores(F, bias), lengths, max_dist=k)
+    assert len(calls) == 1
+    # not for a label mask, the max semiring's reference, a subclass, -inf scores or when switched off
+    mask = torch.ones(F.shape[0], F.shape[1] + 1, F.shape[4], dtype=torch.bool)
+    log_partition(DirectionalScores(F, bias), lengths, max_dist=k, label_mask=mask)
+
+    class MyLog(LogSemiring):
+        pass
+
+    log_partition(DirectionalScores(F, bias), lengths, max_dist=k, semiring=MyLog)
+    blocked = F.clone()
+    blocked[0, 0, 0, 0, 0] = float("-inf")
+    log_partition(DirectionalScores(blocked, bias), lengths, max_dist=k)
+    with torch_lane():
+        log_partition(DirectionalScores(F, bias), lengths, max_dist=k)
+    assert len(calls) == 1
+
+
+def test_a_bad_score_is_named_on_either_lane():
+    F, bias, lengths, k = random_case(2, 1.0, torch.float32, False)
+    F[0, 0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="F\\[0, 0, 0, 0, 0\\]"):
+        log_partition(DirectionalScores(F), lengths, max_dist=k)
