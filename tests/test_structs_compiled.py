@@ -117,7 +117,7 @@ def test_the_lane_runs_where_it_applies_and_only_there(monkeypatch):
     F, bias, lengths, k = random_case(1, 1.0, torch.float32, True)
     log_partition(DirectionalScores(F, bias), lengths, max_dist=k)
     assert len(calls) == 1
-    # not for a label mask, the max semiring's reference, a subclass, -inf scores or when switched off
+    # not for a label mask, the max semiring's reference, a subclass or when switched off
     mask = torch.ones(F.shape[0], F.shape[1] + 1, F.shape[4], dtype=torch.bool)
     log_partition(DirectionalScores(F, bias), lengths, max_dist=k, label_mask=mask)
 
@@ -125,12 +125,30 @@ def test_the_lane_runs_where_it_applies_and_only_there(monkeypatch):
         pass
 
     log_partition(DirectionalScores(F, bias), lengths, max_dist=k, semiring=MyLog)
-    blocked = F.clone()
-    blocked[0, 0, 0, 0, 0] = float("-inf")
-    log_partition(DirectionalScores(blocked, bias), lengths, max_dist=k)
     with torch_lane():
         log_partition(DirectionalScores(F, bias), lengths, max_dist=k)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_impossible_arcs_and_sentences(dtype):
+    """-inf scores: single arcs, whole rows of a dependent (every head label), and sentences without any
+    finite tree (log Z -inf, gradient 0), as the torch stages give them."""
+    for seed in range(10):
+        F, bias, lengths, k = random_case(200 + seed, 3.0, dtype, seed % 2 == 0)
+        gen = torch.Generator().manual_seed(seed)
+        F[torch.rand(F.shape, generator=gen) < 0.3] = float("-inf")
+        rows = torch.rand(F.shape[:3], generator=gen) < 0.15
+        F[rows] = float("-inf")
+        got = log_z_and_grads(F, bias, lengths, k)
+        with torch_lane():
+            want = log_z_and_grads(F, bias, lengths, k)
+        assert torch.equal(torch.isneginf(got[0]), torch.isneginf(want[0])), seed
+        finite = torch.isfinite(want[0])
+        tol = 1e-5 if dtype == torch.float32 else 1e-9
+        assert torch.allclose(got[0][finite], want[0][finite], rtol=tol, atol=tol), seed
+        assert torch.allclose(got[1], want[1], atol=tol), seed
+        assert not torch.isnan(got[1]).any()
 
 
 def test_a_bad_score_is_named_on_either_lane():

@@ -52,26 +52,15 @@ def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: in
     """log Z (B,) float64, and with ``with_grad`` d log Z / d F (B, N, 2, M+1, M) and d log Z / d bias
     (B, 2, K_b) per sentence (float64), for DirectionalScores F (any float dtype, CPU), distance bias
     (2, K_b) or None, lengths (B,) and the longest arc ``limit`` (>= 1)."""
-    F64 = np.ascontiguousarray(F.detach().to(torch.float64).numpy())
-    B, N = F64.shape[:2]
+    scores = np.ascontiguousarray(F.detach().to(torch.float64).numpy())  # one compiled version: float64
+    B = scores.shape[0]
     b64 = (np.zeros((2, 0)) if bias is None
            else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy()))
     lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
     log_z = np.zeros(B)
-    grad = np.zeros(F64.shape) if with_grad else np.zeros((0, 0, 2, 1, 1))
+    grad = np.zeros(scores.shape) if with_grad else np.zeros((0, 0, 2, 1, 1))
     grad_bias = np.zeros((B, 2, b64.shape[1])) if with_grad else np.zeros((0, 2, 0))
-    # exp(F - largest) per dependent and direction (token heads) and for the root's row, vectorised by
-    # torch: [b, t-1, 0, a, c] for the arcs s -> t (head label a), [b, s-1, 1, a, c] for t -> s (the
-    # dependent's label a first, then the head's c)
-    F_ = torch.from_numpy(F64)
-    tokens = F_[:, :, :, 1:]
-    token_top = tokens.amax((-2, -1))
-    exps = (tokens - token_top[..., None, None]).exp_()
-    exps[:, :, 1] = exps[:, :, 1].transpose(-1, -2).clone()
-    root_top = F_[:, :, 0, 0].amax(-1)
-    root_exps = (F_[:, :, 0, 0] - root_top[..., None]).exp_()
-    _kernel()(F64, exps.numpy(), token_top.numpy(), root_exps.numpy(), root_top.numpy(), b64, lens, int(limit),
-              with_grad, log_z, grad, grad_bias)
+    _kernel()(scores, b64, lens, int(limit), with_grad, log_z, grad, grad_bias)
     if not with_grad:
         return torch.from_numpy(log_z), None, None
     return torch.from_numpy(log_z), torch.from_numpy(grad), torch.from_numpy(grad_bias)
@@ -84,16 +73,21 @@ def _kernel():
     """The compiled batch loop (compiled on first use, cached on disk by numba)."""
     global _compiled
     if _compiled is None:
-        _compiled = njit(cache=True, nogil=True)(_batch)
+        _compiled = njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(_batch)
     return _compiled
 
 
+def _factor(p, top):
+    """exp(p - top), 0 for p = -inf (also when top is -inf: every split impossible)."""
+    return np.exp(p - top) if p != -np.inf else 0.0
+
+
 def _lg(v, shift):
-    """log(v) + shift, -inf for v = 0."""
-    return np.log(v) + shift if v > 0.0 else -np.inf
+    """log(v) + shift, -inf for v = 0 (NaN stays NaN, so that a bad score is found)."""
+    return np.log(v) + shift if v != 0.0 else -np.inf  # NaN stays NaN
 
 
-def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa: C901 - one recurrence per block
+def _batch(F, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa: C901 - one recurrence per block
     B, N = F.shape[0], F.shape[1]
     M = F.shape[4]
     Kb = bias.shape[1]
@@ -113,6 +107,10 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
     IRf, ILf = np.zeros((P, KK + 1), np.bool_), np.zeros((P, KK + 1), np.bool_)
     Tv, Tl = np.zeros((P, M)), np.zeros((P, M))
     Ts, Tp, Tf = np.zeros(P), np.zeros(P), np.zeros(P, np.bool_)
+    # exp(F - largest) per dependent: [t-1, 0, a, c] for the arcs s -> t from tokens (head label a), [t-1, 1, a, c]
+    # for the arcs from the right into t (t's label a, the head's c), [t-1, c] for the root -> t
+    E, Etop = np.zeros((N, 2, M, M)), np.zeros((N, 2))
+    Eroot, Eroot_top = np.zeros((N, M)), np.zeros(N)
     # outside: d log Z / d item
     gCR, gCL = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
     gIR, gIL = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
@@ -126,6 +124,28 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
             log_z[b] = 0.0
             continue
         K = min(KK, n)
+        for t in range(n):  # arc exponentials, once per dependent (every width reads them)
+            for x in range(2):
+                m = neg
+                for h in range(M):
+                    for a in range(M):
+                        if F[b, t, x, h + 1, a] > m:
+                            m = F[b, t, x, h + 1, a]
+                Etop[t, x] = m
+                for h in range(M):
+                    for a in range(M):
+                        e = np.exp(F[b, t, x, h + 1, a] - m) if m > neg else 0.0  # a row of -inf: all 0
+                        if x == 0:
+                            E[t, 0, h, a] = e
+                        else:
+                            E[t, 1, a, h] = e
+            m = neg
+            for c in range(M):
+                if F[b, t, 0, 0, c] > m:
+                    m = F[b, t, 0, 0, c]
+            Eroot_top[t] = m
+            for c in range(M):
+                Eroot[t, c] = np.exp(F[b, t, 0, 0, c] - m) if m > neg else 0.0
         # -- base items: CR[s, s] = CL[s, s] = 0 (the root: label 0 only) --------------------------
         for s in range(n + 1):
             CRs[s, 0] = CLs[s, 0] = CRp[s, 0] = CLp[s, 0] = 0.0
@@ -149,7 +169,7 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                     for c in range(M):
                         It[s, w, a, c] = 0.0
                 for k in range(s, t):  # inner = sum_k scale_k * CR[s, k] (outer) CL[k+1, t]
-                    f = np.exp(CRs[s, k - s] + CLs[k + 1, t - k - 1] - top)
+                    f = _factor(CRs[s, k - s] + CLs[k + 1, t - k - 1], top)
                     for a in range(ah):
                         x = f * CRv[s, k - s, a]
                         if x != 0.0:
@@ -172,9 +192,9 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                                 for k in range(s, t):
                                     x = (_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
                                          + _lgc(CLf, CLl, CLv, CLs, k + 1, t - k - 1, c))
-                                    if x > hi:
+                                    if x > hi or x != x:  # NaN is kept
                                         hi = x
-                                if hi > neg:
+                                if hi != neg:
                                     acc = 0.0
                                     for k in range(s, t):
                                         acc += np.exp(_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
@@ -186,24 +206,24 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                     Is[s, w] = top
                     for a in range(M):
                         for c in range(M):
-                            It[s, w, a, c] = np.exp(Il[s, w, a, c] - top) if Il[s, w, a, c] > neg else 0.0
+                            It[s, w, a, c] = np.exp(Il[s, w, a, c] - top) if Il[s, w, a, c] != neg else 0.0
                 # IR = inner + arc(s -> t)
                 if s == 0:
-                    shift = Is[s, w] + Eroot_top[b, t - 1]
+                    shift = Is[s, w] + Eroot_top[t - 1]
                     for a in range(M):
                         for c in range(M):
-                            IRv[s, w, a, c] = It[s, w, 0, c] * Eroot[b, t - 1, c] if a == 0 else 0.0
+                            IRv[s, w, a, c] = It[s, w, 0, c] * Eroot[t - 1, c] if a == 0 else 0.0
                 else:
-                    shift = Is[s, w] + Etop[b, t - 1, 0] + br
+                    shift = Is[s, w] + Etop[t - 1, 0] + br
                     for a in range(M):
                         for c in range(M):
-                            IRv[s, w, a, c] = It[s, w, a, c] * E[b, t - 1, 0, a, c]
+                            IRv[s, w, a, c] = It[s, w, a, c] * E[t - 1, 0, a, c]
                 _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, b, s, w, t, ah, shift, br, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
-                    shift = Is[s, w] + Etop[b, s - 1, 1] + bl
+                    shift = Is[s, w] + Etop[s - 1, 1] + bl
                     for a in range(M):
                         for c in range(M):
-                            ILv[s, w, a, c] = It[s, w, a, c] * E[b, s - 1, 1, a, c]
+                            ILv[s, w, a, c] = It[s, w, a, c] * E[s - 1, 1, a, c]
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, b, s, w, t, M, shift, bl, False)
             # -- complete items of width w --------------------------------------------------------
             for s in range(n - w + 1):
@@ -218,7 +238,7 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                 for a in range(M):
                     tot[a] = 0.0
                 for d in range(1, w + 1):
-                    f = np.exp(IRs[s, d] + CRs[s + d, w - d] - top)
+                    f = _factor(IRs[s, d] + CRs[s + d, w - d], top)
                     for a in range(ah):
                         acc = 0.0
                         for c in range(M):
@@ -232,10 +252,10 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                                 for c in range(M):
                                     x = (_lgi(IRf, IRl, IRv, IRs, s, d, a, c)
                                          + _lgc(CRf, CRl, CRv, CRs, s + d, w - d, c))
-                                    if x > hi:
+                                    if x > hi or x != x:  # NaN is kept
                                         hi = x
                         acc = neg
-                        if hi > neg:
+                        if hi != neg:
                             acc = 0.0
                             for d in range(1, w + 1):
                                 for c in range(M):
@@ -255,7 +275,7 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                 for c in range(M):
                     tot[c] = 0.0
                 for e in range(w):
-                    f = np.exp(CLs[s, e] + ILs[s + e, w - e] - top)
+                    f = _factor(CLs[s, e] + ILs[s + e, w - e], top)
                     for a in range(M):
                         x = f * CLv[s, e, a]
                         if x != 0.0:
@@ -268,10 +288,10 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                             for a in range(M):
                                 x = (_lgc(CLf, CLl, CLv, CLs, s, e, a)
                                      + _lgi(ILf, ILl, ILv, ILs, s + e, w - e, a, c))
-                                if x > hi:
+                                if x > hi or x != x:  # NaN is kept
                                     hi = x
                         acc = neg
-                        if hi > neg:
+                        if hi != neg:
                             acc = 0.0
                             for e in range(w):
                                 for a in range(M):
@@ -299,7 +319,7 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                 for a in range(M):
                     tot[a] = 0.0
                 for d in range(1, K + 1):
-                    f = np.exp(IRs[i, d] + Ts[i + d] - top)
+                    f = _factor(IRs[i, d] + Ts[i + d], top)
                     for a in range(ah):
                         acc = 0.0
                         for c in range(M):
@@ -326,10 +346,10 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                             for d in range(1, K + 1):
                                 for c in range(M):
                                     x = _lgi(IRf, IRl, IRv, IRs, i, d, a, c) + _lgt(Tf, Tl, Tv, Ts, i + d, c)
-                                    if x > hi:
+                                    if x > hi or x != x:  # NaN is kept
                                         hi = x
                         acc = neg
-                        if hi > neg:
+                        if hi != neg:
                             acc = 0.0
                             for d in range(1, K + 1):
                                 for c in range(M):
@@ -341,7 +361,7 @@ def _batch(F, E, Etop, Eroot, Eroot_top, bias, lengths, limit, with_grad, log_z,
                             top = acc
                     Ts[i] = Tp[i] = top
                     for a in range(M):
-                        Tv[i, a] = np.exp(Tl[i, a] - top) if Tl[i, a] > neg else 0.0
+                        Tv[i, a] = np.exp(Tl[i, a] - top) if Tl[i, a] != neg else 0.0
             log_z[b] = Tl[0, 0] if Tf[0] else _lg(Tv[0, 0], Ts[0])
         if not with_grad or not np.isfinite(log_z[b]):
             continue
@@ -531,7 +551,7 @@ def _from_logs(logs, values, shifts, pre, s, w, M):
             top = logs[s, w, a]
     shifts[s, w] = pre[s, w] = top
     for a in range(M):
-        values[s, w, a] = np.exp(logs[s, w, a] - top) if logs[s, w, a] > -np.inf else 0.0
+        values[s, w, a] = np.exp(logs[s, w, a] - top) if logs[s, w, a] != -np.inf else 0.0
 
 
 def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, b, s, w, t, ah, shift, bias, right):
@@ -573,14 +593,15 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, b, s, w, 
     shifts[s, w] = top
     for a in range(M):
         for c in range(M):
-            values[s, w, a, c] = np.exp(logs[s, w, a, c] - top) if logs[s, w, a, c] > -np.inf else 0.0
+            values[s, w, a, c] = np.exp(logs[s, w, a, c] - top) if logs[s, w, a, c] != -np.inf else 0.0
 
 
 if njit is not None:  # the helpers are compiled (and inlined) into the batch loop
-    _lg = njit(inline="always")(_lg)
-    _lgc = njit(inline="always")(_lgc)
-    _lgi = njit(inline="always")(_lgi)
-    _lgt = njit(inline="always")(_lgt)
-    _normalise = njit(_normalise)
-    _from_logs = njit(_from_logs)
-    _finish_incomplete = njit(_finish_incomplete)
+    _lg = njit(_lg)
+    _factor = njit(_factor)
+    _lgc = njit(_lgc)
+    _lgi = njit(_lgi)
+    _lgt = njit(_lgt)
+    _normalise = njit(error_model="numpy")(_normalise)
+    _from_logs = njit(error_model="numpy")(_from_logs)
+    _finish_incomplete = njit(error_model="numpy")(_finish_incomplete)

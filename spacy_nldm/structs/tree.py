@@ -69,9 +69,12 @@ def log_partition(
     """
     problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
     semiring = as_semiring(semiring)
+    root = None
     if _compiled_lane(semiring, problem, label_mask):
         root = _CompiledInside.apply(problem.arcs.tensor, problem.arcs.bias, problem)
-    else:
+        if not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
+            root = None  # +inf or NaN read somewhere: the torch stages name it
+    if root is None:
         root = _Inside.apply(semiring, problem.arcs.tensor, problem.arcs.bias, problem)
     result = torch.where(problem.impossible, float("-inf"), root)
     raise_if_not_finite(result, lambda b: _bad_arc(problem, b))
@@ -260,12 +263,12 @@ class _Inside(torch.autograd.Function):
 
 def _compiled_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
     """Whether :mod:`.compiled` computes this log Z: the log semiring itself, DirectionalScores on the CPU,
-    no label or arc mask, every score finite (anything else, and ``compiled.enabled = False``: the torch
-    stages of :mod:`.inside`, which also name a bad score)."""
+    no label or arc mask (anything else, and ``compiled.enabled = False``: the torch stages of :mod:`.inside`;
+    a score of +inf or NaN is sent there too, which names it)."""
     arcs = problem.arcs
     return (compiled.enabled and compiled.available() and type(semiring) is LogSemiring and label_mask is None
             and isinstance(arcs, DirectionalArcs) and arcs.arc_mask is None and arcs.tensor.device.type == "cpu"
-            and problem.limit >= 1 and bool(torch.isfinite(arcs.tensor).all()))
+            and problem.limit >= 1)
 
 
 class _CompiledInside(torch.autograd.Function):
