@@ -23,7 +23,7 @@ work is O(n k^2) and memory O(n k) per segment (O(n^3) and O(n^2) without max_di
 width is one vectorised step over all spans and all segments of a group; the tail is one step per
 position. The choices are those of the dense (N+1, N+1) algorithm, bit for bit (``tests/dense_trees.py``).
 """
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy
 import torch
@@ -34,7 +34,6 @@ TOL = 1e-5
 #: most chart cells ((n+1) x (k+1) per segment) one group of segments holds
 BUDGET = 1 << 21
 NEG = float("-inf")
-KINDS = ("IR", "IL", "CR", "CL")
 
 
 def canonical_heads(F: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor,
@@ -104,110 +103,142 @@ def _band_arcs(dep: numpy.ndarray, codes: numpy.ndarray, lens: List[int], k: int
     return right, left
 
 
-def _pick(values: numpy.ndarray, lengths: numpy.ndarray, tol: float) -> numpy.ndarray:
-    """Index (..,) of the candidate (last axis) with the shortest arcs among those within ``tol``
-    (relative) of the best; the first of them on a tie."""
-    best = values.max(-1, keepdims=True)
-    near = values >= best - tol * numpy.maximum(numpy.abs(best), 1.0)
-    return numpy.where(near, lengths, numpy.iinfo(lengths.dtype).max).argmin(-1)
-
-
-def _chosen(values: numpy.ndarray, lengths: numpy.ndarray, tol: float):
-    """The tolerant best candidate: its value, its arc length and its index."""
-    choice = _pick(values, lengths, tol)
-    return (numpy.take_along_axis(values, choice[..., None], -1)[..., 0],
-            numpy.take_along_axis(lengths, choice[..., None], -1)[..., 0], choice)
-
-
 def _eisner(right: numpy.ndarray, left: numpy.ndarray, lens: List[int], tol: float):
     """Tolerant first-order Eisner over banded arc scores (B, N+1, k+1); heads (B, N) and tree scores (B,)."""
+    B, N1, _ = right.shape
+    heads = numpy.zeros((B, N1 - 1), dtype=numpy.int64)
+    scores = numpy.zeros(B, dtype=numpy.float64)
+    _compiled_eisner()(right, left, numpy.asarray(lens, dtype=numpy.int64), tol, heads, scores)
+    return heads, scores
+
+
+_COMPILED = None
+
+
+def _compiled_eisner():
+    global _COMPILED
+    if _COMPILED is None:
+        from numba import njit
+
+        _COMPILED = njit(cache=True, nogil=True)(_eisner_loops)
+    return _COMPILED
+
+
+def _eisner_loops(right, left, lens, tol, heads, scores):  # noqa: C901 - the four items and the tail, as in the text
+    """Per segment b of length n, items (i, i + w) at [i, w] for w <= k, kinds IR, IL, CR, CL = 0..3:
+
+    IR[i, j] = max_{r=i..j-1} CR[i, r] + CL[r+1, j] + s(i -> j);  IL likewise with s(j -> i)
+    CR[i, j] = max_{r=i+1..j} IR[i, r] + CR[r, j];               CL[i, j] = max_{r=i..j-1} CL[i, r] + IL[r, j]
+    T[t] = CR[n - t, n] for t <= k, else max_{d=1..k} IR[n - t, n - t + d] + T[t - d]
+
+    Each max is tolerant (:func:`canonical_heads`): among the candidates (split points in increasing
+    order) within ``tol`` of the best, the one with the least total arc length, the first on a tie."""
     B, N1, K1 = right.shape
-    N, k = N1 - 1, K1 - 1
-    value: Dict[str, numpy.ndarray] = {t: numpy.full((B, N1, K1), NEG) for t in KINDS}  # item (i, i+w) at [:, i, w]
-    length = {t: numpy.zeros((B, N1, K1), dtype=numpy.int64) for t in KINDS}  # its arcs' total length
-    split = {t: numpy.zeros((B, N1, K1), dtype=numpy.int64) for t in KINDS}  # its split point r
-    value["CR"][:, :, 0] = 0.0
-    value["CL"][:, :, 0] = 0.0
-    for w in range(1, k + 1):  # every item of width w at once: spans (i, j = i + w), i < count
-        count = N1 - w
-        i = numpy.arange(count)[:, None]
-        m = numpy.arange(w)[None, :]  # candidate offsets, split points in increasing order
-        # IR[i, j] = max_{r=i..j-1} CR[i, r] + CL[r+1, j] + s(i -> j); IL the same with s(j -> i)
-        rows, cols = i + m + 1, w - 1 - m
-        v, ln, c = _chosen(value["CR"][:, :count, :w] + value["CL"][:, rows, cols],
-                           length["CR"][:, :count, :w] + length["CL"][:, rows, cols], tol)
-        for kind, arcs in (("IR", right), ("IL", left)):
-            value[kind][:, :count, w] = v + arcs[:, :count, w]
-            length[kind][:, :count, w] = ln + w
-            split[kind][:, :count, w] = i[:, 0] + c
-        # CR[i, j] = max_{r=i+1..j} IR[i, r] + CR[r, j]
-        rows, cols = i + 1 + m, w - 1 - m
-        value["CR"][:, :count, w], length["CR"][:, :count, w], c = _chosen(
-            value["IR"][:, :count, 1 : w + 1] + value["CR"][:, rows, cols],
-            length["IR"][:, :count, 1 : w + 1] + length["CR"][:, rows, cols], tol)
-        split["CR"][:, :count, w] = i[:, 0] + 1 + c
-        # CL[i, j] = max_{r=i..j-1} CL[i, r] + IL[r, j]
-        rows, cols = i + m, w - m
-        value["CL"][:, :count, w], length["CL"][:, :count, w], c = _chosen(
-            value["CL"][:, :count, :w] + value["IL"][:, rows, cols],
-            length["CL"][:, :count, :w] + length["IL"][:, rows, cols], tol)
-        split["CL"][:, :count, w] = i[:, 0] + c
-    tail_split = _tail(value, length, lens, k, tol)
-    return _backtrack(split, tail_split, right, left, lens, k)
-
-
-def _tail(value, length, lens: List[int], k: int, tol: float) -> numpy.ndarray:
-    """Split points of the tail CR[n - t, n] of each segment (n its length) for the distances t > k,
-    at [b, t]: T[t] = max_{d=1..k} IR[n - t, n - t + d] + T[t - d], T[t] = CR[n - t, n] for t <= k."""
-    B, N1, K1 = value["CR"].shape
-    top = max(lens)
-    tail_split = numpy.zeros((B, top + 1), dtype=numpy.int64)
-    if top < K1:
-        return tail_split
-    n = numpy.asarray(lens)
-    b = numpy.arange(B)
-    t = numpy.arange(K1)
-    starts = numpy.maximum(n[:, None] - t[None], 0)  # (B, k+1); distances beyond a segment are never read
-    tail_value = numpy.full((B, top + 1), NEG)
-    tail_length = numpy.zeros((B, top + 1), dtype=numpy.int64)
-    tail_value[:, :K1] = value["CR"][b[:, None], starts, t[None]]
-    tail_length[:, :K1] = length["CR"][b[:, None], starts, t[None]]
-    inc_value, inc_length = value["IR"][:, :, 1:], length["IR"][:, :, 1:]  # IR[i, i + d] at [:, i, d - 1]
-    for dist in range(K1, top + 1):
-        start = numpy.maximum(n - dist, 0)  # (B,)
-        # candidates d = 1..k: IR[i, i + d] + CR[i + d, n], CR[i + d, n] = T[dist - d]
-        v, ln, c = _chosen(inc_value[b, start] + tail_value[:, dist - 1 :: -1][:, : K1 - 1],
-                           inc_length[b, start] + tail_length[:, dist - 1 :: -1][:, : K1 - 1], tol)
-        tail_value[:, dist], tail_length[:, dist] = v, ln
-        tail_split[:, dist] = start + 1 + c
-    return tail_split
-
-
-def _backtrack(split, tail_split, right, left, lens: List[int], k: int):
-    """Heads (B, N) and scores (B,) (sum of the tree's arc scores, in float64) from the split points."""
-    B, N1 = right.shape[:2]
-    heads = numpy.zeros((B, N1 - 1), dtype="int64")
-    scores = numpy.zeros(B, dtype="float64")
-    for b, n in enumerate(lens):
-        stack = [("CR", 0, n)]
-        while stack:
-            kind, i, j = stack.pop()
+    k = K1 - 1
+    neg = -numpy.inf
+    value = numpy.empty((4, N1, K1))
+    length = numpy.zeros((4, N1, K1), numpy.int64)
+    split = numpy.zeros((4, N1, K1), numpy.int64)
+    cand_v = numpy.empty(K1 + N1)
+    cand_l = numpy.zeros(K1 + N1, numpy.int64)
+    tail_v = numpy.empty(N1)
+    tail_l = numpy.zeros(N1, numpy.int64)
+    tail_split = numpy.zeros(N1, numpy.int64)
+    stack = numpy.zeros((4 * N1 + 4, 3), numpy.int64)
+    for b in range(B):
+        n = lens[b]
+        if n <= 0:
+            continue
+        kb = min(k, n)
+        value[:] = neg
+        for i in range(n + 1):
+            value[2, i, 0] = 0.0
+            value[3, i, 0] = 0.0
+            length[2, i, 0] = length[3, i, 0] = 0
+        for w in range(1, kb + 1):
+            for i in range(n - w + 1):
+                for m in range(w):  # IR, IL: split r = i + m
+                    cand_v[m] = value[2, i, m] + value[3, i + m + 1, w - 1 - m]
+                    cand_l[m] = length[2, i, m] + length[3, i + m + 1, w - 1 - m]
+                c = _pick(cand_v, cand_l, w, tol)
+                value[0, i, w] = cand_v[c] + right[b, i, w]
+                value[1, i, w] = cand_v[c] + left[b, i, w]
+                length[0, i, w] = length[1, i, w] = cand_l[c] + w
+                split[0, i, w] = split[1, i, w] = i + c
+            for i in range(n - w + 1):
+                for m in range(w):  # CR: split r = i + 1 + m
+                    cand_v[m] = value[0, i, 1 + m] + value[2, i + 1 + m, w - 1 - m]
+                    cand_l[m] = length[0, i, 1 + m] + length[2, i + 1 + m, w - 1 - m]
+                c = _pick(cand_v, cand_l, w, tol)
+                value[2, i, w], length[2, i, w], split[2, i, w] = cand_v[c], cand_l[c], i + 1 + c
+                for m in range(w):  # CL: split r = i + m
+                    cand_v[m] = value[3, i, m] + value[1, i + m, w - m]
+                    cand_l[m] = length[3, i, m] + length[1, i + m, w - m]
+                c = _pick(cand_v, cand_l, w, tol)
+                value[3, i, w], length[3, i, w], split[3, i, w] = cand_v[c], cand_l[c], i + c
+        for t in range(min(k, n) + 1):  # the tail, by distance t to the end
+            tail_v[t], tail_l[t] = value[2, n - t, t], length[2, n - t, t]
+        for dist in range(k + 1, n + 1):
+            start = n - dist
+            for c in range(k):  # d = c + 1: IR[start, start + d] + T[dist - d]
+                cand_v[c] = value[0, start, c + 1] + tail_v[dist - 1 - c]
+                cand_l[c] = length[0, start, c + 1] + tail_l[dist - 1 - c]
+            c = _pick(cand_v, cand_l, k, tol)
+            tail_v[dist], tail_l[dist], tail_split[dist] = cand_v[c], cand_l[c], start + 1 + c
+        # backtrack from CR[0, n]: kind, i, j on a stack
+        top = 0
+        stack[0, 0], stack[0, 1], stack[0, 2] = 2, 0, n
+        total = 0.0
+        while top >= 0:
+            kind, i, j = stack[top, 0], stack[top, 1], stack[top, 2]
+            top -= 1
             if i == j:
                 continue
-            if j - i > k:  # only the tail is wider than the band
-                r = int(tail_split[b, n - i])
+            r = tail_split[n - i] if j - i > k else split[kind, i, j - i]
+            if kind == 2:
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 0, i, r
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 2, r, j
+            elif kind == 3:
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 3, i, r
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 1, r, j
             else:
-                r = int(split[kind][b, i, j - i])
-            if kind == "CR":
-                stack += [("IR", i, r), ("CR", r, j)]
-            elif kind == "CL":
-                stack += [("CL", i, r), ("IL", r, j)]
-            else:
-                if kind == "IR":
+                if kind == 0:
                     heads[b, j - 1] = i
-                    scores[b] += right[b, i, j - i]
+                    total += right[b, i, j - i]
                 else:
                     heads[b, i - 1] = j
-                    scores[b] += left[b, i, j - i]
-                stack += [("CR", i, r), ("CL", r + 1, j)]
-    return heads, scores
+                    total += left[b, i, j - i]
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 2, i, r
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 3, r + 1, j
+        scores[b] = total
+
+
+def _pick(values, lengths, count, tol):
+    """Index of the candidate (of the first ``count``) with the least arc length among those within
+    ``tol`` (relative) of the best; the first of them on a tie."""
+    best = -numpy.inf
+    for c in range(count):
+        if values[c] > best:
+            best = values[c]
+    floor = best - tol * max(abs(best), 1.0)
+    choice, shortest = 0, numpy.iinfo(numpy.int64).max
+    for c in range(count):
+        if values[c] >= floor and lengths[c] < shortest:
+            choice, shortest = c, lengths[c]
+    return choice
+
+
+def _compile_helpers():
+    global _pick
+    from numba import njit
+
+    _pick = njit(inline="always")(_pick)
+
+
+_compile_helpers()
