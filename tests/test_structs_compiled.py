@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from brute import enumerate_tree_model, expand_directional
-from spacy_nldm.structs import DirectionalScores, LogSemiring, log_partition, marginals
+from spacy_nldm.structs import DirectionalScores, LogSemiring, label_marginals, log_partition, marginals
 from spacy_nldm.structs import compiled
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
@@ -156,3 +156,18 @@ def test_a_bad_score_is_named_on_either_lane():
     F[0, 0, 0, 0, 0] = float("nan")
     with pytest.raises(ValueError, match="F\\[0, 0, 0, 0, 0\\]"):
         log_partition(DirectionalScores(F), lengths, max_dist=k)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
+def test_label_marginals_are_the_marginals_labels(dtype, tol):
+    """The compiled lane's label marginals (summed in the loop) are those of the arc marginals, summed."""
+    for seed in range(5):
+        F, bias, lengths, k = random_case(300 + seed, 2.0, dtype, True)
+        F[0, 0, 1] = float("-inf")  # a sentence without a tree (its first token has no head to the right)
+        F[0, 0, 0, 0] = float("-inf")
+        scores = DirectionalScores(F, bias)
+        got = label_marginals(scores, lengths, max_dist=k)
+        assert got.dtype == dtype
+        assert torch.allclose(got, marginals(scores, lengths, max_dist=k).labels, atol=tol)
+        with torch_lane():
+            assert torch.allclose(got, label_marginals(scores, lengths, max_dist=k), atol=tol)

@@ -75,7 +75,7 @@ class Structure:
     def cost(self, n: int, m: int) -> int:  # floats of the expanded tensor of one segment
         raise NotImplementedError
 
-    def _buckets(self, F: Tensor, lengths: Tensor, cost=None, budget: Optional[int] = None):
+    def _buckets(self, F: Tensor, lengths: Tensor, cost=None, budget: Optional[int] = None, whole: bool = True):
         """Yield (indices, F of the bucket cut to its longest segment, lengths) per bucket
         (``cost(n)`` and ``budget`` default to the structure's own).
 
@@ -85,6 +85,10 @@ class Structure:
         """
         m = F.shape[-1]
         lengths = lengths.to(F.device)
+        if whole and cost is None and budget is None and self.one_bucket(F):  # no reordering copy of F
+            if len(lengths):
+                yield torch.arange(len(lengths), device=F.device), F[:, : max(1, int(lengths.max()))], lengths
+            return
         cost = cost or (lambda n: self.cost(n, m))
         groups = length_buckets(lengths.tolist(), cost, budget or self.budget)
         if not groups:
@@ -94,6 +98,11 @@ class Structure:
         pieces = zip(order.split(sizes), F[order].split(sizes), lengths[order].split(sizes))
         for idx, piece, lens in pieces:
             yield idx, piece[:, : int(lens.max())], lens
+
+    def one_bucket(self, F: Tensor) -> bool:
+        """Whether the structure's own passes over F take the whole batch at once (its computation does not
+        grow with the batch's padding): False, buckets of similar lengths."""
+        return False
 
     def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0
             ) -> Tensor:
@@ -146,7 +155,7 @@ class Structure:
         best = torch.zeros(S, dtype=F.dtype, device=F.device)
         marginals = None if marginals is None else marginals.to(F.device)
         with torch.no_grad():
-            for idx, Fb, lens in self._buckets(F, lengths):
+            for idx, Fb, lens in self._buckets(F, lengths, whole=posterior):  # (Viterbi: the torch stages)
                 probs = None if marginals is None else marginals[idx, : Fb.shape[1]]
                 found = self._decode(Fb, lens, posterior, has_tree, probs)
                 best[idx] = found.score
@@ -201,6 +210,11 @@ class LatentTree(Structure):
 
     def cost(self, n: int, m: int) -> int:
         return (n + 1) ** 2 * m * m
+
+    def one_bucket(self, F: Tensor) -> bool:
+        """On the CPU log Z and the marginals run in :mod:`spacy_nldm.structs.compiled`, sentence by
+        sentence, whatever the padding: one bucket, no reordering copy of F."""
+        return F.device.type == "cpu" and structs.compiled.enabled and structs.compiled.available()
 
     def expand(self, F: Tensor) -> Tensor:
         """(B, N, 2, M+1, M) factored scores -> (B, N+1, N+1, M, M) arc scores of structs
@@ -292,7 +306,7 @@ class LatentTree(Structure):
         mask = None
         if posterior:
             if probs is None:
-                probs = structs.marginals(scores, lengths, max_dist=self.max_dist).labels
+                probs = structs.label_marginals(scores, lengths, max_dist=self.max_dist)
             labels = probs.argmax(-1).masked_fill(~real_tokens(probs, lengths), 0)
             if not tree:  # the labels are the marginals' arg-max: no tree search
                 return structs.Decoded(labels, None, F.new_zeros(F.shape[0]))
@@ -318,7 +332,7 @@ class LatentTree(Structure):
         return structs.Decoded(labels, heads, torch.where(possible, score, torch.full_like(score, -math.inf)))
 
     def _marginals(self, F, lengths):
-        return structs.marginals(self.directional(F), lengths, max_dist=self.max_dist).labels
+        return structs.label_marginals(self.directional(F), lengths, max_dist=self.max_dist)
 
 
 class Chain(Structure):

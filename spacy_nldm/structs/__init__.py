@@ -1,6 +1,7 @@
-"""The structured core, pure PyTorch (no spaCy import).
+"""The structured core: PyTorch, and for the NLDM on the CPU a compiled lane (numba); no spaCy import.
 
-Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterbi`, :func:`marginals`.
+Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterbi`, :func:`marginals`
+(:func:`label_marginals`: their label part only).
 Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterbi`, :func:`crf_marginals`.
 They take (B, N, M, M[, M]) potentials, or for order 1 a :class:`ChainScores` (emissions, one transition
 matrix, start and end scores, as pytorch-crf holds them), which skips building the potentials;
@@ -12,12 +13,13 @@ from .arcs import distance_bias_matrix
 from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
 from .semiring import BroadcastLogSemiring, LogSemiring, MaxSemiring, Semiring
-from .tree import DirectionalScores, Marginals, count_trees, log_partition, marginals, viterbi
+from .tree import DirectionalScores, Marginals, count_trees, label_marginals, log_partition, marginals, viterbi
 
 __all__ = [
     "log_partition",
     "viterbi",
     "marginals",
+    "label_marginals",
     "count_trees",
     "DirectionalScores",
     "distance_bias_matrix",

@@ -47,23 +47,32 @@ def available() -> bool:
     return njit is not None
 
 
-def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
-                   with_grad: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
-    """log Z (B,) float64, and with ``with_grad`` d log Z / d F (B, N, 2, M+1, M) and d log Z / d bias
-    (B, 2, K_b) per sentence (float64), for DirectionalScores F (any float dtype, CPU), distance bias
-    (2, K_b) or None, lengths (B,) and the longest arc ``limit`` (>= 1)."""
-    scores = np.ascontiguousarray(F.detach().to(torch.float64).numpy())  # one compiled version: float64
-    B = scores.shape[0]
+def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int, with_grad: bool,
+                   with_arcs: bool = True) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
+    """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or None,
+    lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the gradient
+    of log Z, packed over the real tokens in the order of ``real``: d log Z / d F (T, 2, M+1, M) (None
+    unless ``with_arcs``), d log Z / d bias per sentence (B, 2, K_b), and the label marginals (T, M) (the
+    arc marginals into each token, summed); and ``real`` (B, N) bool, the positions F is read at (only
+    they are copied). All float64."""
+    B, N = F.shape[:2]
+    real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]  # (B, N): the tokens read
+    packed = np.ascontiguousarray(F.detach()[real].to(torch.float64).numpy())  # (T, 2, M+1, M), doc by doc
+    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
+    offsets = np.zeros(B, dtype=np.int64)
+    offsets[1:] = np.cumsum(lens)[:-1]
     b64 = (np.zeros((2, 0)) if bias is None
            else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy()))
-    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
     log_z = np.zeros(B)
-    grad = np.zeros(scores.shape) if with_grad else np.zeros((0, 0, 2, 1, 1))
+    arcs = with_grad and with_arcs
+    grad = np.zeros(packed.shape) if arcs else np.zeros((0, 2, 1, 1))
     grad_bias = np.zeros((B, 2, b64.shape[1])) if with_grad else np.zeros((0, 2, 0))
-    _kernel()(scores, b64, lens, int(limit), with_grad, log_z, grad, grad_bias)
+    labels = np.zeros((packed.shape[0], packed.shape[3])) if with_grad else np.zeros((0, 1))
+    _kernel()(packed, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad, grad_bias, labels)
     if not with_grad:
-        return torch.from_numpy(log_z), None, None
-    return torch.from_numpy(log_z), torch.from_numpy(grad), torch.from_numpy(grad_bias)
+        return torch.from_numpy(log_z), None, None, None, real
+    return (torch.from_numpy(log_z), torch.from_numpy(grad) if arcs else None, torch.from_numpy(grad_bias),
+            torch.from_numpy(labels), real)
 
 
 _compiled = None
@@ -87,9 +96,12 @@ def _lg(v, shift):
     return np.log(v) + shift if v != 0.0 else -np.inf  # NaN stays NaN
 
 
-def _batch(F, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa: C901 - one recurrence per block
-    B, N = F.shape[0], F.shape[1]
-    M = F.shape[4]
+def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias, labels):  # noqa: C901 - one recurrence per block
+    B = lengths.shape[0]
+    N = 1
+    for b in range(B):
+        N = max(N, lengths[b])
+    M = F.shape[3]
     Kb = bias.shape[1]
     neg = -np.inf
     KK = max(1, min(limit, N))
@@ -119,7 +131,7 @@ def _batch(F, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa:
     tot2, rho2 = np.zeros((M, M)), np.zeros((M, M))
 
     for b in range(B):
-        n = lengths[b]
+        n, o = lengths[b], offsets[b]
         if n <= 0:
             log_z[b] = 0.0
             continue
@@ -129,23 +141,23 @@ def _batch(F, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa:
                 m = neg
                 for h in range(M):
                     for a in range(M):
-                        if F[b, t, x, h + 1, a] > m:
-                            m = F[b, t, x, h + 1, a]
+                        if F[o + t, x, h + 1, a] > m:
+                            m = F[o + t, x, h + 1, a]
                 Etop[t, x] = m
                 for h in range(M):
                     for a in range(M):
-                        e = np.exp(F[b, t, x, h + 1, a] - m) if m > neg else 0.0  # a row of -inf: all 0
+                        e = np.exp(F[o + t, x, h + 1, a] - m) if m > neg else 0.0  # a row of -inf: all 0
                         if x == 0:
                             E[t, 0, h, a] = e
                         else:
                             E[t, 1, a, h] = e
             m = neg
             for c in range(M):
-                if F[b, t, 0, 0, c] > m:
-                    m = F[b, t, 0, 0, c]
+                if F[o + t, 0, 0, c] > m:
+                    m = F[o + t, 0, 0, c]
             Eroot_top[t] = m
             for c in range(M):
-                Eroot[t, c] = np.exp(F[b, t, 0, 0, c] - m) if m > neg else 0.0
+                Eroot[t, c] = np.exp(F[o + t, 0, 0, c] - m) if m > neg else 0.0
         # -- base items: CR[s, s] = CL[s, s] = 0 (the root: label 0 only) --------------------------
         for s in range(n + 1):
             CRs[s, 0] = CLs[s, 0] = CRp[s, 0] = CLp[s, 0] = 0.0
@@ -218,13 +230,13 @@ def _batch(F, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa:
                     for a in range(M):
                         for c in range(M):
                             IRv[s, w, a, c] = It[s, w, a, c] * E[t - 1, 0, a, c]
-                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, b, s, w, t, ah, shift, br, True)
+                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, o, s, w, t, ah, shift, br, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + bl
                     for a in range(M):
                         for c in range(M):
                             ILv[s, w, a, c] = It[s, w, a, c] * E[s - 1, 1, a, c]
-                    _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, b, s, w, t, M, shift, bl, False)
+                    _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, o, s, w, t, M, shift, bl, False)
             # -- complete items of width w --------------------------------------------------------
             for s in range(n - w + 1):
                 t = s + w
@@ -465,15 +477,20 @@ def _batch(F, bias, lengths, limit, with_grad, log_z, grad, grad_bias):  # noqa:
                         tot2[a, c] = 0.0
                 if s == 0:
                     for c in range(M):
-                        grad[b, t - 1, 0, 0, c] += gIR[0, w, 0, c]
+                        if with_arcs:
+                            grad[o + t - 1, 0, 0, c] += gIR[0, w, 0, c]
+                        labels[o + t - 1, c] += gIR[0, w, 0, c]
                         tot2[0, c] = gIR[0, w, 0, c]
                 else:
                     right = 0.0
                     left = 0.0
                     for a in range(M):
                         for c in range(M):
-                            grad[b, t - 1, 0, a + 1, c] += gIR[s, w, a, c]
-                            grad[b, s - 1, 1, c + 1, a] += gIL[s, w, a, c]
+                            if with_arcs:
+                                grad[o + t - 1, 0, a + 1, c] += gIR[s, w, a, c]
+                                grad[o + s - 1, 1, c + 1, a] += gIL[s, w, a, c]
+                            labels[o + t - 1, c] += gIR[s, w, a, c]  # the arc s -> t gives t label c
+                            labels[o + s - 1, a] += gIL[s, w, a, c]  # the arc t -> s gives s label a
                             right += gIR[s, w, a, c]
                             left += gIL[s, w, a, c]
                             tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
@@ -554,8 +571,8 @@ def _from_logs(logs, values, shifts, pre, s, w, M):
         values[s, w, a] = np.exp(logs[s, w, a] - top) if logs[s, w, a] != -np.inf else 0.0
 
 
-def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, b, s, w, t, ah, shift, bias, right):
-    """An incomplete item's raw values (inner total * arc factor, scale ``shift``): normalised to a largest
+def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, t, ah, shift, bias, right):
+    """(``o``: the sentence's first row in the packed scores F.) An incomplete item's raw values (inner total * arc factor, scale ``shift``): normalised to a largest
     value of 1, or, if one of them is below THRESHOLD, recomputed exactly as inner + arc in log space."""
     M = values.shape[3]
     low = False
@@ -583,9 +600,9 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, b, s, w, 
             if a < ah:
                 inner = Il[s, w, a, c] if If[s, w] else _lg(It[s, w, a, c], Is[s, w])
                 if right:
-                    arc = F[b, t - 1, 0, 0, c] if s == 0 else F[b, t - 1, 0, a + 1, c] + bias
+                    arc = F[o + t - 1, 0, 0, c] if s == 0 else F[o + t - 1, 0, a + 1, c] + bias
                 else:
-                    arc = F[b, s - 1, 1, c + 1, a] + bias
+                    arc = F[o + s - 1, 1, c + 1, a] + bias
                 x = inner + arc
             logs[s, w, a, c] = x
             if x > top:

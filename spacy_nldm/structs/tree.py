@@ -147,6 +147,40 @@ def marginals(
     arc_mask: Optional[Tensor] = None,
 ) -> Marginals:
     """Posterior marginals of arcs and labels (:class:`Marginals`), from the gradient of log Z."""
+    arcs, labels, factor = _marginals(scores, lengths, label_mask, max_dist, arc_mask)
+    if isinstance(scores, DirectionalScores):
+        arcs = arcs * factor[:, :, None, None, None]
+    else:
+        arcs = arcs * torch.cat([factor.new_zeros(factor.shape[0], 1), factor], 1)[:, None, :, None, None]
+    return Marginals(arcs, labels)
+
+
+def label_marginals(
+    scores,
+    lengths: Tensor,
+    *,
+    label_mask: Optional[Tensor] = None,
+    max_dist: Optional[int] = None,
+    arc_mask: Optional[Tensor] = None,
+) -> Tensor:
+    """P(y_d = c | x), (B, N, M): :func:`marginals`' ``labels``, without the arc marginals (on the compiled
+    lane they are not even written)."""
+    if isinstance(scores, DirectionalScores) and label_mask is None and arc_mask is None:
+        problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
+        if _compiled_lane(LogSemiring(), problem, label_mask):
+            log_z, _, _, packed, real = compiled.inside_outside(scores.F, problem.arcs.bias, problem.lengths,
+                                                               problem.limit, True, with_arcs=False)
+            if bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
+                labels = torch.zeros(real.shape + (scores.F.shape[-1],), dtype=torch.float64)
+                labels[real] = packed
+                total = labels.sum(-1)  # as in marginals: each possible token's marginals sum to 1
+                labels = labels * torch.where(total > 0, 1.0 / total, 0.0).unsqueeze(-1)
+                return labels.to(scores.F.dtype)
+    return _marginals(scores, lengths, label_mask, max_dist, arc_mask)[1]
+
+
+def _marginals(scores, lengths, label_mask, max_dist, arc_mask):
+    """The arc marginals (unnormalised), the label marginals and each token's normalising factor (B, N)."""
     directional = isinstance(scores, DirectionalScores)
     tensor = scores.F if directional else scores
     check_scores(tensor)
@@ -162,12 +196,7 @@ def marginals(
     # orders) pick up at large scores, ~1e-3 absolute at scores of 1e4 in float32.
     total = labels.sum(-1)
     factor = torch.where(total > 0, 1.0 / total, 0.0)  # (B, N)
-    labels = labels * factor.unsqueeze(-1)
-    if directional:
-        arcs = arcs * factor[:, :, None, None, None]
-    else:
-        arcs = arcs * torch.cat([factor.new_zeros(factor.shape[0], 1), factor], 1)[:, None, :, None, None]
-    return Marginals(arcs, labels)
+    return arcs, labels * factor.unsqueeze(-1), factor
 
 
 def count_trees(n: int, max_dist: Optional[int] = None) -> int:
@@ -278,16 +307,22 @@ class _CompiledInside(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor: Tensor, bias: Optional[Tensor], problem: _Problem) -> Tensor:
         with_grad = any(ctx.needs_input_grad[:2])
-        log_z, grad, grad_bias = compiled.inside_outside(tensor, bias, problem.lengths, problem.limit, with_grad)
-        ctx.grads = (grad, grad_bias)
+        log_z, grad, grad_bias, _, real = compiled.inside_outside(tensor, bias, problem.lengths, problem.limit,
+                                                                 with_grad)
+        ctx.grads, ctx.real, ctx.shape = (grad, grad_bias), real, tensor.shape
         return log_z.to(tensor.dtype)
 
     @staticmethod
     def backward(ctx, grad_root: Tensor):
-        grad, grad_bias = ctx.grads
+        grad, grad_bias = ctx.grads  # packed over the real tokens, float64
         scale = grad_root.to(torch.float64)
-        d_tensor = (grad * scale.reshape(-1, 1, 1, 1, 1)).to(grad_root.dtype) if ctx.needs_input_grad[0] else None
-        d_bias = (grad_bias * scale.reshape(-1, 1, 1)).sum(0).to(grad_root.dtype) if ctx.needs_input_grad[1] else None
+        d_tensor = d_bias = None
+        if ctx.needs_input_grad[0]:
+            per_token = scale[:, None].expand(ctx.real.shape)[ctx.real]  # (T,) each token's sentence
+            d_tensor = grad_root.new_zeros(ctx.shape)
+            d_tensor[ctx.real] = (grad * per_token.reshape(-1, 1, 1, 1)).to(grad_root.dtype)
+        if ctx.needs_input_grad[1]:
+            d_bias = (grad_bias * scale.reshape(-1, 1, 1)).sum(0).to(grad_root.dtype)
         return d_tensor, d_bias, None
 
 
