@@ -9,7 +9,8 @@ Same recurrences as :mod:`.inside` (docs/algorithm.md), sentence by sentence, in
 - CL[s, t][c] = log sum_{e=0..w-1, a} exp(CL[s, s+e][a] + IL[s+e, t][a, c])
 - T[i][a] = CR[i, n][a] for n - i <= K, else log sum_{d=1..K, c} exp(IR[i, i+d][a, c] + T[i+d][c]);  log Z = T[0][0]
 
-Every item is held as values v (largest 1) and a float64 shift: item = log(v) + shift. A contraction sums
+Every item is held as values v and a float64 shift: item = log(v) + shift (the complete items' largest
+value is 1; the incomplete items keep their totals, at most the number of splits). A contraction sums
 exp-space products with one scale factor per split (a matrix-vector product, no exp per term). If any of
 its totals falls below ``THRESHOLD`` relative to its scale (where float64 could lose the digits of a term),
 the item is recomputed in log space from its operands' exact log values and kept in log form as well
@@ -191,8 +192,7 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                 low = False
                 for a in range(ah):
                     for c in range(M):
-                        if It[s, w, a, c] < THRESHOLD:
-                            low = True
+                        low |= It[s, w, a, c] < THRESHOLD
                 If[s, w] = low
                 if low:  # exact: inner = log sum_k exp(CR[s, k, a] + CL[k+1, t, c])
                     top = neg
@@ -572,26 +572,17 @@ def _from_logs(logs, values, shifts, pre, s, w, M):
 
 
 def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, t, ah, shift, bias, right):
-    """(``o``: the sentence's first row in the packed scores F.) An incomplete item's raw values (inner total * arc factor, scale ``shift``): normalised to a largest
-    value of 1, or, if one of them is below THRESHOLD, recomputed exactly as inner + arc in log space."""
+    """(``o``: the sentence's first row in the packed scores F.) An incomplete item's raw values (inner
+    total * arc factor, scale ``shift``, at most w) are kept as they are, or, if one of them is below
+    THRESHOLD, recomputed exactly as inner + arc in log space (then with their largest as the shift)."""
     M = values.shape[3]
     low = False
     for a in range(ah):
         for c in range(M):
-            if values[s, w, a, c] < THRESHOLD:
-                low = True
+            low |= values[s, w, a, c] < THRESHOLD
     flags[s, w] = low
     if not low:
-        mx = 0.0
-        for a in range(ah):
-            for c in range(M):
-                if values[s, w, a, c] > mx:
-                    mx = values[s, w, a, c]
-        inv = 1.0 / mx
-        for a in range(ah):
-            for c in range(M):
-                values[s, w, a, c] *= inv
-        shifts[s, w] = shift + np.log(mx)
+        shifts[s, w] = shift
         return
     top = -np.inf
     for a in range(M):
