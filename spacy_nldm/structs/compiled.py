@@ -52,8 +52,8 @@ def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: in
                    with_arcs: bool = True) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
     """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or None,
     lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the gradient
-    of log Z, packed over the real tokens in the order of ``real``: d log Z / d F (T, 2, M+1, M) (None
-    unless ``with_arcs``), d log Z / d bias per sentence (B, 2, K_b), and the label marginals (T, M) (the
+    of log Z, packed over the real tokens in the order of ``real``: d log Z / d F (T, 2, M+1, M) if
+    ``with_arcs``, d log Z / d bias per sentence (B, 2, K_b), and otherwise the label marginals (T, M) (the
     arc marginals into each token, summed); and ``real`` (B, N) bool, the positions F is read at (only
     they are copied). All float64."""
     B, N = F.shape[:2]
@@ -68,12 +68,12 @@ def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: in
     arcs = with_grad and with_arcs
     grad = np.zeros(packed.shape) if arcs else np.zeros((0, 2, 1, 1))
     grad_bias = np.zeros((B, 2, b64.shape[1])) if with_grad else np.zeros((0, 2, 0))
-    labels = np.zeros((packed.shape[0], packed.shape[3])) if with_grad else np.zeros((0, 1))
+    labels = np.zeros((packed.shape[0], packed.shape[3])) if with_grad and not arcs else np.zeros((0, 1))
     _kernel()(packed, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad, grad_bias, labels)
     if not with_grad:
         return torch.from_numpy(log_z), None, None, None, real
     return (torch.from_numpy(log_z), torch.from_numpy(grad) if arcs else None, torch.from_numpy(grad_bias),
-            torch.from_numpy(labels), real)
+            None if arcs else torch.from_numpy(labels), real)
 
 
 _compiled = None
@@ -178,21 +178,18 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                     g = CRs[s, k - s] + CLs[k + 1, t - k - 1]
                     if g > top:
                         top = g
-                for a in range(M):
-                    for c in range(M):
-                        It[s, w, a, c] = 0.0
+                inner = It[s, w]
+                inner[:, :] = 0.0
                 for k in range(s, t):  # inner = sum_k scale_k * CR[s, k] (outer) CL[k+1, t]
                     f = _factor(CRs[s, k - s] + CLs[k + 1, t - k - 1], top)
+                    x_row, y_row = CRv[s, k - s], CLv[k + 1, t - k - 1]
                     for a in range(ah):
-                        x = f * CRv[s, k - s, a]
-                        if x != 0.0:
-                            for c in range(M):
-                                It[s, w, a, c] += x * CLv[k + 1, t - k - 1, c]
+                        x = f * x_row[a]
+                        out = inner[a]
+                        for c in range(M):
+                            out[c] += x * y_row[c]
                 Is[s, w] = top
-                low = False
-                for a in range(ah):
-                    for c in range(M):
-                        low |= It[s, w, a, c] < THRESHOLD
+                low = inner[:ah].min() < THRESHOLD
                 If[s, w] = low
                 if low:  # exact: inner = log sum_k exp(CR[s, k, a] + CL[k+1, t, c])
                     top = neg
@@ -227,15 +224,17 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                             IRv[s, w, a, c] = It[s, w, 0, c] * Eroot[t - 1, c] if a == 0 else 0.0
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + br
+                    out, arc = IRv[s, w], E[t - 1, 0]
                     for a in range(M):
                         for c in range(M):
-                            IRv[s, w, a, c] = It[s, w, a, c] * E[t - 1, 0, a, c]
+                            out[a, c] = inner[a, c] * arc[a, c]
                 _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, o, s, w, t, ah, shift, br, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + bl
+                    out, arc = ILv[s, w], E[s - 1, 1]
                     for a in range(M):
                         for c in range(M):
-                            ILv[s, w, a, c] = It[s, w, a, c] * E[s - 1, 1, a, c]
+                            out[a, c] = inner[a, c] * arc[a, c]
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, o, s, w, t, M, shift, bl, False)
             # -- complete items of width w --------------------------------------------------------
             for s in range(n - w + 1):
@@ -251,10 +250,12 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                     tot[a] = 0.0
                 for d in range(1, w + 1):
                     f = _factor(IRs[s, d] + CRs[s + d, w - d], top)
+                    y_row = CRv[s + d, w - d]
                     for a in range(ah):
+                        x_row = IRv[s, d, a]
                         acc = 0.0
                         for c in range(M):
-                            acc += IRv[s, d, a, c] * CRv[s + d, w - d, c]
+                            acc += x_row[c] * y_row[c]
                         tot[a] += f * acc
                 if _normalise(tot, ah, top, CRv, CRs, CRp, CRf, s, w):
                     for a in range(M):
@@ -290,9 +291,9 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                     f = _factor(CLs[s, e] + ILs[s + e, w - e], top)
                     for a in range(M):
                         x = f * CLv[s, e, a]
-                        if x != 0.0:
-                            for c in range(M):
-                                tot[c] += x * ILv[s + e, w - e, a, c]
+                        y_row = ILv[s + e, w - e, a]
+                        for c in range(M):
+                            tot[c] += x * y_row[c]
                 if _normalise(tot, M, top, CLv, CLs, CLp, CLf, s, w):
                     for c in range(M):
                         hi = neg
@@ -332,10 +333,12 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                     tot[a] = 0.0
                 for d in range(1, K + 1):
                     f = _factor(IRs[i, d] + Ts[i + d], top)
+                    y_row = Tv[i + d]
                     for a in range(ah):
+                        x_row = IRv[i, d, a]
                         acc = 0.0
                         for c in range(M):
-                            acc += IRv[i, d, a, c] * Tv[i + d, c]
+                            acc += x_row[c] * y_row[c]
                         tot[a] += f * acc
                 low = False
                 for a in range(ah):
@@ -378,16 +381,11 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
         if not with_grad or not np.isfinite(log_z[b]):
             continue
         # == outside: d log Z / d item, in reverse order ==============================================
-        for p in range(n + 1):
-            for w in range(K + 1):
-                for a in range(M):
-                    gCR[p, w, a] = 0.0
-                    gCL[p, w, a] = 0.0
-                    for c in range(M):
-                        gIR[p, w, a, c] = 0.0
-                        gIL[p, w, a, c] = 0.0
-            for a in range(M):
-                gT[p, a] = 0.0
+        gCR[: n + 1, : K + 1] = 0.0
+        gCL[: n + 1, : K + 1] = 0.0
+        gIR[: n + 1, : K + 1] = 0.0
+        gIL[: n + 1, : K + 1] = 0.0
+        gT[: n + 1] = 0.0
         if n <= K:
             gCR[0, n, 0] = 1.0
         else:
@@ -479,7 +477,8 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                     for c in range(M):
                         if with_arcs:
                             grad[o + t - 1, 0, 0, c] += gIR[0, w, 0, c]
-                        labels[o + t - 1, c] += gIR[0, w, 0, c]
+                        else:
+                            labels[o + t - 1, c] += gIR[0, w, 0, c]
                         tot2[0, c] = gIR[0, w, 0, c]
                 else:
                     right = 0.0
@@ -489,8 +488,9 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                             if with_arcs:
                                 grad[o + t - 1, 0, a + 1, c] += gIR[s, w, a, c]
                                 grad[o + s - 1, 1, c + 1, a] += gIL[s, w, a, c]
-                            labels[o + t - 1, c] += gIR[s, w, a, c]  # the arc s -> t gives t label c
-                            labels[o + s - 1, a] += gIL[s, w, a, c]  # the arc t -> s gives s label a
+                            else:
+                                labels[o + t - 1, c] += gIR[s, w, a, c]  # the arc s -> t gives t label c
+                                labels[o + s - 1, a] += gIL[s, w, a, c]  # the arc t -> s gives s label a
                             right += gIR[s, w, a, c]
                             left += gIL[s, w, a, c]
                             tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]

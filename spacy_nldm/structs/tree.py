@@ -318,9 +318,10 @@ class _CompiledInside(torch.autograd.Function):
         scale = grad_root.to(torch.float64)
         d_tensor = d_bias = None
         if ctx.needs_input_grad[0]:
-            per_token = scale[:, None].expand(ctx.real.shape)[ctx.real]  # (T,) each token's sentence
+            if not bool((scale == 1.0).all()):  # (a loss's sum of log Z: all 1, nothing to scale)
+                grad = grad * scale[:, None].expand(ctx.real.shape)[ctx.real].reshape(-1, 1, 1, 1)
             d_tensor = grad_root.new_zeros(ctx.shape)
-            d_tensor[ctx.real] = (grad * per_token.reshape(-1, 1, 1, 1)).to(grad_root.dtype)
+            d_tensor[ctx.real] = grad.to(grad_root.dtype)
         if ctx.needs_input_grad[1]:
             d_bias = (grad_bias * scale.reshape(-1, 1, 1)).sum(0).to(grad_root.dtype)
         return d_tensor, d_bias, None
