@@ -1,6 +1,7 @@
 """Doc and Token extensions set by the structured taggers.
 
-- ``Token._.nldm_head``: head token index of the decoded latent tree (doc index), None for the root;
+- ``Token._.nldm_head``: head token index of the decoded latent tree (doc index), None for the root (read
+  from ``Doc._.nldm_heads``, the doc's heads as one int32 array, -1 for the root);
 - ``Doc._.nldm_tree_score``: score of the decoded (labels, tree), summed over the doc's segments;
 - ``Doc._.nldm_probs`` (n_tokens, M) float32 label marginals and ``Doc._.nldm_prob_labels``
   (with ``store_probs = true``); ``Token._.nldm_probs`` reads them as a {label: probability} dict.
@@ -17,13 +18,20 @@ def _token_probs(token: Token) -> Optional[Dict[str, float]]:
     return dict(zip(token.doc._.nldm_prob_labels, probs[token.i].tolist()))
 
 
+def _token_head(token: Token) -> Optional[int]:
+    heads = token.doc._.nldm_heads
+    if heads is None or heads[token.i] < 0:
+        return None
+    return int(heads[token.i])
+
+
 def register_extensions() -> None:
     """Idempotent."""
-    for name, default in (("nldm_tree_score", None), ("nldm_probs", None), ("nldm_prob_labels", None)):
+    for name in ("nldm_tree_score", "nldm_heads", "nldm_probs", "nldm_prob_labels"):
         if not Doc.has_extension(name):
-            Doc.set_extension(name, default=default)
+            Doc.set_extension(name, default=None)
     if not Token.has_extension("nldm_head"):
-        Token.set_extension("nldm_head", default=None)
+        Token.set_extension("nldm_head", getter=_token_head)
     if not Token.has_extension("nldm_probs"):
         Token.set_extension("nldm_probs", getter=_token_probs)
 

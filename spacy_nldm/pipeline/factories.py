@@ -18,7 +18,7 @@ _SCORER = {"@scorers": "spacy-nldm.tag_scorer.v1"}
 # training table); a component with attr "pos" moves the weight to pos_acc when it is initialized (see
 # StructuredTagger.initialize), so that the table's SCORE is the accuracy of what the component tags.
 _SCORE_WEIGHTS = {"tag_acc": 1.0, "pos_acc": None}
-_ASSIGNS = ["token.tag", "token.pos", "token._.nldm_head", "doc._.nldm_tree_score", "doc._.nldm_probs"]
+_ASSIGNS = ["token.tag", "token.pos", "doc._.nldm_heads", "doc._.nldm_tree_score", "doc._.nldm_probs"]
 
 
 @Language.factory(

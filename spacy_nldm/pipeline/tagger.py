@@ -72,8 +72,9 @@ class StructuredTagger(TrainablePipe):
     loss: "exact" (log Z - log S) or "max" (log S replaced by the best tree's score; NLDM only).
     max_length: longer sentences are scored in windows of this many tokens (with a warning).
     store_probs: keep the label marginals in ``Doc._.nldm_probs``.
-    store_tree: (NLDM) keep the decoded latent tree in ``Token._.nldm_head`` and ``Doc._.nldm_tree_score``;
-        false skips the search for the decoded labels' tree (same labels; both stay None).
+    store_tree: (NLDM) keep the decoded latent tree in ``Token._.nldm_head`` (read from ``Doc._.nldm_heads``)
+        and ``Doc._.nldm_tree_score``; false skips the search for the decoded labels' tree (same labels;
+        both stay None).
     normalize_loss: the batch's loss and gradient are its mean per token (else its sum). spaCy's
         optimizers clip each parameter's gradient norm (``grad_clip = 1.0`` in spaCy's default
         optimizer): a sum over a batch of hundreds of tokens is clipped at almost every step, which
@@ -340,6 +341,7 @@ class StructuredTagger(TrainablePipe):
         for doc in docs:
             if has_tree:
                 doc._.nldm_tree_score = 0.0
+                doc._.nldm_heads = numpy.full(len(doc), -1, dtype="int32")  # -1: the root
             if self.store_probs:
                 doc._.nldm_probs = numpy.zeros((len(doc), len(ids)), dtype="float32")
                 doc._.nldm_prob_labels = list(self.labels)
@@ -347,10 +349,9 @@ class StructuredTagger(TrainablePipe):
             doc = docs[d]
             for k, token in enumerate(doc[start:end]):
                 setattr(token, self.attr, ids[preds.labels[s, k]])
-                if has_tree:
-                    head = int(preds.heads[s, k])
-                    token._.nldm_head = None if head == 0 else start + head - 1
-            if has_tree:
+            if has_tree:  # the segment's heads 1..n (0: the root) as doc indices
+                heads = preds.heads[s, : end - start]
+                doc._.nldm_heads[start:end] = numpy.where(heads == 0, -1, start + heads - 1)
                 doc._.nldm_tree_score += float(preds.best[s])
             if preds.probs is not None:
                 doc._.nldm_probs[start:end] = preds.probs[s, : end - start]
