@@ -48,11 +48,12 @@ def significance_lines(records: dict) -> list:
     header = [
         "## Paired significance: NLDM against each baseline",
         "",
-        f"Per test sentence, each system's correct tokens averaged over the seeds both systems ran; the difference "
+        f"Per test sentence, each system's correct tokens averaged over the seeds both systems ran with per-sentence "
+        f"counts stored (the number in brackets; the table above averages all seeds); the difference "
         f"of the token accuracies resampled over sentences ({SAMPLES:,} paired bootstrap resamples, seed 0). Cell: "
         "NLDM − baseline [95% interval], p = share of resamples in which the difference does not keep its sign. "
-        "– : a record made before `reproduce.py` stored per-sentence counts (`reproduce.py --significance` "
-        "redoes them).",
+        "– : no seed with counts for both (records made before `reproduce.py` stored them; `reproduce.py "
+        "--significance` redoes them).",
         "",
         "| Data | " + " | ".join(f"NLDM − {SYSTEM_NAMES[s]}" for s in SYSTEMS[:3]) + " |",
         "|---|---|---|---|",
@@ -61,14 +62,16 @@ def significance_lines(records: dict) -> list:
     for key, d in DATASETS.items():
         cells = []
         for s in SYSTEMS[:3]:
-            seeds = sorted(set(records.get((key, "nldm"), {})) & set(records.get((key, s), {})))
+            ours_by_seed, theirs_by_seed = records.get((key, "nldm"), {}), records.get((key, s), {})
+            seeds = sorted(k for k in set(ours_by_seed) & set(theirs_by_seed)  # both with per-sentence counts
+                           if "test_correct" in ours_by_seed[k] and "test_correct" in theirs_by_seed[k])
             ours = per_sentence([records[key, "nldm"][k] for k in seeds])
             theirs = per_sentence([records[key, s][k] for k in seeds])
             if ours is None or theirs is None:
                 cells.append("–")
                 continue
             diff, low, high, flipped = paired_bootstrap(ours[0], theirs[0], ours[1], SAMPLES, seed=0)
-            cells.append(f"{diff:+.2f} [{low:+.2f}, {high:+.2f}] p = {flipped:.3f} ({len(seeds)} seeds)")
+            cells.append(f"{diff:+.2f} [{low:+.2f}, {high:+.2f}] p = {flipped:.3f} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
         if any(c != "–" for c in cells):
             rows.append(f"| {d['paper']} ({key}) | " + " | ".join(cells) + " |")
     return header + (rows or ["| (no dataset has per-sentence counts for NLDM and a baseline) | | | |"])
