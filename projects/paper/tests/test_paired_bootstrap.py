@@ -125,18 +125,3 @@ def test_decoder_for_a_group_without_structured_head_is_a_clear_error(tmp_path):
     assert done.returncode == 2
     assert "no crf_tagger or nldm_tagger component" in done.stderr
 
-
-def test_table2_significance_uses_the_seeds_with_counts_on_both_sides():
-    """A record without per-sentence counts (made before they were stored) is left out of the test, not the
-    whole cell: the cell says how many seeds it used."""
-    from projects.paper.scripts.table2 import significance_lines
-
-    counts = {"test_tokens": [4, 4, 4, 4]}
-    records = {
-        ("en", "nldm"): {0: {**counts, "test_correct": [4, 4, 3, 4]}, 1: {**counts, "test_correct": [4, 4, 4, 4]}},
-        ("en", "crf1"): {0: {**counts, "test_correct": [2, 3, 3, 4]}, 1: {"test_acc": 90.0}},
-    }
-    (row,) = [line for line in significance_lines(records) if line.startswith("| En")]
-    softmax, crf1, crf2 = row.split(" | ")[1:4]
-    assert softmax == "–" and crf2.startswith("–")
-    assert crf1.startswith("+18.75 [") and crf1.endswith("(1 seed)")  # (15 - 12) / 16 tokens, seed 0 only
