@@ -92,6 +92,20 @@ def _factor(p, top):
     return np.exp(p - top) if p != -np.inf else 0.0
 
 
+def _lse(terms, count):
+    """log sum exp of terms[:count]: -inf if every term is -inf, NaN if one is NaN."""
+    top = -np.inf
+    for i in range(count):
+        if terms[i] > top or terms[i] != terms[i]:  # NaN is kept
+            top = terms[i]
+    if top == -np.inf:
+        return top
+    total = 0.0
+    for i in range(count):
+        total += np.exp(terms[i] - top)
+    return np.log(total) + top
+
+
 def _lg(v, shift):
     """log(v) + shift, -inf for v = 0 (NaN stays NaN, so that a bad score is found)."""
     return np.log(v) + shift if v != 0.0 else -np.inf  # NaN stays NaN
@@ -129,6 +143,7 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
     gIR, gIL = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
     gT = np.zeros((P, M))
     tot, rho = np.zeros(M), np.zeros(M)
+    terms = np.zeros((KK + 1) * M)  # the terms of one log-space sum
     tot2, rho2 = np.zeros((M, M)), np.zeros((M, M))
 
     for b in range(B):
@@ -192,30 +207,16 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                 low = inner[:ah].min() < THRESHOLD
                 If[s, w] = low
                 if low:  # exact: inner = log sum_k exp(CR[s, k, a] + CL[k+1, t, c])
-                    top = neg
                     for a in range(M):
                         for c in range(M):
                             acc = neg
                             if a < ah:
-                                hi = neg
                                 for k in range(s, t):
-                                    x = (_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
-                                         + _lgc(CLf, CLl, CLv, CLs, k + 1, t - k - 1, c))
-                                    if x > hi or x != x:  # NaN is kept
-                                        hi = x
-                                if hi != neg:
-                                    acc = 0.0
-                                    for k in range(s, t):
-                                        acc += np.exp(_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
-                                                      + _lgc(CLf, CLl, CLv, CLs, k + 1, t - k - 1, c) - hi)
-                                    acc = np.log(acc) + hi
+                                    terms[k - s] = (_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
+                                                    + _lgc(CLf, CLl, CLv, CLs, k + 1, t - k - 1, c))
+                                acc = _lse(terms, w)
                             Il[s, w, a, c] = acc
-                            if acc > top:
-                                top = acc
-                    Is[s, w] = top
-                    for a in range(M):
-                        for c in range(M):
-                            It[s, w, a, c] = np.exp(Il[s, w, a, c] - top) if Il[s, w, a, c] != neg else 0.0
+                    Is[s, w] = _encode(Il[s, w].ravel(), It[s, w].ravel())
                 # IR = inner + arc(s -> t)
                 if s == 0:
                     shift = Is[s, w] + Eroot_top[t - 1]
@@ -258,25 +259,16 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                             acc += x_row[c] * y_row[c]
                         tot[a] += f * acc
                 if _normalise(tot, ah, top, CRv, CRs, CRp, CRf, s, w):
-                    for a in range(M):
-                        hi = neg
+                    for a in range(M):  # exact: log sum_{d, c} exp(IR[s, s+d][a, c] + CR[s+d, t][c])
+                        acc = neg
                         if a < ah:
                             for d in range(1, w + 1):
                                 for c in range(M):
-                                    x = (_lgi(IRf, IRl, IRv, IRs, s, d, a, c)
-                                         + _lgc(CRf, CRl, CRv, CRs, s + d, w - d, c))
-                                    if x > hi or x != x:  # NaN is kept
-                                        hi = x
-                        acc = neg
-                        if hi != neg:
-                            acc = 0.0
-                            for d in range(1, w + 1):
-                                for c in range(M):
-                                    acc += np.exp(_lgi(IRf, IRl, IRv, IRs, s, d, a, c)
-                                                  + _lgc(CRf, CRl, CRv, CRs, s + d, w - d, c) - hi)
-                            acc = np.log(acc) + hi
+                                    terms[(d - 1) * M + c] = (_lgi(IRf, IRl, IRv, IRs, s, d, a, c)
+                                                              + _lgc(CRf, CRl, CRv, CRs, s + d, w - d, c))
+                            acc = _lse(terms, w * M)
                         CRl[s, w, a] = acc
-                    _from_logs(CRl, CRv, CRs, CRp, s, w, M)
+                    CRs[s, w] = CRp[s, w] = _encode(CRl[s, w], CRv[s, w])
                 if s == 0:
                     continue  # CL[0, t] would make the root a dependent
                 # CL[s, t][c] = log sum_{e, a} exp(CL[s, s+e][a] + IL[s+e, t][a, c])
@@ -295,24 +287,13 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                         for c in range(M):
                             tot[c] += x * y_row[c]
                 if _normalise(tot, M, top, CLv, CLs, CLp, CLf, s, w):
-                    for c in range(M):
-                        hi = neg
+                    for c in range(M):  # exact: log sum_{e, a} exp(CL[s, s+e][a] + IL[s+e, t][a, c])
                         for e in range(w):
                             for a in range(M):
-                                x = (_lgc(CLf, CLl, CLv, CLs, s, e, a)
-                                     + _lgi(ILf, ILl, ILv, ILs, s + e, w - e, a, c))
-                                if x > hi or x != x:  # NaN is kept
-                                    hi = x
-                        acc = neg
-                        if hi != neg:
-                            acc = 0.0
-                            for e in range(w):
-                                for a in range(M):
-                                    acc += np.exp(_lgc(CLf, CLl, CLv, CLs, s, e, a)
-                                                  + _lgi(ILf, ILl, ILv, ILs, s + e, w - e, a, c) - hi)
-                            acc = np.log(acc) + hi
-                        CLl[s, w, c] = acc
-                    _from_logs(CLl, CLv, CLs, CLp, s, w, M)
+                                terms[e * M + a] = (_lgc(CLf, CLl, CLv, CLs, s, e, a)
+                                                    + _lgi(ILf, ILl, ILv, ILs, s + e, w - e, a, c))
+                        CLl[s, w, c] = _lse(terms, w * M)
+                    CLs[s, w] = CLp[s, w] = _encode(CLl[s, w], CLv[s, w])
         # -- the tail: T[i] = CR[i, n] (n - i <= K), then the rows i = n-K-1 .. 0 ----------------------
         if n <= K:
             log_z[b] = CRl[0, n, 0] if CRf[0, n] else _lg(CRv[0, n, 0], CRs[0, n])
@@ -354,29 +335,16 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                         Tv[i, a] = tot[a] / mx if a < ah else 0.0
                     Tp[i], Ts[i] = top, top + np.log(mx)
                 else:
-                    top = neg
-                    for a in range(M):
-                        hi = neg
+                    for a in range(M):  # exact: log sum_{d, c} exp(IR[i, i+d][a, c] + T[i+d][c])
+                        acc = neg
                         if a < ah:
                             for d in range(1, K + 1):
                                 for c in range(M):
-                                    x = _lgi(IRf, IRl, IRv, IRs, i, d, a, c) + _lgt(Tf, Tl, Tv, Ts, i + d, c)
-                                    if x > hi or x != x:  # NaN is kept
-                                        hi = x
-                        acc = neg
-                        if hi != neg:
-                            acc = 0.0
-                            for d in range(1, K + 1):
-                                for c in range(M):
-                                    acc += np.exp(_lgi(IRf, IRl, IRv, IRs, i, d, a, c)
-                                                  + _lgt(Tf, Tl, Tv, Ts, i + d, c) - hi)
-                            acc = np.log(acc) + hi
+                                    terms[(d - 1) * M + c] = (_lgi(IRf, IRl, IRv, IRs, i, d, a, c)
+                                                              + _lgt(Tf, Tl, Tv, Ts, i + d, c))
+                            acc = _lse(terms, K * M)
                         Tl[i, a] = acc
-                        if acc > top:
-                            top = acc
-                    Ts[i] = Tp[i] = top
-                    for a in range(M):
-                        Tv[i, a] = np.exp(Tl[i, a] - top) if Tl[i, a] != neg else 0.0
+                    Ts[i] = Tp[i] = _encode(Tl[i], Tv[i])
             log_z[b] = Tl[0, 0] if Tf[0] else _lg(Tv[0, 0], Ts[0])
         if not with_grad or not np.isfinite(log_z[b]):
             continue
@@ -560,15 +528,16 @@ def _normalise(tot, ah, top, values, shifts, pre, flags, s, w):
     return False
 
 
-def _from_logs(logs, values, shifts, pre, s, w, M):
-    """A flagged complete item: shift = its largest log value, values = exp(log - shift)."""
+def _encode(logs, values):
+    """A flagged item from its exact log values (a flat view): values = exp(log - top), 0 for -inf; returns
+    top, the largest log value (its shift)."""
     top = -np.inf
-    for a in range(M):
-        if logs[s, w, a] > top:
-            top = logs[s, w, a]
-    shifts[s, w] = pre[s, w] = top
-    for a in range(M):
-        values[s, w, a] = np.exp(logs[s, w, a] - top) if logs[s, w, a] != -np.inf else 0.0
+    for i in range(logs.shape[0]):
+        if logs[i] > top:
+            top = logs[i]
+    for i in range(logs.shape[0]):
+        values[i] = np.exp(logs[i] - top) if logs[i] != -np.inf else 0.0
+    return top
 
 
 def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, t, ah, shift, bias, right):
@@ -584,7 +553,6 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, 
     if not low:
         shifts[s, w] = shift
         return
-    top = -np.inf
     for a in range(M):
         for c in range(M):
             x = -np.inf
@@ -596,20 +564,16 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, 
                     arc = F[o + s - 1, 1, c + 1, a] + bias
                 x = inner + arc
             logs[s, w, a, c] = x
-            if x > top:
-                top = x
-    shifts[s, w] = top
-    for a in range(M):
-        for c in range(M):
-            values[s, w, a, c] = np.exp(logs[s, w, a, c] - top) if logs[s, w, a, c] != -np.inf else 0.0
+    shifts[s, w] = _encode(logs[s, w].ravel(), values[s, w].ravel())
 
 
-if njit is not None:  # the helpers are compiled (and inlined) into the batch loop
+if njit is not None:  # the helpers are compiled into the batch loop
+    _lse = njit(error_model="numpy")(_lse)
     _lg = njit(_lg)
     _factor = njit(_factor)
     _lgc = njit(_lgc)
     _lgi = njit(_lgi)
     _lgt = njit(_lgt)
     _normalise = njit(error_model="numpy")(_normalise)
-    _from_logs = njit(error_model="numpy")(_from_logs)
+    _encode = njit(error_model="numpy")(_encode)
     _finish_incomplete = njit(error_model="numpy")(_finish_incomplete)
