@@ -116,10 +116,11 @@ _COMPILED = None
 
 
 def _compiled_eisner():
-    global _COMPILED
+    global _COMPILED, _pick
     if _COMPILED is None:
         from numba import njit
 
+        _pick = njit(inline="always")(_pick)  # the loop reads it as a module global
         _COMPILED = njit(cache=True, nogil=True)(_eisner_loops)
     return _COMPILED
 
@@ -233,12 +234,3 @@ def _pick(values, lengths, count, tol):
             choice, shortest = c, lengths[c]
     return choice
 
-
-def _compile_helpers():
-    global _pick
-    from numba import njit
-
-    _pick = njit(inline="always")(_pick)
-
-
-_compile_helpers()

@@ -22,16 +22,13 @@ split's share of an item is term / total: in exp space (g / total) * scale * v_x
 for a flagged item exp(x + y - item) in log space. The incomplete items' marginals are the arc marginals,
 which are the gradient of F (and, summed per width and direction, of the distance bias).
 """
+import importlib.util
 import os
 from typing import Optional, Tuple
 
 import numpy as np
 import torch
 
-try:  # numba is a dependency; without it (an unusual install) the torch path computes everything
-    from numba import njit
-except ImportError:  # pragma: no cover - exercised only where numba is missing
-    njit = None
 
 Tensor = torch.Tensor
 
@@ -44,8 +41,9 @@ THRESHOLD = 1e-280
 
 
 def available() -> bool:
-    """Whether the compiled kernel can run here (numba imports)."""
-    return njit is not None
+    """Whether the compiled kernel can run here: numba is installed (a dependency; without it, an unusual
+    install, the torch stages compute everything). numba itself is imported on first use only."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int, with_grad: bool,
@@ -80,9 +78,16 @@ _compiled = None
 
 
 def _kernel():
-    """The compiled batch loop (compiled on first use, cached on disk by numba)."""
+    """The compiled batch loop (compiled on first use, cached on disk by numba), its helpers compiled
+    first: the loop reads them as module globals."""
     global _compiled
     if _compiled is None:
+        from numba import njit
+
+        for name in ("_lg", "_factor", "_lgc", "_lgi", "_lgt"):
+            globals()[name] = njit(globals()[name])
+        for name in ("_lse", "_normalise", "_encode", "_finish_incomplete"):
+            globals()[name] = njit(error_model="numpy")(globals()[name])
         _compiled = njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(_batch)
     return _compiled
 
@@ -218,24 +223,17 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                             Il[s, w, a, c] = acc
                     Is[s, w] = _encode(Il[s, w].ravel(), It[s, w].ravel())
                 # IR = inner + arc(s -> t)
-                if s == 0:
+                if s == 0:  # from the root: its label 0 only
                     shift = Is[s, w] + Eroot_top[t - 1]
-                    for a in range(M):
-                        for c in range(M):
-                            IRv[s, w, a, c] = It[s, w, 0, c] * Eroot[t - 1, c] if a == 0 else 0.0
+                    IRv[s, w] = 0.0
+                    np.multiply(inner[0], Eroot[t - 1], IRv[s, w, 0])
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + br
-                    out, arc = IRv[s, w], E[t - 1, 0]
-                    for a in range(M):
-                        for c in range(M):
-                            out[a, c] = inner[a, c] * arc[a, c]
+                    np.multiply(inner, E[t - 1, 0], IRv[s, w])
                 _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, o, s, w, t, ah, shift, br, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + bl
-                    out, arc = ILv[s, w], E[s - 1, 1]
-                    for a in range(M):
-                        for c in range(M):
-                            out[a, c] = inner[a, c] * arc[a, c]
+                    np.multiply(inner, E[s - 1, 1], ILv[s, w])
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, o, s, w, t, M, shift, bl, False)
             # -- complete items of width w --------------------------------------------------------
             for s in range(n - w + 1):
@@ -566,14 +564,3 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, 
             logs[s, w, a, c] = x
     shifts[s, w] = _encode(logs[s, w].ravel(), values[s, w].ravel())
 
-
-if njit is not None:  # the helpers are compiled into the batch loop
-    _lse = njit(error_model="numpy")(_lse)
-    _lg = njit(_lg)
-    _factor = njit(_factor)
-    _lgc = njit(_lgc)
-    _lgi = njit(_lgi)
-    _lgt = njit(_lgt)
-    _normalise = njit(error_model="numpy")(_normalise)
-    _encode = njit(error_model="numpy")(_encode)
-    _finish_incomplete = njit(error_model="numpy")(_finish_incomplete)

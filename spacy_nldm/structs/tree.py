@@ -173,9 +173,7 @@ def label_marginals(
             if bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
                 labels = torch.zeros(real.shape + (scores.F.shape[-1],), dtype=torch.float64)
                 labels[real] = packed
-                total = labels.sum(-1)  # as in marginals: each possible token's marginals sum to 1
-                labels = labels * torch.where(total > 0, 1.0 / total, 0.0).unsqueeze(-1)
-                return labels.to(scores.F.dtype)
+                return (labels * _sum_to_one(labels).unsqueeze(-1)).to(scores.F.dtype)
     return _marginals(scores, lengths, label_mask, max_dist, arc_mask)[1]
 
 
@@ -191,12 +189,17 @@ def _marginals(scores, lengths, label_mask, max_dist, arc_mask):
                               max_dist=max_dist, arc_mask=arc_mask)
         (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
     labels = arcs.sum(dim=(2, 3)) if directional else arcs.sum(dim=(1, 3))[:, 1:]
-    # Every token of a possible sentence has one head and one label, so its marginals sum to 1: dividing
-    # by the computed sum removes the rounding that tied structures (equal scores, summed in different
-    # orders) pick up at large scores, ~1e-3 absolute at scores of 1e4 in float32.
-    total = labels.sum(-1)
-    factor = torch.where(total > 0, 1.0 / total, 0.0)  # (B, N)
+    factor = _sum_to_one(labels)
     return arcs, labels * factor.unsqueeze(-1), factor
+
+
+def _sum_to_one(labels: Tensor) -> Tensor:
+    """(B, N) the factor that makes each token's label marginals (B, N, M) sum to 1 (0 where they are all 0).
+    Every token of a possible sentence has one head and one label, so its marginals sum to 1: dividing by
+    the computed sum removes the rounding that tied structures (equal scores, summed in different orders)
+    pick up at large scores, ~1e-3 absolute at scores of 1e4 in float32."""
+    total = labels.sum(-1)
+    return torch.where(total > 0, 1.0 / total, 0.0)
 
 
 def count_trees(n: int, max_dist: Optional[int] = None) -> int:
