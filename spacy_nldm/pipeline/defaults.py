@@ -15,6 +15,7 @@ COMMON = {
     "normalize_loss": True,
     "tok2vec_loss": "sum",
     "label_smoothing": 0.05,
+    "token_loss": 0.0,
 }
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}

@@ -22,6 +22,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 
 from ..models.smoothing import mixture_weight
+from ..models.token_loss import token_cross_entropy
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
 from .defaults import NLDM
@@ -89,6 +90,10 @@ class StructuredTagger(TrainablePipe):
     label_smoothing: as spaCy's ``tagger`` setting (each token's target keeps 1 - a on the gold label):
         the loss mixes the gold likelihood with the uniform distribution over the outputs
         (:mod:`spacy_nldm.models.smoothing`); 0 is the plain likelihood.
+    token_loss: weight w of an auxiliary per-token loss (:mod:`spacy_nldm.models.token_loss`): the loss
+        becomes the structured one plus w times the smoothed cross-entropy of each token's scores in the
+        first context (the emission and one fixed transition row) read as a softmax classifier; 0 (default)
+        is the structured loss alone.
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
@@ -111,6 +116,7 @@ class StructuredTagger(TrainablePipe):
         normalize_loss: bool = NLDM["normalize_loss"],
         tok2vec_loss: Optional[str] = NLDM["tok2vec_loss"],
         label_smoothing: float = NLDM["label_smoothing"],
+        token_loss: float = NLDM["token_loss"],
         scorer: Optional[Callable] = None,
     ):
         for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
@@ -121,6 +127,8 @@ class StructuredTagger(TrainablePipe):
             raise ValueError(f"[spacy-nldm] {name}: max_length must be positive, not {max_length}")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"[spacy-nldm] {name}: label_smoothing must be in [0, 1), not {label_smoothing}")
+        if not token_loss >= 0.0:
+            raise ValueError(f"[spacy-nldm] {name}: token_loss must be >= 0, not {token_loss}")
         if loss == "max" and model.attrs["structure"] != "tree":
             raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
         register_extensions()
@@ -138,6 +146,7 @@ class StructuredTagger(TrainablePipe):
         self.normalize_loss = normalize_loss
         self.tok2vec_loss = tok2vec_loss
         self.label_smoothing = label_smoothing
+        self.token_loss = token_loss
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
@@ -228,6 +237,8 @@ class StructuredTagger(TrainablePipe):
         lengths = torch.from_numpy(segmented.lengths)
         smoothing = mixture_weight(self.label_smoothing, len(self.labels))
         loss = get_structure(self.model).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
+        if self.token_loss:
+            loss = loss + self.token_loss * token_cross_entropy(F, gold, lengths, self.label_smoothing)
         if not loss.requires_grad:  # no tokens
             return 0.0, self.model.ops.alloc(scores.scores.shape, dtype="float32")
         if not bool(torch.isfinite(loss)):
