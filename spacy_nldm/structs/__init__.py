@@ -4,12 +4,14 @@ Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterb
 (:func:`label_marginals`: their label part only).
 Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterbi`, :func:`crf_marginals`.
 They take (B, N, M, M[, M]) potentials, or for order 1 a :class:`ChainScores` (emissions, one transition
-matrix, start and end scores, as pytorch-crf holds them), which skips building the potentials;
+matrix, start and end scores, as pytorch-crf holds them) and for order 2 a :class:`SecondOrderScores`
+(emissions and one trigram table), which skip building the potentials;
 :func:`crf_lane` says which lane (:mod:`.chain`) computes them.
 Decoders return :class:`Decoded` (labels, heads, score). Score layouts are documented in :mod:`.tree`
 and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
 from .arcs import distance_bias_matrix
+from .chain_second import SecondOrderScores
 from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
 from .semiring import BroadcastLogSemiring, LogSemiring, MaxSemiring, Semiring
@@ -25,6 +27,7 @@ __all__ = [
     "distance_bias_matrix",
     "Marginals",
     "Decoded",
+    "SecondOrderScores",
     "crf_log_partition",
     "crf_viterbi",
     "crf_marginals",

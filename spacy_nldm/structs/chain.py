@@ -9,7 +9,8 @@
   y_{t-1} = p; missing previous labels are the start state, index 0.
 
 The order is read from ``potentials.dim()``. A first-order chain may also be given factored, as
-:class:`ChainScores` (emissions, one transition matrix, start and end scores), which skips building the
+:class:`ChainScores` (emissions, one transition matrix, start and end scores), and a second-order one as
+:class:`~.chain_second.SecondOrderScores` (emissions and one trigram table); both skip building the
 potentials. ``lengths`` (B,) is an integer tensor of real token counts; ``label_mask`` (B, N, M) bool
 restricts the labels of each token. End transitions are added by the caller into the last real token's
 potentials (see :func:`chain_potentials`).
@@ -34,6 +35,9 @@ gold        log Z under a label_mask that allows one label per real token: the  
 factored    :class:`ChainScores` (on a GPU only where ``bounded`` does not take   :mod:`.chain_factored`
             its potentials); the sentences it does not trust go to the
             potentials' lane
+trigram     :class:`~.chain_second.SecondOrderScores` whose trigram is finite and  :mod:`.chain_second`
+            spans at most 200 nats (exp space in float64); wider ones go to
+            ``checked`` on their potentials
 bounded     order-1 potentials without a label mask, every real token finite and  :mod:`.chain_bounded`
             spanning at most 354 nats (float32 run in float64 beyond 43.7)
 checked     order-2 potentials, and finite order-1 potentials with wider tokens;  :mod:`.chain_checked`
@@ -54,7 +58,8 @@ from typing import NamedTuple, Optional, Tuple, Union
 import numpy
 import torch
 
-from . import chain_bounded, chain_checked, chain_factored
+from . import chain_bounded, chain_checked, chain_factored, chain_second
+from .chain_second import SecondOrderScores
 from .chain_common import Logs, as_steps, real_tokens, running_sums, start_state
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
 from .semiring import exp_, logsumexp
@@ -62,7 +67,7 @@ from .semiring import exp_, logsumexp
 Tensor = torch.Tensor
 
 #: the lanes, in the order :func:`_pick` considers them
-LANES = ("gold", "factored", "bounded", "checked", "log")
+LANES = ("gold", "factored", "trigram", "bounded", "checked", "log")
 
 #: on a GPU, ChainScores of at most this many potentials (B * N * M * M) take the bounded lane on their
 #: potentials where it applies: there a step costs its kernel launches, and the bounded lane's one batched
@@ -103,7 +108,9 @@ class ChainScores(NamedTuple):
         return check_lengths(lengths, batch, n, self.emissions.device)
 
 
-Scores = Union[Tensor, ChainScores]
+Scores = Union[Tensor, ChainScores, SecondOrderScores]
+#: the scores given as factors (each has ``emissions`` and ``potentials(lengths)``)
+FACTORED = (ChainScores, SecondOrderScores)
 
 
 class _Lane(NamedTuple):
@@ -128,6 +135,8 @@ def crf_log_partition(potentials: Scores, lengths: Tensor, *, label_mask: Option
         log_z = crf_score(scores, gold, lengths)
     elif chosen.name == "factored":
         log_z = _factored_log_partition(_masked(scores, mask), lengths)
+    elif chosen.name == "trigram":
+        log_z = chain_second.log_partition(scores, lengths, label_mask=mask)
     else:
         log_z = _log_partition(_potentials(_masked(scores, mask), lengths), lengths, chosen)
     raise_if_not_finite(log_z, lambda b: _bad_position(scores, lengths, b))
@@ -144,6 +153,8 @@ def crf_marginals(potentials: Scores, lengths: Tensor, *, label_mask: Optional[T
     chosen = _pick(scores, lengths, mask, None, lane)
     scores = _masked(scores, mask)
     with torch.no_grad():
+        if chosen.name == "trigram":
+            return chain_second.marginals(scores, lengths)
         if chosen.name == "factored":
             marg = _factored_marginals(scores, lengths)
             if marg is not None:
@@ -167,6 +178,8 @@ def crf_score(potentials: Scores, labels: Tensor, lengths: Tensor) -> Tensor:
     differentiable with respect to ``potentials`` (or the tensors of a :class:`ChainScores`)."""
     if isinstance(potentials, ChainScores):
         return _factored_score(potentials, labels, potentials.check(lengths))
+    if isinstance(potentials, SecondOrderScores):
+        return chain_second.score(potentials, labels, potentials.check(lengths))
     check_scores(potentials, "potentials")
     batch, n = potentials.shape[:2]
     lengths = check_lengths(lengths, batch, n, potentials.device)
@@ -185,6 +198,10 @@ def crf_viterbi(potentials: Scores, lengths: Tensor, *, label_mask: Optional[Ten
     """Best label sequence: :class:`~.checks.Decoded` (labels (B, N), heads None, score (B,))."""
     scores, lengths, mask = _inputs(potentials, lengths, label_mask)
     with torch.no_grad():
+        if isinstance(scores, SecondOrderScores):  # log space at any scale, without the potentials
+            labels, _, score = chain_second.viterbi(_masked(scores, mask), lengths)
+            raise_if_not_finite(score, lambda b: _bad_position(scores, lengths, b))
+            return Decoded(labels, None, score)
         potentials = _potentials(_masked(scores, mask), lengths).detach()
         labels, score = _viterbi(potentials, lengths)
     raise_if_not_finite(score, lambda b: _bad_position(scores, lengths, b))
@@ -234,6 +251,7 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
       in log space, 1.4x slower than going there at once.
     """
     factored = isinstance(scores, ChainScores)
+    trigram = isinstance(scores, SecondOrderScores)
     if lane is not None:
         if lane not in LANES:
             raise ValueError(f"lane must be one of {LANES} or None, got {lane!r}")
@@ -242,6 +260,8 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
             why = "it needs a label_mask allowing exactly one label at every real token"
         elif lane == "factored" and not factored:
             why = "it needs ChainScores"
+        elif lane == "trigram" and not (trigram and chain_second.takes(scores)):
+            why = f"it needs SecondOrderScores whose trigram is finite and spans at most {chain_second.SPAN:g} nats"
         elif lane == "bounded" and not chain_bounded.applies(_potentials(_masked(scores, mask), lengths), lengths):
             why = "it needs order-1 scores, finite where allowed, every token spanning at most 354 nats"
         if why is not None:
@@ -249,6 +269,8 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
         return _Lane(lane)
     if gold is not None:
         return _Lane("gold")
+    if trigram:
+        return _Lane("trigram" if chain_second.takes(scores) else "checked")
     if factored:
         batch, n, m = scores.emissions.shape
         if scores.emissions.is_cuda and mask is None and batch * n * m * m <= GPU_POTENTIALS_UP_TO:
@@ -501,7 +523,7 @@ def _start_scores(scores: ChainScores) -> Tensor:
 
 def _inputs(potentials: Scores, lengths: Tensor, label_mask: Optional[Tensor]):
     """Checked scores, lengths (long) and label mask (None, or bool on the scores' device)."""
-    if isinstance(potentials, ChainScores):
+    if isinstance(potentials, FACTORED):
         lengths = potentials.check(lengths)
         mask = check_label_mask(label_mask, tuple(potentials.emissions.shape))
         return potentials, lengths, None if mask is None else mask.to(lengths.device)
@@ -524,14 +546,14 @@ def _masked(scores: Scores, mask: Optional[Tensor]) -> Scores:
     ChainScores, their emissions."""
     if mask is None:
         return scores
-    if isinstance(scores, ChainScores):
+    if isinstance(scores, FACTORED):
         return scores._replace(emissions=scores.emissions.masked_fill(~mask, float("-inf")))
     batch, n, m = mask.shape
     return torch.where(mask.reshape(batch, n, *((1,) * (scores.dim() - 3)), m), scores, float("-inf"))
 
 
 def _potentials(scores: Scores, lengths: Tensor) -> Tensor:
-    return scores.potentials(lengths) if isinstance(scores, ChainScores) else scores
+    return scores.potentials(lengths) if isinstance(scores, FACTORED) else scores
 
 
 def _single_labels(mask: Tensor, lengths: Tensor) -> Optional[Tensor]:
