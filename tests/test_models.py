@@ -189,6 +189,8 @@ def test_zero_interactions_are_the_softmax_tagger(name, structure, n_dirs, order
     with torch.no_grad():
         for param in INTERACTIONS[name] + (["psi2"] if order == 2 else []):
             getattr(scorer if param == "psi2" else first, param).zero_()
+    if order == 2:  # the second-order table is read from the scorer, F is first-order sized
+        structure = Chain(2, token_independent=scorer.token_independent, trigram=scorer.psi2)
     h = torch.randn(3, 6, 7, dtype=torch.float64)
     lengths = torch.tensor([6, 4, 1])
     F = scorer(h)
@@ -205,12 +207,14 @@ def test_zero_interactions_are_the_softmax_tagger(name, structure, n_dirs, order
 
 
 @pytest.mark.parametrize("name", sorted(SCORERS))
-def test_the_factored_chain_gives_the_same_loss_gradients_and_decoding(name):
-    """A first-order Chain with token_independent = true (structs.ChainScores read off F) against the
-    potentials' path: loss, every parameter's gradient, marginals and both decoders, with partial labels;
-    a scorer whose interaction reads the token (trilinear) says so and keeps the potentials."""
+@pytest.mark.parametrize("order", [1, 2])
+def test_the_factored_chain_gives_the_same_loss_gradients_and_decoding(name, order):
+    """A Chain with token_independent = true (structs.ChainScores, or SecondOrderScores for order 2, read off
+    F) against the potentials' path: loss (label smoothing included), every parameter's gradient, marginals
+    and both decoders, with partial labels; a scorer whose interaction reads the token (trilinear) says so
+    and keeps the potentials."""
     torch.manual_seed(6)
-    scorer = make_scorer(name, n_dirs=1, label_dim=4, rank=6).double()
+    scorer = make_scorer(name, n_dirs=1, label_dim=4, rank=6, order=order).double()
     scorer.resize(7, 5)
     for p in scorer.parameters():
         torch.nn.init.normal_(p)
@@ -219,16 +223,19 @@ def test_the_factored_chain_gives_the_same_loss_gradients_and_decoding(name):
     lengths = torch.tensor([6, 4, 1, 5])
     gold = torch.nn.functional.one_hot(torch.randint(0, 5, (4, 6)), 5).bool()
     gold[3, 2] = True  # token 2 of sentence 3: any label
-    factored, general = Chain(1, token_independent=scorer.token_independent, budget=60), Chain(1, budget=60)
+    trigram = scorer.psi2 if order == 2 else None
+    factored = Chain(order, token_independent=scorer.token_independent, budget=60, trigram=trigram)
+    general = Chain(order, budget=60, trigram=trigram)
     if name == "trilinear":
         assert factored.factored(scorer(h)) is None
         return
     assert factored.factored(scorer(h)) is not None
-    losses = [structure.nll(scorer(h), lengths, gold) for structure in (factored, general)]
-    torch.testing.assert_close(losses[0], losses[1])
-    params = list(scorer.parameters())
-    for a, b in zip(torch.autograd.grad(losses[0], params), torch.autograd.grad(losses[1], params)):
-        torch.testing.assert_close(a, b)
+    for smoothing in (0.0, 0.1):
+        losses = [structure.nll(scorer(h), lengths, gold, smoothing=smoothing) for structure in (factored, general)]
+        torch.testing.assert_close(losses[0], losses[1])
+        params = list(scorer.parameters())
+        for a, b in zip(torch.autograd.grad(losses[0], params), torch.autograd.grad(losses[1], params)):
+            torch.testing.assert_close(a, b)
     F = scorer(h).detach()
     torch.testing.assert_close(factored.label_marginals(F, lengths), general.label_marginals(F, lengths))
     for posterior in (False, True):

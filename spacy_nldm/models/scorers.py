@@ -195,10 +195,12 @@ class Trilinear(Scorer):
 
 
 class SecondOrder(nn.Module):
-    """Order-2 chain scores: a first-order scorer's F[.., 0, p, c] plus a table psi2[a, p, c].
+    """Order-2 chain scores: a first-order scorer's F[.., 0, p, c] plus a table psi2[a, p, c] (the label two
+    back a, the previous label p, both with 0 = start, then the label).
 
-    Output (..., C, C, M): the label two back (a), the previous label (p), both with 0 = start,
-    then the label.
+    Output: the first-order scorer's (..., 1, C, M) only. The structure reads ``psi2`` from the module (as
+    the tree reads its distance bias; :class:`~spacy_nldm.models.structure.Chain`), so the per-token
+    scores stay first-order sized and the table's gradient comes from the loss directly.
     """
 
     def __init__(self, first: Scorer):
@@ -231,8 +233,12 @@ class SecondOrder(nn.Module):
             self.psi2 = nn.Parameter(torch.empty_like(state_dict["psi2"]))
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
+    @property
+    def token_independent(self) -> bool:
+        return self.first.token_independent
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.first(h)[..., 0, None, :, :] + self.psi2
+        return self.first(h)
 
 
 SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "trilinear": Trilinear}

@@ -123,8 +123,14 @@ def tree_moments(n: int, m: int, max_dist: Optional[int], bias_lengths: int):
 
 
 @lru_cache(maxsize=4096)
-def chain_moments(n: int, m: int, order: int):
-    """Moments of the uniform distribution over label sequences (constant 0)."""
+def chain_moments(n: int, m: int, order: int, trigram: bool = False):
+    """Moments of the uniform distribution over label sequences (constant 0). ``trigram`` (order 2): for F
+    in the first-order layout (n, 1, M+1, M) plus a trigram table (M+1, M+1, M) in the bias's place (see
+    :class:`~.structure.Chain`): the counts of the full layout summed over the label two back, and over
+    the tokens."""
+    if trigram:
+        mu, _, constant = chain_moments(n, m, 2)  # (n, M+1, M+1, M)
+        return mu.sum(1, keepdim=True), mu.sum(0), constant
     from .. import structs
     from .structure import Chain
 

@@ -336,28 +336,50 @@ class LatentTree(Structure):
 
 
 class Chain(Structure):
-    """Linear-chain CRF of order 1 (F: (B, N, 1, M+1, M)) or 2 (F: (B, N, M+1, M+1, M)).
+    """Linear-chain CRF of order 1 (F: (B, N, 1, M+1, M)) or 2 (F: (B, N, M+1, M+1, M), or with ``trigram``
+    the first-order layout).
 
     ``token_independent``: F's interaction is the same for every token (F = emission + one table, as the
     bilinear and emission_transition scorers make it). Order 1 then runs on
     :class:`~spacy_nldm.structs.ChainScores` read off F (:meth:`factored`), which never builds the
     (B, N, M, M) potentials; the loss is the same function of the parameters, so are their gradients.
+
+    ``trigram`` (M+1, M+1, M), order 2: F holds the first-order scores (B, N, 1, M+1, M) and the label
+    two back adds ``trigram[a, p, c]`` (the second-order scorer's table, read from the module so that the
+    loss writes its gradient straight into it). With ``token_independent`` the chain then runs on
+    :class:`~spacy_nldm.structs.SecondOrderScores`, which never builds the (B, N, M, M, M) potentials.
     """
 
     has_tree = False
 
-    def __init__(self, order: int = 1, budget: int = CHAIN_BUDGET, token_independent: bool = False):
+    def __init__(self, order: int = 1, budget: int = CHAIN_BUDGET, token_independent: bool = False,
+                 trigram: Optional[Tensor] = None):
         super().__init__(budget)
+        if trigram is not None and order != 2:
+            raise ValueError("a trigram table needs order 2")
         self.order = order
         self.token_independent = token_independent
+        self.trigram = trigram
 
-    def factored(self, F: Tensor) -> Optional[structs.ChainScores]:
-        """F (B, N, 1, M+1, M) as emissions (context label 0) plus the transitions and start scores of
-        its first token, relative to that context; None unless order 1 and ``token_independent``."""
-        if not (self.token_independent and self.order == 1) or F.shape[0] == 0 or F.shape[1] == 0:
+    def factored(self, F: Tensor):
+        """F as :class:`~spacy_nldm.structs.ChainScores` (order 1) or
+        :class:`~spacy_nldm.structs.SecondOrderScores` (order 2 with ``trigram``): emissions (context label
+        0) plus the tables of its first token, relative to that context; None unless ``token_independent``."""
+        if not self.token_independent or F.shape[0] == 0 or F.shape[1] == 0:
             return None
         first = F[0, 0, 0]  # (M+1, M): row 0 the start context, row 1 + a the previous label a
-        return structs.ChainScores(F[:, :, 0, 1, :], first[1:] - first[1], first[0] - first[1])
+        if self.order == 1:
+            return structs.ChainScores(F[:, :, 0, 1, :], first[1:] - first[1], first[0] - first[1])
+        if self.trigram is None:
+            return None
+        trigram = self.trigram.to(device=F.device, dtype=F.dtype) + (first - first[1])[None]
+        return structs.SecondOrderScores(F[:, :, 0, 1, :], trigram)
+
+    def dense(self, F: Tensor) -> Tensor:
+        """F in the layout :meth:`expand` reads: order 2 with ``trigram``, (B, N, M+1, M+1, M) = F + trigram."""
+        if self.trigram is None:
+            return F
+        return F[:, :, 0, None] + self.trigram.to(device=F.device, dtype=F.dtype)
 
     def cost(self, n: int, m: int) -> int:
         return n * m ** (self.order + 1)
@@ -365,15 +387,16 @@ class Chain(Structure):
     def expand(self, F: Tensor) -> Tensor:
         """Factored scores -> potentials (B, N, M, M) or (B, N, M, M, M); the start state is 0.
         The last axis may be any size (:meth:`restrict` expands scores of selected labels)."""
-        return _ExpandChain.apply(F, self.order)
+        return _ExpandChain.apply(self.dense(F), self.order)
 
     def restrict(self, F: Tensor, label_mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
         """Potentials over the allowed labels only, (B, N, K, K) or (B, N, K, K, K), and their
         (B, N, K) mask; previous labels before the first token map to the start state 0."""
+        F = self.dense(F)
         B, N = label_mask.shape[:2]
         idx, ok = allowed_first(label_mask, lengths)
         K = idx.shape[-1]
-        pot = self.expand(F.gather(-1, idx[:, :, None, None, :].expand(*F.shape[:4], K)))
+        pot = _ExpandChain.apply(F.gather(-1, idx[:, :, None, None, :].expand(*F.shape[:4], K)), self.order)
         for axis in range(pot.dim() - 2, 1, -1):  # y_{t-1}, then y_{t-2}
             back = pot.dim() - 1 - axis
             shifted = torch.cat([idx.new_zeros(B, back, K), idx[:, : N - back]], dim=1)[:, :N]
@@ -386,7 +409,7 @@ class Chain(Structure):
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
         scores = self.factored(F)
-        if scores is not None:
+        if scores is not None:  # (a gold mask with one label per token reads that sequence's score off)
             gold = gold_mask.to(F.device)
             return structs.crf_log_partition(scores, lengths), structs.crf_log_partition(scores, lengths, label_mask=gold)
         sub, ok = self.restrict(F, gold_mask, lengths)
@@ -394,6 +417,9 @@ class Chain(Structure):
         return log_z, structs.crf_log_partition(sub, lengths, label_mask=ok)
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        if self.trigram is not None:  # F first-order, the trigram's counts as the "bias"
+            return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, 2, trigram=True), weights,
+                                       bias=self.trigram.to(device=F.device, dtype=F.dtype))
         return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, self.order), weights)
 
     def _scores(self, F: Tensor):
