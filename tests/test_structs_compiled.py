@@ -128,6 +128,13 @@ def test_the_lane_runs_where_it_applies_and_only_there(monkeypatch):
     with torch_lane():
         log_partition(DirectionalScores(F, bias), lengths, max_dist=k)
     assert len(calls) == 1
+    # token-independent scores: the factored kernel, for log Z and for the label marginals
+    factored = []
+    real_factored = compiled.inside_outside_factored
+    monkeypatch.setattr(compiled, "inside_outside_factored", lambda *a: factored.append(1) or real_factored(*a))
+    log_partition(DirectionalScores(F, bias, token_independent=True), lengths, max_dist=k)
+    label_marginals(DirectionalScores(F, bias, token_independent=True), lengths, max_dist=k)
+    assert len(factored) == 2 and len(calls) == 1
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -171,3 +178,54 @@ def test_label_marginals_are_the_marginals_labels(dtype, tol):
         assert torch.allclose(got, marginals(scores, lengths, max_dist=k).labels, atol=tol)
         with torch_lane():
             assert torch.allclose(got, label_marginals(scores, lengths, max_dist=k), atol=tol)
+
+
+def token_independent_case(seed, scale, dtype):
+    """emissions (B, N, M), one table (2, M+1, M), a bias and lengths: F = emissions + table, as the
+    components' bilinear scorer makes it."""
+    gen = torch.Generator().manual_seed(seed)
+    n, m, batch = 7, 4, 4
+    draw = lambda *shape: (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)  # noqa: E731
+    lengths = torch.tensor([0, n, 3, 1])  # the first sentence is empty: the table is read off the second
+    return draw(batch, n, m), draw(2, m + 1, m), draw(2, 3), lengths
+
+
+def factored_log_z_and_grads(emissions, table, bias, lengths, k, token_independent):
+    """log Z of F = emissions + table (read densely, or as factors) and the gradients of the three inputs."""
+    leaves = [x.detach().clone().requires_grad_(True) for x in (emissions, table, bias)]
+    F = leaves[0][:, :, None, None, :] + leaves[1]
+    log_z = log_partition(DirectionalScores(F, leaves[2], token_independent), lengths, max_dist=k)
+    weights = torch.arange(1, len(lengths) + 1, dtype=log_z.dtype)  # a backward pass scaled per sentence
+    (log_z * weights).sum().backward()
+    return [log_z.detach()] + [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("scale", [0.5, 5.0, 50.0, 5000.0])
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-9), (torch.float32, 2e-4)])
+def test_token_independent_scores_read_as_factors_agree(scale, dtype, tol):
+    """DirectionalScores(..., token_independent=True) (the kernel reads emissions and one table) against the
+    same scores read densely by the torch stages in float64: log Z, the gradients of the emissions, the
+    table and the bias (F is their sum, so these are what training uses), and the label marginals."""
+    emissions, table, bias, lengths = token_independent_case(int(scale * 10), scale, dtype)
+    F = emissions[:, :, None, None, :] + table
+    for k in (2, 7):
+        with torch_lane():
+            want = factored_log_z_and_grads(emissions.double(), table.double(), bias.double(), lengths, k, False)
+            want_labels = label_marginals(DirectionalScores(F.double(), bias.double()), lengths, max_dist=k)
+        got = factored_log_z_and_grads(emissions, table, bias, lengths, k, True)
+        torch.testing.assert_close(got[0].double(), want[0], rtol=tol, atol=tol * scale)
+        for g, w in zip(got[1:], want[1:]):
+            torch.testing.assert_close(g.double(), w, rtol=tol, atol=tol * 10)
+        labels = label_marginals(DirectionalScores(F, bias, True), lengths, max_dist=k)
+        torch.testing.assert_close(labels.double(), want_labels, rtol=0, atol=tol * 10)
+
+
+def test_token_independent_gradient_against_finite_differences():
+    emissions, table, bias, lengths = token_independent_case(3, 1.0, torch.float64)
+
+    def log_z(emissions, table, bias):  # F built from its factors, read as factors
+        F = emissions[:, :, None, None, :] + table
+        return log_partition(DirectionalScores(F, bias, True), lengths, max_dist=3)
+
+    inputs = tuple(x.detach().requires_grad_(True) for x in (emissions, table, bias))
+    assert torch.autograd.gradcheck(log_z, inputs)

@@ -30,9 +30,15 @@ class DirectionalScores:
     place of the dense (B, N+1, N+1, M, M) tensor, which it equals after expansion (plus
     :func:`distance_bias_matrix`); the arcs are then read, and their gradients written, in this compact
     form, so no O(n^2 M^2) tensor is allocated.
+
+    ``token_independent = True`` is the caller's statement that every token's scores are one emission row
+    plus one shared table, ``F[b, d, x, a, c] = e[b, d, c] + table[x, a, c]`` (as the components' bilinear
+    and emission_transition scorers make them). The compiled lane then reads ``e = F[:, :, 0, 1]`` and the
+    table relative to it from the first real token, and exponentiates M numbers per token instead of
+    2 (M+1) M; the results are those of F up to the rounding of F's entries (their last bit in float32).
     """
 
-    def __init__(self, F: Tensor, distance_bias: Optional[Tensor] = None):
+    def __init__(self, F: Tensor, distance_bias: Optional[Tensor] = None, token_independent: bool = False):
         if not isinstance(F, Tensor) or F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
             shape = tuple(F.shape) if isinstance(F, Tensor) else type(F).__name__
             raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {shape}")
@@ -44,6 +50,7 @@ class DirectionalScores:
             raise ValueError(f"distance_bias must have shape (2, K), K >= 1, got {shape}")
         self.F = F
         self.distance_bias = distance_bias
+        self.token_independent = bool(token_independent)
 
     @property
     def shape(self) -> Tuple[int, int, int, int, int]:

@@ -57,21 +57,54 @@ def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: in
     B, N = F.shape[:2]
     real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]  # (B, N): the tokens read
     packed = np.ascontiguousarray(F.detach()[real].to(torch.float64).numpy())  # (T, 2, M+1, M), doc by doc
-    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
-    offsets = np.zeros(B, dtype=np.int64)
-    offsets[1:] = np.cumsum(lens)[:-1]
-    b64 = (np.zeros((2, 0)) if bias is None
-           else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy()))
-    log_z = np.zeros(B)
     arcs = with_grad and with_arcs
     grad = np.zeros(packed.shape) if arcs else np.zeros((0, 2, 1, 1))
-    grad_bias = np.zeros((B, 2, b64.shape[1])) if with_grad else np.zeros((0, 2, 0))
-    labels = np.zeros((packed.shape[0], packed.shape[3])) if with_grad and not arcs else np.zeros((0, 1))
-    _kernel()(packed, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad, grad_bias, labels)
+    none = np.zeros((0, packed.shape[3]))
+    log_z, grad_bias, labels, _ = _run(packed, none, np.zeros((2, 1, 1)), bias, lengths, limit, with_grad, arcs,
+                                       grad, with_grad and not arcs, False)
     if not with_grad:
         return torch.from_numpy(log_z), None, None, None, real
     return (torch.from_numpy(log_z), torch.from_numpy(grad) if arcs else None, torch.from_numpy(grad_bias),
             None if arcs else torch.from_numpy(labels), real)
+
+
+def inside_outside_factored(emissions: Tensor, table: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
+                            with_grad: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
+    """As :func:`inside_outside` for scores F[b, d, x, h, c] = emissions[b, d, c] + table[x, h, c] (emissions
+    (B, N, M), table (2, M+1, M), given apart: the kernel exponentiates M numbers per token and the table
+    once, and never reads an (M+1) M block per token). Returns log Z (B,); with ``with_grad`` d log Z /
+    d emissions packed over the real tokens (T, M) (the label marginals), d log Z / d table per sentence
+    (B, 2, M+1, M) and d log Z / d bias per sentence (B, 2, K_b); and ``real``. All float64."""
+    B, N = emissions.shape[:2]
+    real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
+    packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())  # (T, M)
+    tab = np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
+    log_z, grad_bias, labels, grad_table = _run(np.zeros((0, 2, 1, 1)), packed, tab, bias, lengths, limit,
+                                                with_grad, False, np.zeros((0, 2, 1, 1)), with_grad, with_grad)
+    if not with_grad:
+        return torch.from_numpy(log_z), None, None, None, real
+    return (torch.from_numpy(log_z), torch.from_numpy(labels), torch.from_numpy(grad_table),
+            torch.from_numpy(grad_bias), real)
+
+
+def _run(packed, emissions, table, bias, lengths, limit, with_grad, arcs, grad, with_labels, with_table):
+    """Call the kernel on packed scores (dense ``packed`` or, when ``emissions`` has rows, the factored
+    pair); returns log Z, the bias gradient per sentence, the label marginals and the table gradient."""
+    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
+    B = lens.shape[0]
+    offsets = np.zeros(B, dtype=np.int64)
+    offsets[1:] = np.cumsum(lens)[:-1]
+    b64 = (np.zeros((2, 0)) if bias is None
+           else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy()))
+    M = emissions.shape[1] if emissions.shape[0] else packed.shape[3]
+    T = emissions.shape[0] if emissions.shape[0] else packed.shape[0]
+    log_z = np.zeros(B)
+    grad_bias = np.zeros((B, 2, b64.shape[1])) if with_grad else np.zeros((0, 2, 0))
+    labels = np.zeros((T, M)) if with_labels else np.zeros((0, 1))
+    grad_table = np.zeros((B, 2, M + 1, M)) if with_table else np.zeros((0, 2, 1, 1))
+    _kernel()(packed, emissions, table, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad, grad_bias,
+              labels, grad_table)
+    return log_z, grad_bias, labels, grad_table
 
 
 _compiled = None
@@ -84,7 +117,7 @@ def _kernel():
     if _compiled is None:
         from numba import njit
 
-        for name in ("_lg", "_factor", "_lgc", "_lgi", "_lgt"):
+        for name in ("_lg", "_factor", "_lgc", "_lgi", "_lgt", "_arc"):
             globals()[name] = njit(globals()[name])
         for name in ("_lse", "_normalise", "_encode", "_finish_incomplete"):
             globals()[name] = njit(error_model="numpy")(globals()[name])
@@ -111,17 +144,25 @@ def _lse(terms, count):
     return np.log(total) + top
 
 
+def _arc(F, Fe, Ft, row, x, h, c):
+    """The score F[row, x, h, c] of the packed scores: dense, or emissions + table (when ``Fe`` has rows)."""
+    return Fe[row, c] + Ft[x, h, c] if Fe.shape[0] > 0 else F[row, x, h, c]
+
+
 def _lg(v, shift):
     """log(v) + shift, -inf for v = 0 (NaN stays NaN, so that a bad score is found)."""
     return np.log(v) + shift if v != 0.0 else -np.inf  # NaN stays NaN
 
 
-def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias, labels):  # noqa: C901 - one recurrence per block
+def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias, labels,  # noqa: C901
+           grad_table):  # one recurrence per block
     B = lengths.shape[0]
+    factored = Fe.shape[0] > 0  # F[row, x, h, c] = Fe[row, c] + Ft[x, h, c]
+    with_table = grad_table.shape[0] > 0
     N = 1
     for b in range(B):
         N = max(N, lengths[b])
-    M = F.shape[3]
+    M = Fe.shape[1] if factored else F.shape[3]
     Kb = bias.shape[1]
     neg = -np.inf
     KK = max(1, min(limit, N))
@@ -150,6 +191,25 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
     tot, rho = np.zeros(M), np.zeros(M)
     terms = np.zeros((KK + 1) * M)  # the terms of one log-space sum
     tot2, rho2 = np.zeros((M, M)), np.zeros((M, M))
+    # factored scores: the table's exponentials, exp(Ft[x, 1 + h, a] - Ttop[x]) and exp(Ft[0, 0, c] - Rtop)
+    ee, Et, Er = np.zeros(M), np.zeros((2, M, M)), np.zeros(M)
+    Ttop, Rtop = np.zeros(2), neg
+    if factored:
+        for x in range(2):
+            m = neg
+            for h in range(M):
+                for a in range(M):
+                    if Ft[x, h + 1, a] > m:
+                        m = Ft[x, h + 1, a]
+            Ttop[x] = m
+            for h in range(M):
+                for a in range(M):
+                    Et[x, h, a] = np.exp(Ft[x, h + 1, a] - m) if m > neg else 0.0
+        for c in range(M):
+            if Ft[0, 0, c] > Rtop:
+                Rtop = Ft[0, 0, c]
+        for c in range(M):
+            Er[c] = np.exp(Ft[0, 0, c] - Rtop) if Rtop > neg else 0.0
 
     for b in range(B):
         n, o = lengths[b], offsets[b]
@@ -158,6 +218,23 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
             continue
         K = min(KK, n)
         for t in range(n):  # arc exponentials, once per dependent (every width reads them)
+            if factored:  # exp(Fe[t, c] - top) times the table's exponentials (computed once, below)
+                m = neg
+                for c in range(M):
+                    if Fe[o + t, c] > m:
+                        m = Fe[o + t, c]
+                for c in range(M):
+                    ee[c] = np.exp(Fe[o + t, c] - m) if m > neg else 0.0
+                for x in range(2):
+                    Etop[t, x] = m + Ttop[x]
+                Eroot_top[t] = m + Rtop
+                for h in range(M):
+                    for a in range(M):
+                        E[t, 0, h, a] = ee[a] * Et[0, h, a]
+                        E[t, 1, a, h] = ee[a] * Et[1, h, a]
+                for c in range(M):
+                    Eroot[t, c] = ee[c] * Er[c]
+                continue
             for x in range(2):
                 m = neg
                 for h in range(M):
@@ -230,11 +307,11 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + br
                     np.multiply(inner, E[t - 1, 0], IRv[s, w])
-                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, o, s, w, t, ah, shift, br, True)
+                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, br, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + bl
                     np.multiply(inner, E[s - 1, 1], ILv[s, w])
-                    _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, o, s, w, t, M, shift, bl, False)
+                    _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bl, False)
             # -- complete items of width w --------------------------------------------------------
             for s in range(n - w + 1):
                 t = s + w
@@ -445,6 +522,8 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                             grad[o + t - 1, 0, 0, c] += gIR[0, w, 0, c]
                         else:
                             labels[o + t - 1, c] += gIR[0, w, 0, c]
+                        if with_table:
+                            grad_table[b, 0, 0, c] += gIR[0, w, 0, c]
                         tot2[0, c] = gIR[0, w, 0, c]
                 else:
                     right = 0.0
@@ -457,6 +536,9 @@ def _batch(F, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, 
                             else:
                                 labels[o + t - 1, c] += gIR[s, w, a, c]  # the arc s -> t gives t label c
                                 labels[o + s - 1, a] += gIL[s, w, a, c]  # the arc t -> s gives s label a
+                            if with_table:
+                                grad_table[b, 0, a + 1, c] += gIR[s, w, a, c]
+                                grad_table[b, 1, c + 1, a] += gIL[s, w, a, c]
                             right += gIR[s, w, a, c]
                             left += gIL[s, w, a, c]
                             tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
@@ -538,8 +620,8 @@ def _encode(logs, values):
     return top
 
 
-def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, t, ah, shift, bias, right):
-    """(``o``: the sentence's first row in the packed scores F.) An incomplete item's raw values (inner
+def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias, right):
+    """(``o``: the sentence's first row in the packed scores, dense F or factored Fe + Ft: see :func:`_arc`.) An incomplete item's raw values (inner
     total * arc factor, scale ``shift``, at most w) are kept as they are, or, if one of them is below
     THRESHOLD, recomputed exactly as inner + arc in log space (then with their largest as the shift)."""
     M = values.shape[3]
@@ -557,9 +639,9 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, o, s, w, 
             if a < ah:
                 inner = Il[s, w, a, c] if If[s, w] else _lg(It[s, w, a, c], Is[s, w])
                 if right:
-                    arc = F[o + t - 1, 0, 0, c] if s == 0 else F[o + t - 1, 0, a + 1, c] + bias
+                    arc = _arc(F, Fe, Ft, o + t - 1, 0, 0, c) if s == 0 else _arc(F, Fe, Ft, o + t - 1, 0, a + 1, c) + bias
                 else:
-                    arc = F[o + s - 1, 1, c + 1, a] + bias
+                    arc = _arc(F, Fe, Ft, o + s - 1, 1, c + 1, a) + bias
                 x = inner + arc
             logs[s, w, a, c] = x
     shifts[s, w] = _encode(logs[s, w].ravel(), values[s, w].ravel())

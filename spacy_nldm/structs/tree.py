@@ -28,7 +28,7 @@ components train and decode with) runs in :mod:`.compiled` instead: the same rec
 loop per sentence, its outside pass in the same call. ``compiled.enabled = False`` (or the environment
 variable ``SPACY_NLDM_COMPILED=0``) sends everything through the torch stages.
 """
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 
@@ -71,7 +71,11 @@ def log_partition(
     semiring = as_semiring(semiring)
     root = None
     if _compiled_lane(semiring, problem, label_mask):
-        root = _CompiledInside.apply(problem.arcs.tensor, problem.arcs.bias, problem)
+        factors = _factors(scores, problem)
+        if factors is not None:  # token-independent scores: emissions and one table (see DirectionalScores)
+            root = _CompiledFactoredInside.apply(*factors, problem.arcs.bias, problem)
+        else:
+            root = _CompiledInside.apply(problem.arcs.tensor, problem.arcs.bias, problem)
         if not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
             root = None  # +inf or NaN read somewhere: the torch stages name it
     if root is None:
@@ -168,8 +172,13 @@ def label_marginals(
     if isinstance(scores, DirectionalScores) and label_mask is None and arc_mask is None:
         problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
         if _compiled_lane(LogSemiring(), problem, label_mask):
-            log_z, _, _, packed, real = compiled.inside_outside(scores.F, problem.arcs.bias, problem.lengths,
-                                                               problem.limit, True, with_arcs=False)
+            factors = _factors(scores, problem)
+            if factors is not None:
+                log_z, packed, _, _, real = compiled.inside_outside_factored(*factors, problem.arcs.bias,
+                                                                            problem.lengths, problem.limit, True)
+            else:
+                log_z, _, _, packed, real = compiled.inside_outside(scores.F, problem.arcs.bias, problem.lengths,
+                                                                   problem.limit, True, with_arcs=False)
             if bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
                 labels = torch.zeros(real.shape + (scores.F.shape[-1],), dtype=torch.float64)
                 labels[real] = packed
@@ -185,7 +194,8 @@ def _marginals(scores, lengths, label_mask, max_dist, arc_mask):
     with torch.enable_grad():
         leaf = tensor.detach().requires_grad_(True)
         bias = scores.distance_bias.detach() if directional and scores.distance_bias is not None else None
-        log_z = log_partition(DirectionalScores(leaf, bias) if directional else leaf, lengths, label_mask=label_mask,
+        log_z = log_partition(DirectionalScores(leaf, bias, scores.token_independent) if directional else leaf, lengths,
+                              label_mask=label_mask,
                               max_dist=max_dist, arc_mask=arc_mask)
         (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
     labels = arcs.sum(dim=(2, 3)) if directional else arcs.sum(dim=(1, 3))[:, 1:]
@@ -301,6 +311,50 @@ def _compiled_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[T
     return (compiled.enabled and compiled.available() and type(semiring) is LogSemiring and label_mask is None
             and isinstance(arcs, DirectionalArcs) and arcs.arc_mask is None and arcs.tensor.device.type == "cpu"
             and problem.limit >= 1)
+
+
+def _factors(scores, problem: _Problem) -> Optional[Tuple[Tensor, Tensor]]:
+    """For token-independent DirectionalScores: (emissions (B, N, M), table (2, M+1, M)), float64, with
+    F[b, d, x, a, c] = emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] and the table is
+    the first real token's F relative to that row. Differentiable functions of F; None otherwise."""
+    if not (isinstance(scores, DirectionalScores) and scores.token_independent):
+        return None
+    filled = (problem.lengths > 0).nonzero()
+    if len(filled) == 0:
+        return None
+    F = problem.arcs.tensor
+    first = F[int(filled[0]), 0].to(torch.float64)  # (2, M+1, M)
+    return F[:, :, 0, 1].to(torch.float64), first - first[0, 1]
+
+
+class _CompiledFactoredInside(torch.autograd.Function):
+    """log Z (B,) by the compiled inside pass on emissions (B, N, M) and one table (2, M+1, M); the outside
+    pass runs in the same call when a gradient will be asked for (the label marginals for the emissions,
+    the summed arc marginals for the table)."""
+
+    @staticmethod
+    def forward(ctx, emissions: Tensor, table: Tensor, bias: Optional[Tensor], problem: _Problem) -> Tensor:
+        with_grad = any(ctx.needs_input_grad[:3])
+        log_z, d_emissions, d_table, d_bias, real = compiled.inside_outside_factored(
+            emissions, table, bias, problem.lengths, problem.limit, with_grad)
+        ctx.grads, ctx.real, ctx.shape = (d_emissions, d_table, d_bias), real, emissions.shape
+        ctx.dtypes = (emissions.dtype, table.dtype, None if bias is None else bias.dtype)
+        return log_z.to(emissions.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        d_emissions, d_table, d_bias = ctx.grads  # float64; emissions packed over the real tokens
+        scale = grad_root.to(torch.float64)
+        out_e = out_t = out_b = None
+        if ctx.needs_input_grad[0]:
+            out_e = torch.zeros(ctx.shape, dtype=torch.float64)
+            out_e[ctx.real] = d_emissions * scale[:, None].expand(ctx.real.shape)[ctx.real][:, None]
+            out_e = out_e.to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            out_t = (d_table * scale.reshape(-1, 1, 1, 1)).sum(0).to(ctx.dtypes[1])
+        if ctx.needs_input_grad[2]:
+            out_b = (d_bias * scale.reshape(-1, 1, 1)).sum(0).to(ctx.dtypes[2])
+        return out_e, out_t, out_b, None
 
 
 class _CompiledInside(torch.autograd.Function):
