@@ -185,18 +185,20 @@ class LatentTree(Structure):
     has_tree = True
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
-                 distance_bias: Optional[Tensor] = None):
+                 distance_bias: Optional[Tensor] = None, token_independent: bool = False):
         """``distance_bias`` (2, K): a score per arc direction and length (see
         :class:`~spacy_nldm.structs.DirectionalScores`), typically the scorer's parameter, so that the loss's
-        backward pass writes its gradient straight into it."""
+        backward pass writes its gradient straight into it. ``token_independent``: F is emission + one
+        table (the scorer says so), which the compiled lane reads in that form."""
         super().__init__(budget)
         self.max_dist = max_dist
         self.canonical = canonical
         self.distance_bias = distance_bias
+        self.token_independent = token_independent
 
     def directional(self, F: Tensor) -> structs.DirectionalScores:
         """F (B, N, 2, M+1, M) with the distance bias, as the tree algorithms read it."""
-        return structs.DirectionalScores(F, self._bias(F))
+        return structs.DirectionalScores(F, self._bias(F), self.token_independent)
 
     def _bias(self, F: Tensor) -> Optional[Tensor]:
         return None if self.distance_bias is None else self.distance_bias.to(device=F.device, dtype=F.dtype)
