@@ -213,6 +213,7 @@ def test_token_independent_scores_read_as_factors_agree(scale, dtype, tol):
             want = factored_log_z_and_grads(emissions.double(), table.double(), bias.double(), lengths, k, False)
             want_labels = label_marginals(DirectionalScores(F.double(), bias.double()), lengths, max_dist=k)
         got = factored_log_z_and_grads(emissions, table, bias, lengths, k, True)
+        assert got[0].dtype == dtype  # log Z in the scores' dtype, as on the dense reading
         torch.testing.assert_close(got[0].double(), want[0], rtol=tol, atol=tol * scale)
         for g, w in zip(got[1:], want[1:]):
             torch.testing.assert_close(g.double(), w, rtol=tol, atol=tol * 10)

@@ -88,11 +88,10 @@ def _known_width(tok2vec: Model) -> int:
 
 
 def get_structure(model: Model) -> Structure:
+    scorer = torch_scorer(model)
     if model.attrs["structure"] == "tree":
-        scorer = torch_scorer(model)
         return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=getattr(scorer, "distance_bias", None),
                           token_independent=getattr(scorer, "token_independent", False))
-    scorer = torch_scorer(model)
     return Chain(order=model.attrs["order"], token_independent=getattr(scorer, "token_independent", False),
                  trigram=getattr(scorer, "psi2", None))
 

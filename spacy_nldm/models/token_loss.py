@@ -14,6 +14,8 @@ unchanged). It gives the emission a direct per-token signal, as the ``tagger`` h
 """
 import torch
 
+from .structure import real_tokens
+
 Tensor = torch.Tensor
 
 
@@ -26,8 +28,7 @@ def token_cross_entropy(F: Tensor, gold_mask: Tensor, lengths: Tensor, label_smo
     """
     S, L, m = gold_mask.shape
     logits = F[:, :L, 0, 0, :]
-    real = torch.arange(L, device=F.device)[None, :] < lengths.to(F.device)[:, None]
-    known = real & (gold_mask.sum(-1) == 1)
+    known = real_tokens(gold_mask, lengths) & (gold_mask.sum(-1) == 1)
     if not bool(known.any()):
         return F.sum() * 0.0
     log_p = torch.log_softmax(logits[known], dim=-1)  # (K, M)

@@ -58,8 +58,7 @@ class SecondOrderScores(NamedTuple):
         """The order-2 potentials (B, N, M, M, M) of :mod:`.chain` (start state = index 0)."""
         E, W = self.emissions, self.trigram
         B, N, M = E.shape
-        pot = E[:, :, None, None, :] + W[1:, 1:][None, None]
-        pot = pot.clone()
+        pot = E[:, :, None, None, :] + W[1:, 1:][None, None]  # a new tensor: written in below
         if N > 1:
             pot[:, 1] = (E[:, 1, None, :] + W[0, 1:])[:, None]
         pot[:, 0] = (E[:, 0] + W[0, 0])[:, None, None, :]

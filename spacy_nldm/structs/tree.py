@@ -314,9 +314,10 @@ def _compiled_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[T
 
 
 def _factors(scores, problem: _Problem) -> Optional[Tuple[Tensor, Tensor]]:
-    """For token-independent DirectionalScores: (emissions (B, N, M), table (2, M+1, M)), float64, with
-    F[b, d, x, a, c] = emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] and the table is
-    the first real token's F relative to that row. Differentiable functions of F; None otherwise."""
+    """For token-independent DirectionalScores: (emissions (B, N, M), table (2, M+1, M)) with
+    F[b, d, x, a, c] = emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] (F's dtype, so
+    that log Z keeps it) and the table is the first real token's F relative to that row (the difference
+    taken in float64, where it is exact). Differentiable functions of F; None otherwise."""
     if not (isinstance(scores, DirectionalScores) and scores.token_independent):
         return None
     filled = (problem.lengths > 0).nonzero()
@@ -324,7 +325,7 @@ def _factors(scores, problem: _Problem) -> Optional[Tuple[Tensor, Tensor]]:
         return None
     F = problem.arcs.tensor
     first = F[int(filled[0]), 0].to(torch.float64)  # (2, M+1, M)
-    return F[:, :, 0, 1].to(torch.float64), first - first[0, 1]
+    return F[:, :, 0, 1], first - first[0, 1]
 
 
 class _CompiledFactoredInside(torch.autograd.Function):
