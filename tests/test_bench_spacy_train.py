@@ -8,7 +8,7 @@ from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
 from spacy_nldm.cli import app
-from spacy_nldm.cli.bench_spacy_train import Run, _apply, generate_config, route_table
+from spacy_nldm.cli.bench_spacy_train import Run, _apply, generate_config, route_table, run_key
 
 
 def test_own_setting_is_what_init_config_writes():
@@ -43,6 +43,21 @@ def test_overrides_reach_the_structured_component_only():
     assert config["components"]["nldm_tagger"]["label_smoothing"] == 0.1
     tagger = _apply(generate_config("tagger", "own", "en"), ["components.{c}.label_smoothing=0.1"], "tagger")
     assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
+
+
+def test_settings_added_at_their_neutral_value_keep_a_runs_key():
+    """A run recorded before token_loss and hidden_width existed is found again by the config that states them
+    at the value that trains the same; any other value is another run."""
+    config = generate_config("nldm_tagger", "own", "en")
+    block = config["components"]["nldm_tagger"]
+    block.pop("token_loss"), block["model"].pop("hidden_width")
+    recorded = run_key("tw", config.to_str(), 0)
+    block["token_loss"], block["model"]["hidden_width"] = 0.0, 0
+    assert run_key("tw", config.to_str(), 0) == recorded
+    block["model"]["hidden_width"] = 64
+    assert run_key("tw", config.to_str(), 0) != recorded
+    block["model"]["hidden_width"], block["token_loss"] = 0, 0.5
+    assert run_key("tw", config.to_str(), 0) != recorded
 
 
 def test_table_means_differences_and_average():

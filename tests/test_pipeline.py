@@ -302,6 +302,7 @@ def test_without_the_tree_the_labels_are_the_same(ark):
         ("crf_tagger", {"order": 2}, {"store_probs": True}),
         ("crf_tagger", {"char_width": 8}, {}),
         ("nldm_tagger", {"char_width": 8, "context_width": 16}, {"store_probs": True}),
+        ("crf_tagger", {"char_width": 8, "hidden_width": 24}, {"store_probs": True}),
     ],
 )
 def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, factory, model, component):
@@ -393,14 +394,20 @@ def test_listener_shares_a_tok2vec_component(ark):
     assert all(t.tag_ for t in doc) and doc.tensor.shape == (len(doc), 32)
 
 
-@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
-def test_context_lstm_on_a_listener_learns_and_tags_each_doc_as_alone(ark, factory):
-    """context_width: the head's BiLSTM reads a listener's vectors; training fits the training sentences
-    (an untrained head does not: the tiny learnable task), and a doc's tags and probabilities do not depend on its batch."""
+@pytest.mark.parametrize("factory,layers,width", [
+    ("nldm_tagger", {"context_width": 16}, 16),
+    ("crf_tagger", {"context_width": 16}, 16),
+    ("nldm_tagger", {"hidden_width": 12}, 12),
+    ("crf_tagger", {"context_width": 16, "hidden_width": 12}, 12),
+])
+def test_head_layers_on_a_listener_learn_and_tag_each_doc_as_alone(ark, factory, layers, width):
+    """context_width (the head's BiLSTM) and hidden_width (its hidden layer, last before the scorer) read a
+    listener's vectors; training fits the training sentences (an untrained head does not: the tiny learnable
+    task), the scorer reads the last layer's width, and a doc's tags and probabilities do not depend on its batch."""
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
-    pipe = nlp.add_pipe(factory, config={"model": small_model(factory, tok2vec=listener, context_width=16),
+    pipe = nlp.add_pipe(factory, config={"model": small_model(factory, tok2vec=listener, **layers),
                                          "store_probs": True})
     fix_random_seed(0)
     egs = examples(nlp, LEARNABLE)
@@ -409,7 +416,7 @@ def test_context_lstm_on_a_listener_learns_and_tags_each_doc_as_alone(ark, facto
     for _ in range(15):
         nlp.update(egs, sgd=optimizer)
     assert nlp.evaluate(egs)["tag_acc"] > FLOOR
-    assert pipe.model.get_ref("head").shims[0]._model.nI == 16
+    assert pipe.model.get_ref("head").shims[0]._model.nI == width
     texts = [" ".join(w) for w, _ in ark[8:12]]
     together = list(nlp.pipe(texts, batch_size=4))
     for text, doc in zip(texts, together):
@@ -424,6 +431,8 @@ def test_context_width_errors_name_the_setting():
         nlp.add_pipe("crf_tagger", config={"model": small_model("crf_tagger", context_width=15)})
     with pytest.raises(ValueError, match="context_width must be >= 0"):
         nlp.add_pipe("crf_tagger", config={"model": small_model("crf_tagger", context_width=-2)})
+    with pytest.raises(ValueError, match="hidden_width must be >= 0"):
+        nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", hidden_width=-1)})
 
 
 def test_render_tree_draws_the_latent_tree(ark):

@@ -81,11 +81,24 @@ class Run:
         return self.key.replace("/", "-")
 
 
+#: settings added to the components after runs were recorded, at the value that trains exactly what the
+#: configs trained before they existed: a component block ("component") or its model block ("model") stating
+#: one at that value has the key it had without it, so the recorded runs are found again
+NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("model", "hidden_width"): 0}
+
+
 def run_key(dataset: str, config_text: str, seed: int) -> str:
-    """A run's identity: dataset, seed and the config's settings (sections and keys in any order)."""
+    """A run's identity: dataset, seed and the config's settings (sections and keys in any order; the
+    :data:`NEUTRAL_SETTINGS` at their neutral value left out)."""
     from thinc.api import Config
 
-    settings = json.dumps(Config().from_str(config_text, interpolate=False), sort_keys=True, default=str)
+    config = Config().from_str(config_text, interpolate=False)
+    for block in config.get("components", {}).values():
+        for (where, name), value in NEUTRAL_SETTINGS.items():
+            section = block if where == "component" else block.get("model", {})
+            if name in section and section[name] == value:
+                del section[name]
+    settings = json.dumps(config, sort_keys=True, default=str)
     return f"{dataset}/{hashlib.sha1(settings.encode('utf8')).hexdigest()[:12]}/seed{seed}"
 
 

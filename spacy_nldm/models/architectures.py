@@ -26,6 +26,7 @@ def build_nldm_tagger(
     dropout: float = 0.0,
     char_width: int = 0,
     context_width: int = 0,
+    hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """NLDM: ``edge_scorer`` ("emission_transition", "bilinear", "trilinear") scores each arc of a
@@ -43,13 +44,15 @@ def build_nldm_tagger(
     the same whether the tok2vec is the component's own or a listener to a shared one. ``context_width`` > 0
     puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
     between those vectors and the scorer, so that every token's scores see the whole sentence (0: none);
-    it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``)."""
+    it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``).
+    ``hidden_width`` > 0 puts a hidden layer of that width (maxout, 3 pieces, layer-normalised: the layer of
+    spaCy's window encoder) last before the scorer (0: none)."""
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
         emission=emission, distance_bias=distance_bias, dropout=dropout, char_width=char_width,
-        context_width=context_width, nO=nO,
+        context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 
 
@@ -64,14 +67,16 @@ def build_crf_tagger(
     dropout: float = 0.0,
     char_width: int = 0,
     context_width: int = 0,
+    hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
-    transition table to the first-order edge score); ``emission``, ``dropout``, ``char_width`` and
-    ``context_width`` as for the NLDM."""
+    transition table to the first-order edge score); ``emission``, ``dropout``, ``char_width``,
+    ``context_width`` and ``hidden_width`` as for the NLDM."""
     return build_structured_tagger(
         tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
-        emission=emission, dropout=dropout, char_width=char_width, context_width=context_width, nO=nO,
+        emission=emission, dropout=dropout, char_width=char_width, context_width=context_width,
+        hidden_width=hidden_width, nO=nO,
     )
 
 

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import numpy
 from spacy.tokens import Doc
-from thinc.api import Model, chain, concatenate
+from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d
 
 from .chars import char_cnn
@@ -35,6 +35,7 @@ def build_structured_tagger(
     dropout: float = 0.0,
     char_width: int = 0,
     context_width: int = 0,
+    hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
@@ -42,8 +43,11 @@ def build_structured_tagger(
     scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN (:mod:`.chars`)
     of that width, whose vectors are concatenated to the tok2vec's at the scorer's input; ``context_width``
     > 0: a bidirectional LSTM of that output width (half per direction) over each doc's vectors (the
-    tok2vec's, with the characters'), whose output is the scorer's input."""
-    for name, value in (("char_width", char_width), ("context_width", context_width)):
+    tok2vec's, with the characters'), whose output is the scorer's input; ``hidden_width`` > 0: a hidden layer
+    of that width (maxout of 3 pieces with layer normalisation, the layer of spaCy's window encoder) last
+    before the scorer."""
+    for name, value in (("char_width", char_width), ("context_width", context_width),
+                        ("hidden_width", hidden_width)):
         if value < 0:
             raise ValueError(f"{name} must be >= 0, not {value}")
     if context_width % 2:
@@ -57,6 +61,10 @@ def build_structured_tagger(
     features = concatenate(tok2vec, char_cnn(char_width)) if char_width else tok2vec
     if context_width:
         features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + char_width))
+    if hidden_width:
+        # nI: the width before it where the config states it (else inferred from sample docs at initialize)
+        width_in = context_width or (_stated_width(tok2vec) and _stated_width(tok2vec) + char_width)
+        features = chain(features, with_array(Maxout(nO=hidden_width, nI=width_in or None, nP=3, normalize=True)))
     return Model(
         f"nldm-{structure}-tagger",
         forward,
@@ -65,7 +73,7 @@ def build_structured_tagger(
         refs={"tok2vec": tok2vec, "head": head},
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
-               "context_width": context_width, TOK2VEC_GRAD_SCALE: 1.0},
+               "context_width": context_width, "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
     )
 
 
@@ -76,6 +84,11 @@ TOK2VEC_GRAD_SCALE = "tok2vec_grad_scale"
 
 #: arc lengths with a bias of their own without max_dist (longer arcs share the last one)
 DISTANCE_BIAS_LENGTHS = 10
+
+
+def _stated_width(tok2vec: Model) -> int:
+    """The tok2vec's output width where the config states it (dim nO), else 0."""
+    return tok2vec.get_dim("nO") if tok2vec.has_dim("nO") and tok2vec.get_dim("nO") else 0
 
 
 def _known_width(tok2vec: Model) -> int:
@@ -121,6 +134,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
         nI = tok2vec.predict(X[:1])[0].shape[1]
     nI += model.attrs.get("char_width", 0)
     nI = model.attrs.get("context_width", 0) or nI  # the context LSTM's output is the scorer's input
+    nI = model.attrs.get("hidden_width", 0) or nI  # the hidden layer's output is (last before the scorer)
     nO = model.get_dim("nO") if model.has_dim("nO") else None
     if not nO:
         raise ValueError("spacy-nldm: set the number of labels (dim nO) before initializing the model")

@@ -55,6 +55,7 @@ distance_bias = true
 dropout = 0.0
 char_width = 0
 context_width = 0
+hidden_width = 0
 """
     + TOK2VEC
 )["model"]
@@ -71,6 +72,7 @@ emission = true
 dropout = 0.0
 char_width = 0
 context_width = 0
+hidden_width = 0
 """
     + TOK2VEC
 )["model"]

@@ -94,7 +94,7 @@ def fingerprint(system: str, args) -> str:
 
 #: settings added to the components after records were made, at the value that trains exactly what the
 #: config trained before they existed: a config stating them fingerprints as it did without them
-NEUTRAL_SETTINGS = ("token_loss = 0.0",)
+NEUTRAL_SETTINGS = ("token_loss = 0.0", "hidden_width = 0")
 
 
 def config_fingerprint(config_text: str, budget: dict) -> str:
