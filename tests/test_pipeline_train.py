@@ -190,7 +190,7 @@ def training_table(stdout: str):
     return columns, [dict(zip(columns, row)) for row in rows]
 
 
-def test_spacy_init_config_route_scores_the_tagged_attribute(ark_split, tmp_path):
+def test_spacy_init_config_route_scores_the_tagged_attribute(ark_split, tmp_path, capsys):
     """`spacy init config -p nldm_tagger`, then `spacy train`: the table's accuracy column is the one of
     the component's attr (tag, or pos when set so) and SCORE is that accuracy."""
     from spacy.training.converters import conllu_to_docs
@@ -205,27 +205,26 @@ def test_spacy_init_config_route_scores_the_tagged_attribute(ark_split, tmp_path
     ud = list(conllu_to_docs(conllu, n_sents=1, no_print=True))
     for name, docs in (("train", ud[:20]), ("dev", ud[20:])):
         DocBin(docs=docs).to_disk(tmp_path / f"pos-{name}.spacy")
-    cli = [sys.executable, "-m", "spacy"]
-    done = subprocess.run(cli + ["init", "config", "-p", "nldm_tagger", "-l", "en", str(tmp_path / "config.cfg")],
-                          capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    # spacy init config and spacy train in this process (the commands' own functions; the entry points in a
+    # fresh interpreter: test_pipeline.py)
+    from spacy.cli.init_config import init_config
+    from spacy.cli.train import train
+
+    init_config(lang="en", pipeline=["nldm_tagger"], optimize="efficiency", gpu=False).to_disk(tmp_path / "config.cfg")
     weights = load_config(tmp_path / "config.cfg")["training"]["score_weights"]
     assert weights == {"tag_acc": 1.0, "pos_acc": None}
-    small = ["--components.nldm_tagger.model.tok2vec.embed.width", "16",
-             "--components.nldm_tagger.model.tok2vec.encode.width", "16",
-             "--components.nldm_tagger.model.tok2vec.encode.depth", "1",
-             "--components.nldm_tagger.model.rank", "16", "--components.nldm_tagger.model.label_dim", "8",
-             "--training.max_steps", "3", "--training.eval_frequency", "1"]
+    small = {"components.nldm_tagger.model.tok2vec.embed.width": 16,
+             "components.nldm_tagger.model.tok2vec.encode.width": 16,
+             "components.nldm_tagger.model.tok2vec.encode.depth": 1,
+             "components.nldm_tagger.model.rank": 16, "components.nldm_tagger.model.label_dim": 8,
+             "training.max_steps": 3, "training.eval_frequency": 1}
     for attr in ("tag", "pos"):
         out = tmp_path / f"out-{attr}"
-        done = subprocess.run(
-            cli + ["train", str(tmp_path / "config.cfg"), "--output", str(out), "--paths.train",
-                   str(tmp_path / f"{attr}-train.spacy"), "--paths.dev", str(tmp_path / f"{attr}-dev.spacy"),
-                   "--components.nldm_tagger.attr", attr, *small],
-            capture_output=True, text=True, cwd=tmp_path,
-        )
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-        columns, rows = training_table(done.stdout)
+        capsys.readouterr()
+        train(tmp_path / "config.cfg", out, overrides={
+            "paths.train": str(tmp_path / f"{attr}-train.spacy"), "paths.dev": str(tmp_path / f"{attr}-dev.spacy"),
+            "components.nldm_tagger.attr": attr, **small})
+        columns, rows = training_table(capsys.readouterr().out)
         key, other = f"{attr.upper()}_ACC", "POS_ACC" if attr == "tag" else "TAG_ACC"
         assert key in columns and other not in columns, columns
         assert rows and all(abs(float(r["SCORE"]) - float(r[key]) / 100) < 0.006 for r in rows), rows

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 
-import numpy
 import pytest
 import srsly
 from thinc.api import Config
@@ -155,70 +154,3 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     assert 0.0 <= scores["tag_acc"] <= 1.0
     timing = srsly.read_json(proj / "training/twitter/softmax/evaluate_time.json")
     assert timing["threads"] == 1 and timing["returncode"] == 0 and "evaluate" in timing["command"]
-
-    # Table 2's queue (projects/paper/scripts/reproduce.py on projects/paper/runs/queue.py): one tiny run, then the table
-    out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
-              "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
-    assert "skip it: no train file in the mirror" in out
-    record = srsly.read_json(proj / "results/runs/twitter/softmax-seed0.json")
-    assert record["system"] == "softmax" and 0.0 <= record["test_acc"] <= 100.0
-    # per-sentence counts for the paired significance: they add up to spacy evaluate's accuracy
-    assert len(record["test_correct"]) == len(record["test_tokens"]) > 1
-    assert 100 * sum(record["test_correct"]) / sum(record["test_tokens"]) == pytest.approx(record["test_acc"], abs=0.006)
-    # the record carries its run's fingerprint (the queue's skip and redo by fingerprint: projects/paper/tests/test_runs.py)
-    from projects.paper.scripts.reproduce import config_fingerprint
-
-    budget = {"max_epochs": 1, "max_steps": 0, "patience": 2000, "eval_frequency": 0}
-    assert record["fingerprint"] == config_fingerprint((proj / "configs/softmax.cfg").read_text(), budget)
-
-
-def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
-    runs = tmp_path / "runs"
-    for system, accs in {"softmax": [80.0, 82.0], "crf1": [81.0], "crf2": [81.5], "nldm": [83.0, 83.0]}.items():
-        for seed, acc in enumerate(accs):
-            (runs / "te").mkdir(parents=True, exist_ok=True)
-            srsly.write_json(runs / "te" / f"{system}-seed{seed}.json",
-                             {"dataset": "te", "system": system, "seed": seed, "test_acc": acc,
-                              "train_seconds": 60.0, "budget": {"training.max_epochs": "8"}})
-    out = tmp_path / "table2.md"
-    res = subprocess.run([sys.executable, str(ROOT / "projects/paper/scripts/table2.py"), "--runs", str(runs), "--output", str(out),
-                          "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr
-    text = out.read_text()
-    te_row = next(line for line in text.splitlines() if line.startswith("| Te (te)"))
-    assert "**81.00 ± 1.41** / 82.79" in te_row and "**83.00 ± 0.00** / 86.45" in te_row
-    assert "+2.00 (+3.66)" in te_row and "+2.00 (+3.09)" in te_row and "+1.50 (+1.10)" in te_row
-    assert "It (it) — no train file in the mirror" in text and "Ru (ru) — no train file in the mirror" in text
-    assert "no dataset has per-sentence counts" in text  # these records have none
-
-
-def test_table2_tests_nldm_against_each_baseline_over_sentences(tmp_path):
-    """Paired bootstrap over the seeds both systems ran with per-sentence counts: NLDM right on 10 more of 400
-    tokens than softmax in every seed is significant; equal to crf1 gives +0.00 and p = 1 on the one seed whose
-    crf1 record has counts (its seed-1 record has none); crf2's record lacks counts."""
-    rng = numpy.random.default_rng(0)
-    tokens = rng.integers(5, 15, size=40)
-    base = numpy.minimum(tokens, rng.integers(3, 15, size=40))
-    better = base.copy()
-    better[:10] = numpy.minimum(tokens[:10], better[:10] + 1)
-    gain = 100 * (better.sum() - base.sum()) / tokens.sum()
-    runs = tmp_path / "runs" / "te"
-    runs.mkdir(parents=True)
-    for system, correct, seeds in (("nldm", better, (0, 1)), ("softmax", base, (0, 1, 2)), ("crf1", better, (0, 1)),
-                                   ("crf2", None, (0,))):
-        for seed in seeds:
-            record = {"dataset": "te", "system": system, "seed": seed, "train_seconds": 1.0,
-                      "test_acc": 100 * (tokens.sum() if correct is None else correct.sum()) / tokens.sum()}
-            if correct is not None and not (system == "crf1" and seed == 1):
-                record.update(test_correct=correct.tolist(), test_tokens=tokens.tolist())
-            srsly.write_json(runs / f"{system}-seed{seed}.json", record)
-    out = tmp_path / "table2.md"
-    res = subprocess.run([sys.executable, "-m", "projects.paper.scripts.table2", "--runs", str(tmp_path / "runs"),
-                          "--output", str(out), "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=ROOT)
-    assert res.returncode == 0, res.stderr
-    row = [line for line in out.read_text().splitlines() if line.startswith("| Te (te)")][-1]
-    softmax, crf1, crf2 = (cell.strip() for cell in row.split("|")[2:5])
-    assert softmax.startswith(f"{gain:+.2f} [") and softmax.endswith("(2 seeds)")
-    assert float(re.search(r"p = ([0-9.]+)", softmax).group(1)) < 0.01
-    assert crf1.startswith("+0.00 [+0.00, +0.00]") and crf1.endswith("p = 1.000 (1 seed)")
-    assert crf2 == "–"
