@@ -3,9 +3,10 @@ files of the project's data mirror, see its README.md). No test reads ``../share
 that compare with the full mirror (md5 of the assets) run only where ``SPACY_NLDM_MIRROR`` names it."""
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # the study's modules (projects.paper.*) import from the repository root
@@ -57,3 +58,19 @@ def copy_project(dest: Path) -> Path:
     shutil.copytree(ROOT / "configs", dest / "configs")
     shutil.copytree(ROOT / "projects", dest / "projects", ignore=shutil.ignore_patterns("__pycache__"))
     return dest
+
+
+def project_runner(proj: Path) -> Callable[..., str]:
+    """``run(command, *overrides)``: `spacy project run COMMAND` in the project copied to ``proj``, on the
+    miniature mirror with the UD datasets te and it (it has no train file), one thread; its stdout. A failed
+    command fails the test with the end of its output."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    def run(command: str, *overrides: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(proj),
+                              f"--vars.mirror={MIRROR}", "--vars.ud_datasets=te,it", *overrides],
+                             capture_output=True, text=True, env=env, cwd=proj)
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return res.stdout
+
+    return run

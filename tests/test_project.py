@@ -4,16 +4,13 @@ creates the project's directories next to the project.yml it reads, and the chec
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import srsly
 from thinc.api import Config
 
-from nldm_fixtures import MIRROR, ROOT, copy_project, full_mirror
+from nldm_fixtures import MIRROR, ROOT, copy_project, full_mirror, project_runner
 
 SYSTEMS = ["softmax", "crf1", "crf2", "nldm"]
 
@@ -123,14 +120,7 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     """The project's own commands (spacy project run) on the miniature mirror; softmax trains a few steps."""
     mirror = MIRROR
     proj = copy_project(tmp_path / "proj")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-
-    def run(command: str, *overrides: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(proj),
-                              f"--vars.mirror={mirror}", "--vars.ud_datasets=te,it", *overrides],
-                             capture_output=True, text=True, env=env, cwd=proj)
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-        return res.stdout
+    run = project_runner(proj)
 
     out = run("convert-twitter")
     assert "Wrote 140 sentences" in out and "Wrote 80 sentences" in out and "Wrote 40 sentences" in out

@@ -2,7 +2,6 @@
 table's cells (means, gains, missing rows, the paired significance) from hand-made records."""
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -11,21 +10,14 @@ import numpy
 import pytest
 import srsly
 
-from nldm_fixtures import MIRROR, ROOT, copy_project
+from nldm_fixtures import MIRROR, ROOT, copy_project, project_runner
 
 
 def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_path):
     """`spacy project run reproduce-train` (projects/paper/scripts/reproduce.py on projects/paper/runs/queue.py):
     one tiny run on the converted fixture tweets; a dataset without a train file is skipped with a note."""
     proj = copy_project(tmp_path / "proj")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-
-    def run(command: str, *overrides: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(proj),
-                              f"--vars.mirror={MIRROR}", "--vars.ud_datasets=te,it", *overrides],
-                             capture_output=True, text=True, env=env, cwd=proj)
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-        return res.stdout
+    run = project_runner(proj)
 
     run("convert-twitter")
     run("convert-ud")  # (a declared dependency of reproduce-train)
