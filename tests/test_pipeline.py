@@ -425,6 +425,52 @@ def test_head_layers_on_a_listener_learn_and_tag_each_doc_as_alone(ark, factory,
         numpy.testing.assert_allclose(alone._.nldm_probs, doc._.nldm_probs, atol=1e-5)
 
 
+@pytest.mark.parametrize("layers", [{"hidden_width": 12}, {"char_width": 6, "context_width": 8, "hidden_width": 12}])
+def test_tok2vec_loss_scales_the_tok2vecs_gradient_and_not_the_heads_own_layers(ark, layers):
+    """tok2vec_loss "sum" against "mean" (the head's loss per token either way): the tok2vec's gradient is
+    the number of tokens times larger; the head's own layers (characters, context LSTM, hidden layer) get
+    the same gradient."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    grads = {}
+    for tok2vec_loss in ("mean", "sum"):
+        fix_random_seed(0)
+        nlp = spacy.blank("en")
+        pipe = nlp.add_pipe("crf_tagger", config={"model": small_model("crf_tagger", **layers),
+                                                  "tok2vec_loss": tok2vec_loss})
+        egs = examples(nlp, ark[:4])
+        nlp.initialize(lambda: egs)
+        with torch.no_grad():  # the emission starts at zero, which would send no gradient below the scorer
+            torch.manual_seed(0)
+            torch_scorer(pipe.model).W.normal_()
+        pipe.update(egs, sgd=None)  # gradients kept, no step
+        tok2vec = pipe.model.get_ref("tok2vec")
+        in_tok2vec = {node.id for node in tok2vec.walk()}
+        grads[tok2vec_loss] = {
+            (node.id in in_tok2vec, i, name): numpy.array(node.get_grad(name))
+            for i, node in enumerate(pipe.model.walk()) for name in node.param_names if node.has_grad(name)}
+    n_tokens = sum(len(w) for w, _ in ark[:4])
+    # both kinds of parameter have gradients
+    assert {k[0] for k, g in grads["mean"].items() if numpy.abs(g).sum() > 0} == {True, False}
+    for key, mean in grads["mean"].items():
+        summed = grads["sum"][key]
+        want = n_tokens * mean if key[0] else mean  # the tok2vec's, else the head's own layers'
+        numpy.testing.assert_allclose(summed, want, rtol=1e-4, atol=1e-5 * numpy.abs(want).max())
+
+
+def test_a_hidden_layer_on_a_tok2vec_of_unknown_width_needs_sample_docs():
+    """Without sample docs and a stated tok2vec width, initialize says what is missing (not a thinc dim error)."""
+    from spacy.ml.models.tok2vec import MultiHashEmbed
+    from thinc.api import Maxout, chain, with_array
+
+    from spacy_nldm.models import build_crf_tagger
+
+    unstated = chain(MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False),
+                     with_array(Maxout(nO=None, nP=2)))
+    with pytest.raises(ValueError, match="cannot infer the tok2vec width without sample docs"):
+        build_crf_tagger(unstated, hidden_width=8, nO=3).initialize()
+
+
 def test_context_width_errors_name_the_setting():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="context_width must be even"):

@@ -81,6 +81,8 @@ class Run:
         return self.key.replace("/", "-")
 
 
+#: the components whose settings :data:`NEUTRAL_SETTINGS` names
+STRUCTURED = ("crf_tagger", "nldm_tagger")
 #: settings added to the components after runs were recorded, at the value that trains exactly what the
 #: configs trained before they existed: a component block ("component") or its model block ("model") stating
 #: one at that value has the key it had without it, so the recorded runs are found again
@@ -94,6 +96,8 @@ def run_key(dataset: str, config_text: str, seed: int) -> str:
 
     config = Config().from_str(config_text, interpolate=False)
     for block in config.get("components", {}).values():
+        if block.get("factory") not in STRUCTURED:
+            continue
         for (where, name), value in NEUTRAL_SETTINGS.items():
             section = block if where == "component" else block.get("model", {})
             if name in section and section[name] == value:

@@ -37,8 +37,8 @@ def build_nldm_tagger(
     ``distance_bias = true`` adds a learned score per arc direction and length (1..max_dist, or 1..10 and
     "longer" without max_dist), starting at 0: a prior over the latent trees that can make them
     chain-like (the NLDM with max_dist 1 is the first-order CRF) or spread them (not in the paper).
-    ``dropout``: rate of (inverted) dropout on the token vectors at the scorer's input, in training only and
-    whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
+    ``dropout``: rate of (inverted) dropout on the vectors at the scorer's input (the last layer's output), in
+    training only and whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
     each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
     whose ``char_width`` features join the tok2vec's at the scorer's input (0: the tok2vec's alone); it works
     the same whether the tok2vec is the component's own or a listener to a shared one. ``context_width`` > 0

@@ -57,20 +57,27 @@ def build_structured_tagger(
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
                          distance_lengths=lengths, dropout=dropout)
     head = torch_layer(scorer)
+    # layers of the head's own between the tok2vec and the scorer: the tok2vec_loss scale must reach the
+    # tok2vec alone, so it is applied at the tok2vec's output (else at the features' output, the same place)
+    own_layers = bool(char_width or context_width or hidden_width)
+    source = _grad_scaled(tok2vec) if own_layers else tok2vec
     # the scorer reads [tok2vec vectors; char CNN vectors] when the head has characters of its own
-    features = concatenate(tok2vec, char_cnn(char_width)) if char_width else tok2vec
+    features = concatenate(source, char_cnn(char_width)) if char_width else source
     if context_width:
         features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + char_width))
     if hidden_width:
         # nI: the width before it where the config states it (else inferred from sample docs at initialize)
         width_in = context_width or (_stated_width(tok2vec) and _stated_width(tok2vec) + char_width)
         features = chain(features, with_array(Maxout(nO=hidden_width, nI=width_in or None, nP=3, normalize=True)))
+    refs = {"tok2vec": tok2vec, "head": head}
+    if own_layers:
+        refs[GRAD_SCALED] = source
     return Model(
         f"nldm-{structure}-tagger",
         forward,
         init=init,
         layers=[features, head],
-        refs={"tok2vec": tok2vec, "head": head},
+        refs=refs,
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
                "context_width": context_width, "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
@@ -78,8 +85,34 @@ def build_structured_tagger(
 
 
 #: model attr: the factor on the gradient that backprop sends to the tok2vec (read when backprop runs; the
-#: component sets it per batch, see ``StructuredTagger.tok2vec_loss``); the head's gradients are unaffected
+#: component sets it per batch, see ``StructuredTagger.tok2vec_loss``); the head's gradients, those of its
+#: own layers (characters, context LSTM, hidden layer) included, are unaffected
 TOK2VEC_GRAD_SCALE = "tok2vec_grad_scale"
+#: ref of the layer that scales the tok2vec's gradient, where the head has layers of its own
+GRAD_SCALED = "tok2vec_grad_scaled"
+
+
+def _grad_scaled(tok2vec: Model) -> Model:
+    """``tok2vec`` whose backprop multiplies the incoming gradient by ``attrs[TOK2VEC_GRAD_SCALE]`` (set
+    by the tagger's backprop just before it runs); the forward pass is the tok2vec's."""
+
+    def forward(model: Model, docs: List[Doc], is_train: bool):
+        vecs, backprop_vecs = tok2vec(docs, is_train)
+
+        def backprop(d_vecs):
+            scale = model.attrs[TOK2VEC_GRAD_SCALE]
+            return backprop_vecs([d * scale for d in d_vecs] if scale != 1.0 else d_vecs)
+
+        return vecs, backprop
+
+    def init(model: Model, X=None, Y=None) -> None:
+        tok2vec.initialize(X=X)
+        if tok2vec.has_dim("nO") and tok2vec.get_dim("nO"):
+            model.set_dim("nO", tok2vec.get_dim("nO"), force=True)
+
+    width = _stated_width(tok2vec)
+    return Model("tok2vec-grad-scaled", forward, init=init, layers=[tok2vec], dims={"nO": width or None},
+                 attrs={TOK2VEC_GRAD_SCALE: 1.0})
 
 
 #: arc lengths with a bias of their own without max_dist (longer arcs share the last one)
@@ -121,16 +154,24 @@ def resize_labels(model: Model, n_labels: int) -> None:
         scorer.resize(scorer.nI, n_labels)
 
 
+NO_WIDTH = "spacy-nldm: cannot infer the tok2vec width without sample docs"
+
+
 def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     tok2vec, features = model.get_ref("tok2vec"), model.layers[0]
     if X is not None:
         features.initialize(X=X)
     else:
-        features.initialize()
+        try:
+            features.initialize()
+        except ValueError as err:  # a layer of the head's own could not infer its input width
+            if _stated_width(tok2vec):
+                raise
+            raise ValueError(NO_WIDTH) from err
     nI = tok2vec.get_dim("nO") if tok2vec.has_dim("nO") else None
     if not nI:
         if X is None:
-            raise ValueError("spacy-nldm: cannot infer the tok2vec width without sample docs")
+            raise ValueError(NO_WIDTH)
         nI = tok2vec.predict(X[:1])[0].shape[1]
     nI += model.attrs.get("char_width", 0)
     nI = model.attrs.get("context_width", 0) or nI  # the context LSTM's output is the scorer's input
@@ -142,8 +183,9 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool):
-    """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M). Backprop returns the tok2vec's
-    gradient times ``model.attrs[TOK2VEC_GRAD_SCALE]`` (1 unless the component sets it)."""
+    """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M). Backprop sends the tok2vec its
+    gradient times ``model.attrs[TOK2VEC_GRAD_SCALE]`` (1 unless the component sets it); the head's own
+    layers get theirs unscaled."""
     features, head = model.layers
     ops = model.ops
     if not any(len(doc) for doc in docs):  # nothing to encode (a listener could not answer)
@@ -159,7 +201,9 @@ def forward(model: Model, docs: List[Doc], is_train: bool):
     def backprop(dF):
         dX = backprop_head(dF)
         scale = model.attrs.get(TOK2VEC_GRAD_SCALE, 1.0)
-        if scale != 1.0:
+        if model.has_ref(GRAD_SCALED):  # the head's own layers first: scaled at the tok2vec's output
+            model.get_ref(GRAD_SCALED).attrs[TOK2VEC_GRAD_SCALE] = scale
+        elif scale != 1.0:
             dX = dX * scale
         starts = numpy.cumsum(lengths) - lengths
         return backprop_vecs(

@@ -84,9 +84,10 @@ class StructuredTagger(TrainablePipe):
     tok2vec_loss: the loss whose gradient reaches the tok2vec (or, through a listener, the shared one):
         "sum" over the batch's tokens, as spaCy's ``tagger`` sends it, "mean" per token, or None: the
         head's (``normalize_loss``), as before this setting existed (the paper's ``spacy train``
-        configs keep that). The head's gradient follows ``normalize_loss`` either way. With the
-        default per-token head and summed tok2vec gradient, spaCy's clipping acts on the encoder at
-        almost every step (as for its ``tagger``) and not on the head (projects/paper/results/diagnosis.md section 20).
+        configs keep that). The head's gradient (its own layers' too: characters, context LSTM, hidden
+        layer) follows ``normalize_loss`` either way. With the default per-token head and summed tok2vec
+        gradient, spaCy's clipping acts on the encoder at almost every step (as for its ``tagger``) and not
+        on the head (projects/paper/results/diagnosis.md section 20).
     label_smoothing: as spaCy's ``tagger`` setting (each token's target keeps 1 - a on the gold label):
         the loss mixes the gold likelihood with the uniform distribution over the outputs
         (:mod:`spacy_nldm.models.smoothing`); 0 is the plain likelihood.

@@ -92,13 +92,15 @@ def test_a_record_reads_back_as_written_with_number_lists_on_one_line(tmp_path):
 
 
 def test_a_neutral_setting_keeps_the_config_fingerprint():
-    """token_loss = 0.0 trains what the config trained before the setting existed: its records stay current;
-    any other value is another config."""
+    """token_loss = 0.0 and hidden_width = 0 train what the config trained before the settings existed: its
+    records stay current; any other value is another config."""
     from projects.paper.scripts.reproduce import config_fingerprint
 
     budget = {"max_epochs": 8}
-    before = "[components.nldm]\nfactory = \"nldm_tagger\"\nlabel_smoothing = 0.0\n"
-    stated = before + "token_loss = 0.0\n"
+    before = ("[components.nldm]\nfactory = \"nldm_tagger\"\nlabel_smoothing = 0.0\n\n"
+              "[components.nldm.model]\ncontext_width = 0\n")
+    stated = before.replace("label_smoothing = 0.0\n", "label_smoothing = 0.0\ntoken_loss = 0.0\n") + "hidden_width = 0\n"
     assert config_fingerprint(stated, budget) == config_fingerprint(before, budget)
     assert config_fingerprint(before + "token_loss = 0.5\n", budget) != config_fingerprint(before, budget)
+    assert config_fingerprint(before + "hidden_width = 64\n", budget) != config_fingerprint(before, budget)
     assert config_fingerprint(before, {"max_epochs": 9}) != config_fingerprint(before, budget)
