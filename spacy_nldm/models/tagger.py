@@ -67,8 +67,9 @@ def build_structured_tagger(
         features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + char_width))
     if hidden_width:
         # nI: the width before it where the config states it (else inferred from sample docs at initialize)
-        width_in = context_width or (_stated_width(tok2vec) and _stated_width(tok2vec) + char_width)
-        features = chain(features, with_array(Maxout(nO=hidden_width, nI=width_in or None, nP=3, normalize=True)))
+        stated = _stated_width(tok2vec)
+        width_in = context_width or (stated + char_width if stated else None)
+        features = chain(features, with_array(Maxout(nO=hidden_width, nI=width_in, nP=3, normalize=True)))
     refs = {"tok2vec": tok2vec, "head": head}
     if own_layers:
         refs[GRAD_SCALED] = source
@@ -107,8 +108,8 @@ def _grad_scaled(tok2vec: Model) -> Model:
 
     def init(model: Model, X=None, Y=None) -> None:
         tok2vec.initialize(X=X)
-        if tok2vec.has_dim("nO") and tok2vec.get_dim("nO"):
-            model.set_dim("nO", tok2vec.get_dim("nO"), force=True)
+        if _stated_width(tok2vec):
+            model.set_dim("nO", _stated_width(tok2vec), force=True)
 
     width = _stated_width(tok2vec)
     return Model("tok2vec-grad-scaled", forward, init=init, layers=[tok2vec], dims={"nO": width or None},
@@ -126,11 +127,12 @@ def _stated_width(tok2vec: Model) -> int:
 
 def _known_width(tok2vec: Model) -> int:
     """The tok2vec's output width where the config states it (its dim nO): the context LSTM is built with it."""
-    if not tok2vec.has_dim("nO") or not tok2vec.get_dim("nO"):
+    width = _stated_width(tok2vec)
+    if not width:
         raise ValueError(
             "spacy-nldm: context_width > 0 needs a tok2vec whose width the config states (dim nO, as spacy.Tok2Vec.v2 "
             f"and spacy.Tok2VecListener.v1 have); {tok2vec.name!r} has none: set context_width = 0")
-    return tok2vec.get_dim("nO")
+    return width
 
 
 def get_structure(model: Model) -> Structure:
@@ -168,7 +170,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
             if _stated_width(tok2vec):
                 raise
             raise ValueError(NO_WIDTH) from err
-    nI = tok2vec.get_dim("nO") if tok2vec.has_dim("nO") else None
+    nI = _stated_width(tok2vec)
     if not nI:
         if X is None:
             raise ValueError(NO_WIDTH)

@@ -29,6 +29,7 @@ if not __package__:  # run by path: the repository root on sys.path (for project
 from projects.paper.registry import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
 from projects.paper.runs.queue import Run, RunFailed, last_logged_step, run_queue, spacy_evaluate, spacy_train
 from projects.paper.scripts.paired_bootstrap import correct_per_sentence
+from spacy_nldm.cli.bench_spacy_train import NEUTRAL_SETTINGS as NEUTRAL_VALUES
 
 #: what a record holds for the paired significance of Table 2 (``--significance`` redoes records without it)
 SENTENCE_FIELDS = ("test_correct", "test_tokens")
@@ -93,8 +94,9 @@ def fingerprint(system: str, args) -> str:
 
 
 #: settings added to the components after records were made, at the value that trains exactly what the
-#: config trained before they existed: a config stating them fingerprints as it did without them
-NEUTRAL_SETTINGS = ("token_loss = 0.0", "hidden_width = 0")
+#: config trained before they existed (as config lines; the one list is bench spacy-train's): a config
+#: stating them fingerprints as it did without them
+NEUTRAL_SETTINGS = tuple(f"{name} = {value}" for (_, name), value in NEUTRAL_VALUES.items())
 
 
 def config_fingerprint(config_text: str, budget: dict) -> str:
