@@ -45,6 +45,13 @@ def test_overrides_reach_the_structured_component_only():
     assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
 
 
+def test_overrides_on_every_system_reach_the_tagger_too():
+    for system in ("tagger", "crf_tagger"):
+        config = _apply(generate_config(system, "own", "en"), ["training.optimizer.learn_rate=0.002"], system,
+                        every_system=True)
+        assert config["training"]["optimizer"]["learn_rate"] == 0.002
+
+
 def test_settings_added_at_their_neutral_value_keep_a_runs_key():
     """A run recorded before token_loss and hidden_width existed is found again by the config that states them
     at the value that trains the same; any other value is another run."""

@@ -141,10 +141,11 @@ def labels_with_bang(train: Path) -> bool:
     return any(t.tag_.startswith("!") for doc in DocBin().from_disk(train).get_docs(Vocab()) for t in doc)
 
 
-def _apply(config, settings: List[str], system: str):
-    """``--set`` overrides (``section.key=value``, value as JSON, else a string) on a structured component;
-    ``{c}`` in the section stands for the component's name."""
-    if system == "tagger":
+def _apply(config, settings: List[str], system: str, *, every_system: bool = False):
+    """``--set`` overrides (``section.key=value``, value as JSON, else a string) on a structured component
+    (on every system, spaCy's ``tagger`` too, with ``every_system``); ``{c}`` in the section stands for the
+    component's name."""
+    if system == "tagger" and not every_system:
         return config
     for item in settings:
         path, _, raw = item.partition("=")
@@ -271,7 +272,8 @@ def bench_spacy_train(
     workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where configs, logs and trained pipelines go."),
     jobs: int = typer.Option(2, help="Runs at a time (each `spacy train` at one torch thread)."),
     set_: List[str] = typer.Option([], "--set", help="Override on the structured components' configs, SECTION.KEY=VALUE with {c} for the component, e.g. components.{c}.label_smoothing=0.1 (repeatable)."),
-    variant: str = typer.Option("defaults", help="Name of the variant in the results (with --set)."),
+    set_all: List[str] = typer.Option([], "--set-all", help="Override on every system's config, spaCy's tagger too, e.g. training.optimizer.learn_rate=0.002 (repeatable)."),
+    variant: str = typer.Option("defaults", help="Name of the variant in the results (with --set or --set-all)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown tables here."),
     dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run", help="Print the runs to do without training."),
     table_only: bool = typer.Option(False, "--table-only/--no-table-only", help="Write the tables from the finished runs in --results without training the missing ones."),
@@ -299,10 +301,12 @@ def bench_spacy_train(
         for mode in modes:
             for system in names:
                 config = _apply(generate_config(system, mode, DATASETS[d][1], labels_with_bang=bang), set_, system)
+                config = _apply(config, set_all, system, every_system=True)
                 configs[d, mode, system] = config.to_str()
     for seed in seed_list:
         for (d, mode, system), text in configs.items():
-            plan.append((mode, Run(d, system, mode, seed, text, variant if system != "tagger" else "defaults")))
+            changed = set_all or (set_ and system != "tagger")
+            plan.append((mode, Run(d, system, mode, seed, text, variant if changed else "defaults")))
     done = load_rows(results)
     todo, seen = [], set()
     for _, run in plan:
@@ -335,7 +339,7 @@ def bench_spacy_train(
             done[row["key"]] = row
             typer.echo(f"[{number}/{len(todo)}] {run.dataset} {run.system} {run.setting} seed {run.seed}: test "
                        f"{row['test_tag_acc']:.2f}, {row['train_seconds']:.0f} s (elapsed {time.perf_counter() - start:.0f} s)")
-    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, variant)
+    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant)
     typer.echo("\n" + text)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -345,10 +349,11 @@ def bench_spacy_train(
         raise typer.Exit(1)
 
 
-def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, variant) -> str:
+def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant) -> str:
     command = (f"python -m spacy_nldm bench spacy-train --datasets {','.join(sets)} --systems {','.join(names)} "
                f"--settings {','.join(modes)} --seeds {seeds} --max-steps {max_steps}"
-               + "".join(f" --set '{s}'" for s in set_) + (f" --variant {variant}" if set_ else ""))
+               + "".join(f" --set '{s}'" for s in set_) + "".join(f" --set-all '{s}'" for s in set_all)
+               + (f" --variant {variant}" if set_ or set_all else ""))
     machine = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
     parts = [f"Written {time.strftime('%Y-%m-%d')} on {machine}; runs as listed in the runs file.\n",
              f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
