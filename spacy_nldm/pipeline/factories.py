@@ -41,13 +41,14 @@ def make_nldm_tagger(
     tok2vec_loss: Optional[str],
     label_smoothing: float,
     token_loss: float,
+    average_params: bool,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
         store_probs=store_probs, store_tree=store_tree, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        label_smoothing=label_smoothing, token_loss=token_loss, scorer=scorer,
+        label_smoothing=label_smoothing, token_loss=token_loss, average_params=average_params, scorer=scorer,
     )
 
 
@@ -69,13 +70,14 @@ def make_crf_tagger(
     tok2vec_loss: Optional[str],
     label_smoothing: float,
     token_loss: float,
+    average_params: bool,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Linear-chain CRF tagger of order 1 or 2 (the paper's baselines)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, max_length=max_length,
         store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        label_smoothing=label_smoothing, token_loss=token_loss, scorer=scorer,
+        label_smoothing=label_smoothing, token_loss=token_loss, average_params=average_params, scorer=scorer,
     )
 
 

@@ -25,6 +25,7 @@ from ..models.smoothing import mixture_weight
 from ..models.token_loss import token_cross_entropy
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
+from .averages import ParamAverages
 from .defaults import NLDM
 from .extensions import register_extensions
 
@@ -95,6 +96,9 @@ class StructuredTagger(TrainablePipe):
         becomes the structured one plus w times the smoothed cross-entropy of each token's scores in the
         first context (the emission and one fixed transition row) read as a softmax classifier; 0 (default)
         is the structured loss alone.
+    average_params: keep a running average of the component's weights (the one spaCy's optimizer keeps
+        with ``use_averages = true``: :mod:`.averages`) when the optimizer keeps none, and tag and save
+        with it; with an averaging optimizer, or false, the component tags with its last weights.
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
@@ -118,6 +122,7 @@ class StructuredTagger(TrainablePipe):
         tok2vec_loss: Optional[str] = NLDM["tok2vec_loss"],
         label_smoothing: float = NLDM["label_smoothing"],
         token_loss: float = NLDM["token_loss"],
+        average_params: bool = NLDM["average_params"],
         scorer: Optional[Callable] = None,
     ):
         for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
@@ -148,6 +153,8 @@ class StructuredTagger(TrainablePipe):
         self.tok2vec_loss = tok2vec_loss
         self.label_smoothing = label_smoothing
         self.token_loss = token_loss
+        self.average_params = average_params
+        self.averages = ParamAverages()
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
@@ -193,6 +200,7 @@ class StructuredTagger(TrainablePipe):
         if not self.labels:
             raise ValueError(f"[spacy-nldm] {self.name}: no {self.attr} labels found in the training examples")
         resize_labels(self.model, len(self.labels))
+        self.averages = ParamAverages()
         docs = [eg.predicted for eg in islice(get_examples(), 10)]
         self.model.initialize(X=[d for d in docs if len(d)] or None)
         if nlp is not None:
@@ -277,6 +285,13 @@ class StructuredTagger(TrainablePipe):
         losses[self.name] += loss
         return losses
 
+    def finish_update(self, sgd) -> None:
+        """Apply the optimizer to the model's gradients (with ``average_params`` and an optimizer that
+        keeps no averages, also update the component's own)."""
+        if self.average_params and getattr(sgd, "averages", None) is None:
+            sgd = self.averages.track(sgd)
+        self.model.finish_update(sgd)
+
     def _tok2vec_grad_scale(self, n_tokens: int) -> float:
         """Factor turning the loss of ``get_loss`` (per token or summed: ``normalize_loss``) into the
         ``tok2vec_loss`` for the gradient sent to the tok2vec (1 when that is None: the same loss)."""
@@ -319,9 +334,12 @@ class StructuredTagger(TrainablePipe):
 
     # ------------------------------------------------------------- prediction
     def predict(self, docs: Iterable[Doc]) -> Predictions:
-        """Decoded labels (and latent trees) of the docs' segments; a batch without tokens is
-        answered without calling the model."""
-        docs = list(docs)
+        """Decoded labels (and latent trees) of the docs' segments (with the averaged weights, when the
+        component keeps them); a batch without tokens is answered without calling the model."""
+        with self.averages.applied(self.model):
+            return self._predict(list(docs))
+
+    def _predict(self, docs: List[Doc]) -> Predictions:
         has_tree = self.model.attrs["structure"] == "tree" and self.store_tree
         if not any(len(doc) for doc in docs):
             none = numpy.zeros((0, 1), dtype="int64")
@@ -367,6 +385,17 @@ class StructuredTagger(TrainablePipe):
                 doc._.nldm_tree_score += float(preds.best[s])
             if preds.probs is not None:
                 doc._.nldm_probs[start:end] = preds.probs[s, : end - start]
+
+    # ---------------------------------------------------------- serialization
+    def to_bytes(self, *, exclude=tuple()) -> bytes:
+        """As spaCy's, with the averaged weights when the component keeps them (what it tags with)."""
+        with self.averages.applied(self.model):
+            return super().to_bytes(exclude=exclude)
+
+    def to_disk(self, path, *, exclude=tuple()) -> None:
+        """As spaCy's, with the averaged weights when the component keeps them (what it tags with)."""
+        with self.averages.applied(self.model):
+            super().to_disk(path, exclude=exclude)
 
     def score(self, examples: Iterable[Example], **kwargs):
         """The scorer's figures for ``attr`` (spaCy passes ``cfg`` to it; our settings live apart)."""

@@ -96,7 +96,7 @@ def fingerprint(system: str, args) -> str:
 #: settings added to the components after records were made, at the value that trains exactly what the
 #: config trained before they existed (as config lines; the one list is bench spacy-train's): a config
 #: stating them fingerprints as it did without them
-NEUTRAL_SETTINGS = tuple(f"{name} = {value}" for (_, name), value in NEUTRAL_VALUES.items())
+NEUTRAL_SETTINGS = tuple(f"{name} = {json.dumps(value)}" for (_, name), value in NEUTRAL_VALUES.items())
 
 
 def config_fingerprint(config_text: str, budget: dict) -> str:

@@ -1,0 +1,60 @@
+"""The running average of a component's weights, for an optimizer that keeps none.
+
+spaCy's optimizer can average every weight it updates (``[training.optimizer] use_averages = true``):
+``spacy train`` then evaluates and saves the averages. The configs ``spacy init config`` writes turn that
+off. A component with ``average_params`` keeps the same average of its own weights itself (its model's,
+the encoder's too when the component has its own; a shared ``tok2vec`` is another component's), and tags
+and saves with it. With an optimizer that averages, the component leaves it to the optimizer.
+"""
+import contextlib
+from typing import Dict, Hashable, Tuple
+
+from thinc.api import Model
+from thinc.backends import get_array_ops
+
+Key = Tuple[Hashable, str]
+
+
+class ParamAverages:
+    """Per-parameter exponential moving averages, updated as thinc's optimizer updates its own
+    (``Ops.update_averages``: after the t-th update of a weight, decay min((1 + t) / (10 + t), 0.9999))."""
+
+    def __init__(self):
+        self.values: Dict[Key, object] = {}
+        self.counts: Dict[Key, int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def track(self, optimizer) -> "_Averaging":
+        """``optimizer``, updating these averages after each weight it updates."""
+        return _Averaging(optimizer, self)
+
+    def add(self, key: Key, weights) -> None:
+        ops = get_array_ops(weights)
+        if key not in self.values:
+            self.values[key] = ops.alloc(weights.shape, dtype="float32")
+            self.counts[key] = 0
+        self.counts[key] += 1
+        ops.update_averages(self.values[key], weights, self.counts[key])
+
+    def applied(self, model: Model):
+        """Context in which ``model`` holds the averages (its own weights again on exit); nothing when
+        there are none yet."""
+        return model.use_params(self.values) if self.values else contextlib.nullcontext()
+
+
+class _Averaging:
+    """An optimizer whose updates also feed :class:`ParamAverages` (its other attributes are the optimizer's)."""
+
+    def __init__(self, optimizer, averages: ParamAverages):
+        self._optimizer = optimizer
+        self._averages = averages
+
+    def __call__(self, key: Key, weights, gradient, **kwargs):
+        weights, gradient = self._optimizer(key, weights, gradient, **kwargs)
+        self._averages.add(key, weights)
+        return weights, gradient
+
+    def __getattr__(self, name: str):
+        return getattr(self._optimizer, name)

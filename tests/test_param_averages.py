@@ -1,0 +1,93 @@
+"""The components' own weight averages (component setting ``average_params``, spacy_nldm.pipeline.averages):
+they are the averages spaCy's optimizer keeps with ``use_averages``, the component tags and saves with them,
+and it keeps none when the optimizer averages or the setting is off."""
+import numpy
+import pytest
+import spacy
+from spacy.tokens import Doc
+from spacy.training import Example
+from thinc.api import Adam, fix_random_seed
+
+DATA = [(["the", "cat", "sat"], ["D", "N", "V"]), (["a", "dog", "ran", "fast"], ["D", "N", "V", "R"]),
+        (["dogs", "bark"], ["N", "V"])]
+PROBE = ["the", "dog", "sat", "fast"]
+
+
+def _trained(factory, average_params, optimizer_averages, steps=15, context_width=0):
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    config = {"average_params": average_params}
+    if context_width:  # a torch layer of the head's own besides the scorer
+        config["model"] = {"context_width": context_width}
+    nlp.add_pipe(factory, name="tagger", config=config)
+    examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in DATA]
+    nlp.initialize(lambda: examples)
+    optimizer = Adam(0.01, use_averages=optimizer_averages)
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer)
+    return nlp, optimizer
+
+
+def _scores(nlp):
+    return nlp.get_pipe("tagger").model.predict([Doc(nlp.vocab, words=PROBE)]).scores
+
+
+def _marginals(nlp):
+    pipe = nlp.get_pipe("tagger")
+    pipe.store_probs = True
+    return nlp(Doc(nlp.vocab, words=PROBE))._.nldm_probs
+
+
+@pytest.mark.parametrize("factory,context_width", [("nldm_tagger", 0), ("crf_tagger", 0), ("nldm_tagger", 8)])
+def test_the_components_averages_are_the_optimizers(factory, context_width):
+    """Trained alike, a component averaging its own weights under an optimizer that keeps no averages tags
+    as the same component does under spaCy's ``use_params(optimizer.averages)`` with an averaging one."""
+    reference, optimizer = _trained(factory, False, True, context_width=context_width)
+    ours, _ = _trained(factory, True, False, context_width=context_width)
+    with reference.use_params(optimizer.averages):
+        expected = _marginals(reference)
+    numpy.testing.assert_allclose(_marginals(ours), expected, atol=1e-6)
+    last = _marginals(reference)  # the reference's last weights, which the averages are not
+    assert numpy.abs(last - expected).max() > 1e-3
+
+
+def test_saved_with_the_averages(tmp_path):
+    nlp, _ = _trained("nldm_tagger", True, False)
+    with nlp.get_pipe("tagger").averages.applied(nlp.get_pipe("tagger").model):
+        averaged = _scores(nlp)
+    last = _scores(nlp)
+    assert numpy.abs(last - averaged).max() > 1e-3
+    nlp.to_disk(tmp_path / "pipeline")
+    loaded = spacy.load(tmp_path / "pipeline")
+    numpy.testing.assert_array_equal(_scores(loaded), averaged)
+    restored = spacy.blank("en")
+    restored.add_pipe("nldm_tagger", name="tagger")
+    restored.from_bytes(nlp.to_bytes())
+    numpy.testing.assert_array_equal(_scores(restored), averaged)
+    numpy.testing.assert_array_equal(_scores(nlp), last)  # training goes on from the last weights
+
+
+@pytest.mark.parametrize("average_params,optimizer_averages", [(False, False), (True, True)])
+def test_no_averages_of_its_own_when_off_or_when_the_optimizer_averages(average_params, optimizer_averages):
+    nlp, _ = _trained("crf_tagger", average_params, optimizer_averages, steps=3)
+    pipe = nlp.get_pipe("tagger")
+    assert not pipe.averages
+    assert (pipe.model.predict([Doc(nlp.vocab, words=PROBE)]).scores == _scores(nlp)).all()
+
+
+def test_a_listener_averages_the_head_only():
+    """With a shared tok2vec, the component's averages cover its own weights, not the tok2vec's (which
+    belongs to the tok2vec component)."""
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tok2vec")
+    nlp.add_pipe("crf_tagger", name="tagger", config={"average_params": True, "model": {"tok2vec": {
+        "@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}}})
+    examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in DATA]
+    nlp.initialize(lambda: examples)
+    optimizer = Adam(0.01, use_averages=False)
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    tok2vec = {node.id for node in nlp.get_pipe("tok2vec").model.walk()}
+    keys = set(nlp.get_pipe("tagger").averages.values)
+    assert keys and not any(key[0] in tok2vec for key in keys)
