@@ -33,7 +33,7 @@ from typing import NamedTuple, Optional, Tuple
 import torch
 
 from .arcs import ArcScores, DenseArcs, DirectionalArcs, DirectionalScores
-from . import compiled
+from . import compiled, single_label
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
 from .inside import Inside
 from .outside import backtrack, outside_by_recomputation, outside_log, outside_log_space
@@ -78,6 +78,10 @@ def log_partition(
             root = _CompiledInside.apply(problem.arcs.tensor, problem.arcs.bias, problem)
         if not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
             root = None  # +inf or NaN read somewhere: the torch stages name it
+    elif _single_label_lane(semiring, problem, label_mask):
+        root = _CompiledSingleLabel.apply(problem.arcs.tensor, problem)
+        if not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
+            root = None
     if root is None:
         root = _Inside.apply(semiring, problem.arcs.tensor, problem.arcs.bias, problem)
     result = torch.where(problem.impossible, float("-inf"), root)
@@ -313,6 +317,15 @@ def _compiled_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[T
             and problem.limit >= 1)
 
 
+def _single_label_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
+    """Whether :mod:`.single_label` computes this log Z: dense scores with one label (M = 1: the gold labels'
+    arcs, log S), the log semiring, on the CPU, no label or arc mask."""
+    arcs = problem.arcs
+    return (compiled.enabled and compiled.available() and type(semiring) is LogSemiring and label_mask is None
+            and isinstance(arcs, DenseArcs) and arcs.tensor.shape[-1] == 1 and arcs.arc_mask is None
+            and arcs.tensor.device.type == "cpu" and problem.limit >= 1)
+
+
 def _factors(scores, problem: _Problem) -> Optional[Tuple[Tensor, Tensor]]:
     """For token-independent DirectionalScores: (emissions (B, N, M), table (2, M+1, M)) with
     F[b, d, x, a, c] = emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] (F's dtype, so
@@ -356,6 +369,23 @@ class _CompiledFactoredInside(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             out_b = (d_bias * scale.reshape(-1, 1, 1)).sum(0).to(ctx.dtypes[2])
         return out_e, out_t, out_b, None
+
+
+class _CompiledSingleLabel(torch.autograd.Function):
+    """log Z (B,) of dense one-label scores (B, N+1, N+1, 1, 1) by :mod:`.single_label`; its outside pass runs
+    in the same call when a gradient will be asked for."""
+
+    @staticmethod
+    def forward(ctx, tensor: Tensor, problem: _Problem) -> Tensor:
+        log_z, grad = single_label.inside_outside(tensor[..., 0, 0], problem.lengths, problem.limit,
+                                                  ctx.needs_input_grad[0])
+        ctx.grad = grad
+        return log_z.to(tensor.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        grad = ctx.grad * grad_root.to(torch.float64).reshape(-1, 1, 1)
+        return grad[..., None, None].to(grad_root.dtype), None
 
 
 class _CompiledInside(torch.autograd.Function):
