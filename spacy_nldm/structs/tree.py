@@ -25,7 +25,8 @@ The algorithm is in :mod:`.inside` (the stages), :mod:`.outside` (the backward p
 (the chart layouts), :mod:`.contract` (the contractions) and :mod:`.arcs`; docs/algorithm.md maps the
 paper's recurrences to the code. On the CPU, log Z of :class:`DirectionalScores` without masks (what the
 components train and decode with) runs in :mod:`.compiled` instead: the same recurrences, one compiled
-loop per sentence, its outside pass in the same call. ``compiled.enabled = False`` (or the environment
+loop per sentence, its outside pass in the same call; so does log Z of dense scores with one label (the
+gold labels' arcs, log S), in :mod:`.single_label`. ``compiled.enabled = False`` (or the environment
 variable ``SPACY_NLDM_COMPILED=0``) sends everything through the torch stages.
 """
 from typing import NamedTuple, Optional, Tuple
