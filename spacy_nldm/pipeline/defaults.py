@@ -16,7 +16,7 @@ COMMON = {
     "tok2vec_loss": "sum",
     "label_smoothing": 0.05,
     "token_loss": 0.0,
-    "average_params": False,
+    "average_params": True,
 }
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
