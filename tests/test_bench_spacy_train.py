@@ -45,6 +45,18 @@ def test_overrides_reach_the_structured_component_only():
     assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
 
 
+def test_average_params_of_a_listener_leaves_the_key_alone():
+    """A listener keeps no averages, so its runs are the same with the setting on or off."""
+    for system in ("crf_tagger", "nldm_tagger"):
+        on = generate_config(system, "shared", "en")
+        assert on["components"][system]["average_params"] is True
+        off = _apply(generate_config(system, "shared", "en"), ["components.{c}.average_params=false"], system)
+        assert run_key("tb2", on.to_str(), 0) == run_key("tb2", off.to_str(), 0)
+        own_on = generate_config(system, "own", "en")
+        own_off = _apply(generate_config(system, "own", "en"), ["components.{c}.average_params=false"], system)
+        assert run_key("tb2", own_on.to_str(), 0) != run_key("tb2", own_off.to_str(), 0)
+
+
 def test_overrides_on_every_system_reach_the_tagger_too():
     for system in ("tagger", "crf_tagger"):
         config = _apply(generate_config(system, "own", "en"), ["training.optimizer.learn_rate=0.002"], system,

@@ -2,9 +2,11 @@
 
 spaCy's optimizer can average every weight it updates (``[training.optimizer] use_averages = true``):
 ``spacy train`` then evaluates and saves the averages. The configs ``spacy init config`` writes turn that
-off. A component with ``average_params`` keeps the same average of its own weights itself (its model's,
-the encoder's too when the component has its own; a shared ``tok2vec`` is another component's), and tags
-and saves with it. With an optimizer that averages, the component leaves it to the optimizer.
+off. A component with ``average_params`` and its own encoder keeps the same average of its weights itself,
+and tags and saves with it. With an optimizer that averages, the component leaves it to the optimizer. A
+component listening to a shared ``tok2vec`` keeps none: the ``tok2vec`` is another component's, and an
+averaged head on a ``tok2vec`` that keeps moving reads features it was not averaged on (on Twitter, seed 0,
+nldm_tagger lost 0.53 that way; results/spacy_train_diagnosis.md).
 """
 import contextlib
 from typing import Dict, Hashable, Tuple
@@ -42,6 +44,13 @@ class ParamAverages:
         """Context in which ``model`` holds the averages (its own weights again on exit); nothing when
         there are none yet."""
         return model.use_params(self.values) if self.values else contextlib.nullcontext()
+
+
+def listens(model: Model) -> bool:
+    """Whether ``model`` reads a shared ``tok2vec`` through a listener (spaCy's ``Tok2VecListener``)."""
+    from spacy.pipeline.tok2vec import Tok2VecListener
+
+    return any(isinstance(node, Tok2VecListener) for node in model.walk())
 
 
 class _Averaging:

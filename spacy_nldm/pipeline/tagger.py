@@ -25,7 +25,7 @@ from ..models.smoothing import mixture_weight
 from ..models.token_loss import token_cross_entropy
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
-from .averages import ParamAverages
+from .averages import ParamAverages, listens
 from .defaults import NLDM
 from .extensions import register_extensions
 
@@ -97,8 +97,9 @@ class StructuredTagger(TrainablePipe):
         first context (the emission and one fixed transition row) read as a softmax classifier; 0 (default)
         is the structured loss alone.
     average_params: keep a running average of the component's weights (the one spaCy's optimizer keeps
-        with ``use_averages = true``: :mod:`.averages`) when the optimizer keeps none, and tag and save
-        with it; with an averaging optimizer, or false, the component tags with its last weights.
+        with ``use_averages = true``: :mod:`.averages`) when the optimizer keeps none and the component
+        has its own encoder, and tag and save with it; with an averaging optimizer, a listener to a shared
+        ``tok2vec``, or false, the component tags with its last weights.
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
@@ -288,7 +289,7 @@ class StructuredTagger(TrainablePipe):
     def finish_update(self, sgd) -> None:
         """Apply the optimizer to the model's gradients (with ``average_params`` and an optimizer that
         keeps no averages, also update the component's own)."""
-        if self.average_params and getattr(sgd, "averages", None) is None:
+        if self.average_params and getattr(sgd, "averages", None) is None and not listens(self.model):
             sgd = self.averages.track(sgd)
         self.model.finish_update(sgd)
 
