@@ -1,4 +1,6 @@
-"""Brute-force references: enumerate every label sequence and every projective tree (tiny n and M only)."""
+"""Brute-force references: enumerate every label sequence and every projective tree (tiny n and M only);
+and :func:`torch_lane`, in which the structured core computes with its torch stages, the reference of the
+compiled loops."""
 import itertools
 from functools import lru_cache
 
@@ -124,3 +126,16 @@ def chain_reference(potentials, lengths):
     (grad,) = torch.autograd.grad(log_z.sum(), leaf)
     return log_z.detach(), grad.sum(dim=tuple(range(2, grad.dim() - 1)))
 
+
+
+def torch_lane():
+    """A context in which log Z goes through the torch stages (no compiled loop)."""
+    from spacy_nldm.structs import compiled
+
+    class Off:
+        def __enter__(self):
+            self.before, compiled.enabled = compiled.enabled, False
+
+        def __exit__(self, *exc):
+            compiled.enabled = self.before
+    return Off()

@@ -3,22 +3,11 @@ enumeration: log Z, the gradient of F and of the distance bias, at every score s
 import pytest
 import torch
 
-from brute import enumerate_tree_model, expand_directional
+from brute import enumerate_tree_model, torch_lane, expand_directional
 from spacy_nldm.structs import DirectionalScores, LogSemiring, label_marginals, log_partition, marginals
 from spacy_nldm.structs import compiled
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
-
-
-def torch_lane():
-    """A context in which log Z goes through the torch stages."""
-    class Off:
-        def __enter__(self):
-            self.before, compiled.enabled = compiled.enabled, False
-
-        def __exit__(self, *exc):
-            compiled.enabled = self.before
-    return Off()
 
 
 def log_z_and_grads(F, bias, lengths, k):

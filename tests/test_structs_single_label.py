@@ -5,20 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from brute import enumerate_tree_model
+from brute import enumerate_tree_model, torch_lane
 from spacy_nldm.structs import compiled, log_partition, single_label
 
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
-
-
-def torch_lane():
-    class Off:
-        def __enter__(self):
-            self.before, compiled.enabled = compiled.enabled, False
-
-        def __exit__(self, *exc):
-            compiled.enabled = self.before
-    return Off()
 
 
 def log_z_and_grad(scores, lengths, k):
