@@ -56,6 +56,8 @@ DATASETS: Dict[str, Tuple[str, str]] = {
 SYSTEMS = ("tagger", "crf_tagger", "nldm_tagger")
 SETTINGS = ("own", "shared")
 SHORT = {"tagger": "tagger", "crf_tagger": "crf", "nldm_tagger": "nldm"}
+#: the tok2vec of a component in setting "shared"
+LISTENER = "spacy.Tok2VecListener.v1"
 DEFAULT_RESULTS = Path("results/spacy_train/runs.jsonl")
 DEFAULT_WORKDIR = Path("training/spacy_train")
 #: spaCy's ``tagger`` reads a label starting with its ``neg_prefix`` ("!") as a negative annotation, which
@@ -89,8 +91,6 @@ STRUCTURED = ("crf_tagger", "nldm_tagger")
 NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_params"): False,
                     ("model", "hidden_width"): 0}
 
-
-LISTENER = "spacy.Tok2VecListener.v1"
 
 
 def run_key(dataset: str, config_text: str, seed: int) -> str:
@@ -129,7 +129,7 @@ def generate_config(system: str, setting: str, lang: str, *, labels_with_bang: b
         ours = init_config(lang=lang, pipeline=[system], optimize="efficiency", gpu=False)
         width = config["components"]["tok2vec"]["model"]["encode"]["width"]
         block = ours["components"][system]
-        block["model"]["tok2vec"] = {"@architectures": "spacy.Tok2VecListener.v1", "width": width, "upstream": "*"}
+        block["model"]["tok2vec"] = {"@architectures": LISTENER, "width": width, "upstream": "*"}
         del config["components"]["tagger"]
         config["components"][system] = block
         config["nlp"]["pipeline"] = ["tok2vec", system]

@@ -156,6 +156,7 @@ class StructuredTagger(TrainablePipe):
         self.token_loss = token_loss
         self.average_params = average_params
         self.averages = ParamAverages()
+        self._listens = listens(model)  # a listener keeps no averages (see .averages)
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
@@ -289,7 +290,7 @@ class StructuredTagger(TrainablePipe):
     def finish_update(self, sgd) -> None:
         """Apply the optimizer to the model's gradients (with ``average_params`` and an optimizer that
         keeps no averages, also update the component's own)."""
-        if self.average_params and getattr(sgd, "averages", None) is None and not listens(self.model):
+        if self.average_params and getattr(sgd, "averages", None) is None and not self._listens:
             sgd = self.averages.track(sgd)
         self.model.finish_update(sgd)
 

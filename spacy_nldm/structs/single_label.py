@@ -61,7 +61,7 @@ def _batch(arcs, lengths, limit, with_grad, log_z, grad):  # noqa: C901  (one re
     CR, CL = np.full((P, K0 + 1), neg), np.full((P, K0 + 1), neg)  # [start, width]
     IN, IR, IL = np.full((P, K0 + 1), neg), np.full((P, K0 + 1), neg), np.full((P, K0 + 1), neg)
     T = np.full(P, neg)
-    gCR, gCL, gIN = np.zeros((P, K0 + 1)), np.zeros((P, K0 + 1)), np.zeros((P, K0 + 1))
+    gCR, gCL = np.zeros((P, K0 + 1)), np.zeros((P, K0 + 1))
     gIR, gIL, gT = np.zeros((P, K0 + 1)), np.zeros((P, K0 + 1)), np.zeros(P)
     for b in range(B):
         n = lengths[b]
@@ -108,7 +108,6 @@ def _batch(arcs, lengths, limit, with_grad, log_z, grad):  # noqa: C901  (one re
         # -- outside: d log Z / d item, the items in reverse order ----------------------------------
         gCR[: n + 1, : K + 1] = 0.0
         gCL[: n + 1, : K + 1] = 0.0
-        gIN[: n + 1, : K + 1] = 0.0
         gIR[: n + 1, : K + 1] = 0.0
         gIL[: n + 1, : K + 1] = 0.0
         gT[: n + 1] = 0.0

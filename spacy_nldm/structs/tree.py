@@ -77,12 +77,10 @@ def log_partition(
             root = _CompiledFactoredInside.apply(*factors, problem.arcs.bias, problem)
         else:
             root = _CompiledInside.apply(problem.arcs.tensor, problem.arcs.bias, problem)
-        if not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
-            root = None  # +inf or NaN read somewhere: the torch stages name it
     elif _single_label_lane(semiring, problem, label_mask):
         root = _CompiledSingleLabel.apply(problem.arcs.tensor, problem)
-        if not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
-            root = None
+    if root is not None and not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
+        root = None  # +inf or NaN read somewhere: the torch stages name it
     if root is None:
         root = _Inside.apply(semiring, problem.arcs.tensor, problem.arcs.bias, problem)
     result = torch.where(problem.impossible, float("-inf"), root)
@@ -312,19 +310,22 @@ def _compiled_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[T
     """Whether :mod:`.compiled` computes this log Z: the log semiring itself, DirectionalScores on the CPU,
     no label or arc mask (anything else, and ``compiled.enabled = False``: the torch stages of :mod:`.inside`;
     a score of +inf or NaN is sent there too, which names it)."""
-    arcs = problem.arcs
-    return (compiled.enabled and compiled.available() and type(semiring) is LogSemiring and label_mask is None
-            and isinstance(arcs, DirectionalArcs) and arcs.arc_mask is None and arcs.tensor.device.type == "cpu"
-            and problem.limit >= 1)
+    return isinstance(problem.arcs, DirectionalArcs) and _compiled_case(semiring, problem, label_mask)
 
 
 def _single_label_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
     """Whether :mod:`.single_label` computes this log Z: dense scores with one label (M = 1: the gold labels'
     arcs, log S), the log semiring, on the CPU, no label or arc mask."""
     arcs = problem.arcs
+    return isinstance(arcs, DenseArcs) and arcs.tensor.shape[-1] == 1 and _compiled_case(semiring, problem, label_mask)
+
+
+def _compiled_case(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
+    """What both compiled loops need: numba (and ``compiled.enabled``), the log semiring itself, the CPU, no
+    label or arc mask, an arc limit of at least 1."""
+    arcs = problem.arcs
     return (compiled.enabled and compiled.available() and type(semiring) is LogSemiring and label_mask is None
-            and isinstance(arcs, DenseArcs) and arcs.tensor.shape[-1] == 1 and arcs.arc_mask is None
-            and arcs.tensor.device.type == "cpu" and problem.limit >= 1)
+            and arcs.arc_mask is None and arcs.tensor.device.type == "cpu" and problem.limit >= 1)
 
 
 def _factors(scores, problem: _Problem) -> Optional[Tuple[Tensor, Tensor]]:
