@@ -1,7 +1,7 @@
 """The components' own weight averages (component setting ``average_params``, spacy_nldm.pipeline.averages):
 they are the averages spaCy's optimizer keeps with ``use_averages``, the component tags and saves with them,
-and it keeps none when the optimizer averages, when it listens to a shared tok2vec, or when the setting is
-off."""
+and it keeps none when the optimizer averages or when the setting is off; listening to a shared tok2vec, it
+has the optimizer average the whole pipeline."""
 import numpy
 import pytest
 import spacy
@@ -76,17 +76,43 @@ def test_no_averages_of_its_own_when_off_or_when_the_optimizer_averages(average_
     assert (pipe.model.predict([Doc(nlp.vocab, words=PROBE)]).scores == _scores(nlp)).all()
 
 
-def test_a_listener_keeps_no_averages():
-    """With a shared tok2vec (another component's weights, not averaged) the component tags with its last
-    weights: an averaged head would read features of a tok2vec it was not averaged with."""
+def _listening(average_params):
     fix_random_seed(0)
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec")
-    nlp.add_pipe("crf_tagger", name="tagger", config={"average_params": True, "model": {"tok2vec": {
+    nlp.add_pipe("crf_tagger", name="tagger", config={"average_params": average_params, "model": {"tok2vec": {
         "@architectures": "spacy.Tok2VecListener.v1", "width": 96, "upstream": "*"}}})
     examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in DATA]
     nlp.initialize(lambda: examples)
+    return nlp, examples
+
+
+def test_a_listener_has_the_optimizer_average_the_pipeline():
+    """Listening to a shared tok2vec (another component's weights), the component keeps no averages of its
+    own: it turns the optimizer's on, before any weight is updated (the tok2vec gets its first gradient from
+    the head), so the pipeline then tags under ``use_params(optimizer.averages)`` exactly as with an optimizer
+    made with ``use_averages = true``."""
+    reference, examples = _listening(False)
+    averaging = Adam(0.01, use_averages=True)
+    ours, _ = _listening(True)
     optimizer = Adam(0.01, use_averages=False)
-    for _ in range(3):
+    for _ in range(4):
+        reference.update(examples, sgd=averaging)
+        ours.update(examples, sgd=optimizer)
+    assert not ours.get_pipe("tagger").averages
+    assert set(optimizer.averages) == set(optimizer.nr_update)  # every weight the optimizer updated
+    tok2vec = {node.id for node in ours.get_pipe("tok2vec").model.walk()}
+    assert any(key[0] in tok2vec for key in optimizer.averages)
+    with reference.use_params(averaging.averages):
+        expected = _marginals(reference)
+    with ours.use_params(optimizer.averages):
+        numpy.testing.assert_allclose(_marginals(ours), expected, atol=1e-6)
+    assert numpy.abs(_marginals(ours) - expected).max() > 1e-3  # the last weights are not the averages
+
+
+def test_a_listener_leaves_the_optimizer_alone_when_off():
+    nlp, examples = _listening(False)
+    optimizer = Adam(0.01, use_averages=False)
+    for _ in range(2):
         nlp.update(examples, sgd=optimizer)
-    assert not nlp.get_pipe("tagger").averages
+    assert optimizer.averages is None and not nlp.get_pipe("tagger").averages

@@ -95,8 +95,7 @@ NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_par
 
 def run_key(dataset: str, config_text: str, seed: int) -> str:
     """A run's identity: dataset, seed and the config's settings (sections and keys in any order; the
-    :data:`NEUTRAL_SETTINGS` at their neutral value left out, and ``average_params`` of a component that
-    listens to a shared tok2vec, where it has no effect)."""
+    :data:`NEUTRAL_SETTINGS` at their neutral value left out)."""
     from thinc.api import Config
 
     config = Config().from_str(config_text, interpolate=False)
@@ -107,8 +106,6 @@ def run_key(dataset: str, config_text: str, seed: int) -> str:
             section = block if where == "component" else block.get("model", {})
             if name in section and section[name] == value:
                 del section[name]
-        if block.get("model", {}).get("tok2vec", {}).get("@architectures") == LISTENER:
-            block.pop("average_params", None)  # a listener keeps no averages: the setting trains nothing
     settings = json.dumps(config, sort_keys=True, default=str)
     return f"{dataset}/{hashlib.sha1(settings.encode('utf8')).hexdigest()[:12]}/seed{seed}"
 

@@ -1,20 +1,28 @@
-"""The running average of a component's weights, for an optimizer that keeps none.
+"""Weight averages for a component whose optimizer keeps none.
 
 spaCy's optimizer can average every weight it updates (``[training.optimizer] use_averages = true``):
 ``spacy train`` then evaluates and saves the averages. The configs ``spacy init config`` writes turn that
-off. A component with ``average_params`` and its own encoder keeps the same average of its weights itself,
-and tags and saves with it. With an optimizer that averages, the component leaves it to the optimizer. A
-component listening to a shared ``tok2vec`` keeps none: the ``tok2vec`` is another component's, and an
-averaged head on a ``tok2vec`` that keeps moving reads features it was not averaged on (on Twitter, seed 0,
-nldm_tagger lost 0.53 that way; results/spacy_train_diagnosis.md).
+off. With ``average_params`` a component averages anyway, in one of two ways:
+
+- With its own encoder, it keeps the same average of its own weights (:class:`ParamAverages`) and tags and
+  saves with it; nothing else in the pipeline changes.
+- Listening to a shared ``tok2vec``, it turns the optimizer's averaging on (:func:`average_the_pipeline`),
+  as ``use_averages = true`` would from the first update: the ``tok2vec`` is another component's, and an
+  averaged head must read an averaged ``tok2vec`` (a head averaged alone over a ``tok2vec`` that kept
+  moving lost 0.53 for nldm_tagger on Twitter; results/spacy_train_diagnosis.md). ``spacy train`` then
+  evaluates and saves every component with its averages, as it does with ``use_averages = true``.
+
+With an optimizer that averages already, the component leaves it to the optimizer.
 """
 import contextlib
+import logging
 from typing import Dict, Hashable, Tuple
 
 from thinc.api import Model
 from thinc.backends import get_array_ops
 
 Key = Tuple[Hashable, str]
+logger = logging.getLogger("spacy")
 
 
 class ParamAverages:
@@ -67,3 +75,12 @@ class _Averaging:
 
     def __getattr__(self, name: str):
         return getattr(self._optimizer, name)
+
+
+def average_the_pipeline(optimizer, component: str) -> None:
+    """Turn on ``optimizer``'s weight averages (thinc's ``Optimizer.averages``; ``use_averages = true``)
+    from its next update on, for every weight it updates: the whole pipeline's."""
+    optimizer.averages = {}
+    logger.info("[spacy-nldm] %s: average_params = true and the optimizer keeps no averages, so it now "
+                "averages the pipeline's weights (as use_averages = true); set average_params = false "
+                "to keep the optimizer as configured", component)

@@ -25,7 +25,7 @@ from ..models.smoothing import mixture_weight
 from ..models.token_loss import token_cross_entropy
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
-from .averages import ParamAverages, listens
+from .averages import ParamAverages, average_the_pipeline, listens
 from .defaults import NLDM
 from .extensions import register_extensions
 
@@ -96,10 +96,11 @@ class StructuredTagger(TrainablePipe):
         becomes the structured one plus w times the smoothed cross-entropy of each token's scores in the
         first context (the emission and one fixed transition row) read as a softmax classifier; 0 (default)
         is the structured loss alone.
-    average_params: keep a running average of the component's weights (the one spaCy's optimizer keeps
-        with ``use_averages = true``: :mod:`.averages`) when the optimizer keeps none and the component
-        has its own encoder, and tag and save with it; with an averaging optimizer, a listener to a shared
-        ``tok2vec``, or false, the component tags with its last weights.
+    average_params: when the optimizer keeps no weight averages, average anyway (:mod:`.averages`): with
+        its own encoder, the component keeps the running average of its weights that spaCy's optimizer
+        keeps with ``use_averages = true`` and tags and saves with it; listening to a shared ``tok2vec``,
+        it turns on the optimizer's averaging (the whole pipeline's, which ``spacy train`` evaluates and
+        saves). False, or an optimizer that averages already: the optimizer as configured.
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
@@ -156,7 +157,7 @@ class StructuredTagger(TrainablePipe):
         self.token_loss = token_loss
         self.average_params = average_params
         self.averages = ParamAverages()
-        self._listens = listens(model)  # a listener keeps no averages (see .averages)
+        self._listens = listens(model)  # a listener has the optimizer average (see .averages)
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
@@ -288,10 +289,14 @@ class StructuredTagger(TrainablePipe):
         return losses
 
     def finish_update(self, sgd) -> None:
-        """Apply the optimizer to the model's gradients (with ``average_params`` and an optimizer that
-        keeps no averages, also update the component's own)."""
-        if self.average_params and getattr(sgd, "averages", None) is None and not self._listens:
-            sgd = self.averages.track(sgd)
+        """Apply the optimizer to the model's gradients. With ``average_params`` and an optimizer that
+        keeps no averages, also update the component's own averages, or, listening to a shared
+        ``tok2vec``, turn on the optimizer's (:mod:`.averages`)."""
+        if self.average_params and getattr(sgd, "averages", None) is None:
+            if self._listens:
+                average_the_pipeline(sgd, self.name)
+            else:
+                sgd = self.averages.track(sgd)
         self.model.finish_update(sgd)
 
     def _tok2vec_grad_scale(self, n_tokens: int) -> float:
