@@ -89,9 +89,8 @@ def _listening(average_params):
 
 def test_a_listener_has_the_optimizer_average_the_pipeline():
     """Listening to a shared tok2vec (another component's weights), the component keeps no averages of its
-    own: it turns the optimizer's on, before any weight is updated (the tok2vec gets its first gradient from
-    the head), so the pipeline then tags under ``use_params(optimizer.averages)`` exactly as with an optimizer
-    made with ``use_averages = true``."""
+    own: it turns the optimizer's on at its first update, and the pipeline then tags under
+    ``use_params(optimizer.averages)`` as with an optimizer made with ``use_averages = true``."""
     reference, examples = _listening(False)
     averaging = Adam(0.01, use_averages=True)
     ours, _ = _listening(True)
