@@ -18,7 +18,7 @@ import contextlib
 import logging
 from typing import Dict, Hashable, Tuple
 
-from thinc.api import Model
+from thinc.api import Model, Optimizer
 from thinc.backends import get_array_ops
 
 Key = Tuple[Hashable, str]
@@ -79,7 +79,10 @@ class _Averaging:
 
 def average_the_pipeline(optimizer, component: str) -> None:
     """Turn on ``optimizer``'s weight averages (thinc's ``Optimizer.averages``; ``use_averages = true``)
-    from its next update on, for every weight it updates: the whole pipeline's."""
+    from its next update on, for every weight it updates: the whole pipeline's. An optimizer that is not
+    thinc's is left as it is."""
+    if not isinstance(optimizer, Optimizer):
+        return
     optimizer.averages = {}
     logger.info("[spacy-nldm] %s: average_params = true and the optimizer keeps no averages, so it now "
                 "averages the pipeline's weights (as use_averages = true); set average_params = false "
