@@ -343,7 +343,7 @@ def bench_spacy_train(
             done[row["key"]] = row
             typer.echo(f"[{number}/{len(todo)}] {run.dataset} {run.system} {run.setting} seed {run.seed}: test "
                        f"{row['test_tag_acc']:.2f}, {row['train_seconds']:.0f} s (elapsed {time.perf_counter() - start:.0f} s)")
-    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant)
+    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results)
     typer.echo("\n" + text)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -353,11 +353,12 @@ def bench_spacy_train(
         raise typer.Exit(1)
 
 
-def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant) -> str:
+def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results=DEFAULT_RESULTS) -> str:
     command = (f"python -m spacy_nldm bench spacy-train --datasets {','.join(sets)} --systems {','.join(names)} "
                f"--settings {','.join(modes)} --seeds {seeds} --max-steps {max_steps}"
                + "".join(f" --set '{s}'" for s in set_) + "".join(f" --set-all '{s}'" for s in set_all)
-               + (f" --variant {variant}" if set_ or set_all else ""))
+               + (f" --variant {variant}" if set_ or set_all else "")
+               + (f" --results {results}" if Path(results) != DEFAULT_RESULTS else ""))
     machine = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
     parts = [f"Written {time.strftime('%Y-%m-%d')} on {machine}; runs as listed in the runs file.\n",
              f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
