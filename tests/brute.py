@@ -127,7 +127,6 @@ def chain_reference(potentials, lengths):
     return log_z.detach(), grad.sum(dim=tuple(range(2, grad.dim() - 1)))
 
 
-
 def torch_lane():
     """A context in which log Z goes through the torch stages (no compiled loop)."""
     from spacy_nldm.structs import compiled

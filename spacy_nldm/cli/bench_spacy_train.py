@@ -92,7 +92,6 @@ NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_par
                     ("model", "hidden_width"): 0}
 
 
-
 def run_key(dataset: str, config_text: str, seed: int) -> str:
     """A run's identity: dataset, seed and the config's settings (sections and keys in any order; the
     :data:`NEUTRAL_SETTINGS` at their neutral value left out)."""
@@ -353,7 +352,7 @@ def bench_spacy_train(
         raise typer.Exit(1)
 
 
-def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results=DEFAULT_RESULTS) -> str:
+def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results) -> str:
     command = (f"python -m spacy_nldm bench spacy-train --datasets {','.join(sets)} --systems {','.join(names)} "
                f"--settings {','.join(modes)} --seeds {seeds} --max-steps {max_steps}"
                + "".join(f" --set '{s}'" for s in set_) + "".join(f" --set-all '{s}'" for s in set_all)

@@ -7,10 +7,11 @@ off. With ``average_params`` a component averages anyway, in one of two ways:
 - With its own encoder, it keeps the same average of its own weights (:class:`ParamAverages`) and tags and
   saves with it; nothing else in the pipeline changes.
 - Listening to a shared ``tok2vec``, it turns the optimizer's averaging on at its first update
-  (:func:`average_the_pipeline`), which then averages as ``use_averages = true`` would: the ``tok2vec`` is another component's, and an
-  averaged head must read an averaged ``tok2vec`` (a head averaged alone over a ``tok2vec`` that kept
-  moving lost 0.53 for nldm_tagger on Twitter; results/spacy_train_diagnosis.md). ``spacy train`` then
-  evaluates and saves every component with its averages, as it does with ``use_averages = true``.
+  (:func:`average_the_pipeline`), which then averages as ``use_averages = true`` would: the ``tok2vec`` is
+  another component's, and an averaged head must read an averaged ``tok2vec`` (a head averaged alone over a
+  ``tok2vec`` that kept moving lost 0.53 for nldm_tagger on Twitter; results/spacy_train_diagnosis.md).
+  ``spacy train`` then evaluates and saves every component with its averages, as it does with
+  ``use_averages = true``.
 
 With an optimizer that averages already, the component leaves it to the optimizer.
 """
