@@ -114,7 +114,9 @@ def test_runs_are_kept_and_not_redone(tmp_path):
     assert first.exit_code == 0, first.output
     rows = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
     assert len(rows) == 1 and 0 <= rows[0]["test_tag_acc"] <= 100 and rows[0]["system"] == "crf_tagger"
-    assert "### Setting `own`" in (tmp_path / "table.md").read_text()
+    assert rows[0]["machine"].endswith("1 runs at a time")
+    table = (tmp_path / "table.md").read_text()
+    assert "### Setting `own`" in table and rows[0]["machine"] in table
     second = CliRunner().invoke(app, args)
     assert second.exit_code == 0 and "0 runs to do" in second.output
     assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1

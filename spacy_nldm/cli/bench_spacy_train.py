@@ -170,7 +170,15 @@ def _one_thread_env() -> Dict[str, str]:
     return env
 
 
-def execute(run: Run, corpus: Path, workdir: Path, max_steps: int) -> dict:
+def this_machine(jobs: int) -> str:
+    """The machine a run is made on, as a row records it (runs from different machines compare only roughly)."""
+    import torch
+
+    return (f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, {jobs} runs at a time")
+
+
+def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str = "") -> dict:
     """Train and evaluate one run in a subprocess each (``spacy train``, ``spacy evaluate``); the row."""
     folder, lang = DATASETS[run.dataset]
     data = corpus / folder
@@ -202,7 +210,7 @@ def execute(run: Run, corpus: Path, workdir: Path, max_steps: int) -> dict:
         "key": run.key, "dataset": run.dataset, "system": run.system, "setting": run.setting, "seed": run.seed,
         "variant": run.variant, "max_steps": max_steps, "test_tag_acc": 100 * scores["tag_acc"],
         "dev_score": 100 * meta.get("performance", {}).get("tag_acc", float("nan")),
-        "train_seconds": round(seconds, 1), "config": run.config,
+        "train_seconds": round(seconds, 1), "machine": machine, "config": run.config,
     }
 
 
@@ -328,7 +336,8 @@ def bench_spacy_train(
     start = time.perf_counter()
     failures = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(execute, run, corpus, workdir, max_steps): run for run in todo}
+        machine = this_machine(jobs)
+        futures = {pool.submit(execute, run, corpus, workdir, max_steps, machine): run for run in todo}
         for number, future in enumerate(as_completed(futures), start=1):
             run = futures[future]
             try:
@@ -359,11 +368,14 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, var
                + (f" --variant {variant}" if set_ or set_all else "")
                + (f" --results {results}" if Path(results) != DEFAULT_RESULTS else ""))
     machine = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
-    parts = [f"Written {time.strftime('%Y-%m-%d')} on {machine}; runs as listed in the runs file.\n",
+    used = [done[run.key] for _, run in plan if run.key in done]
+    machines = sorted({row.get("machine") or "not recorded" for row in used})
+    parts = [f"Written {time.strftime('%Y-%m-%d')} on {machine}; runs as listed in the runs file, made on: "
+             + "; ".join(machines) + ".\n",
              f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
-             "(gold_preproc = true); training wall seconds at one torch thread, two runs at a time (on a machine "
-             "busy with other work they compare only roughly).\n",
+             "(gold_preproc = true); training wall seconds at one torch thread (runs made at the same time on "
+             "one machine compare; others only roughly).\n",
              f"Command: `{command}`\n"]
     for mode in modes:
         cells: Dict[Tuple[str, str], List[dict]] = {}
