@@ -47,13 +47,17 @@ def test_component_class_defaults_are_the_nldm_factorys():
     assert declared == defaults.NLDM
 
 
-def test_a_generated_config_has_the_defaults():
+@pytest.mark.parametrize("factory,width", [("nldm_tagger", defaults.NLDM_WIDTH), ("crf_tagger", defaults.CRF_WIDTH)])
+def test_a_generated_config_has_the_defaults(factory, width):
     from spacy.cli.init_config import init_config
 
-    config = init_config(lang="en", pipeline=["nldm_tagger"])
-    block = config["components"]["nldm_tagger"]
-    assert {k: block[k] for k in defaults.NLDM} == defaults.NLDM
-    assert block["model"]["max_dist"] == defaults.NLDM_MODEL["max_dist"]
+    settings, model, _ = FACTORIES[factory]
+    config = init_config(lang="en", pipeline=[factory])
+    block = config["components"][factory]
+    assert {k: block[k] for k in settings} == settings
+    assert {k: block["model"][k] for k in model if k != "tok2vec"} == {k: v for k, v in model.items() if k != "tok2vec"}
+    tok2vec = block["model"]["tok2vec"]
+    assert tok2vec["embed"]["width"] == tok2vec["encode"]["width"] == width
 
 
 def _settings_with_comments(path: Path):

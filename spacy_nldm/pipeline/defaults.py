@@ -21,29 +21,37 @@ COMMON = {
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
-#: the encoder each component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger``
-#: writes for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE with rows 5000, 1000, 2500,
-#: 2500, then a MaxoutWindowEncoder of depth 4), at width 128 instead of 96: in ``spacy train`` that gained
-#: +0.18 (crf_tagger) and +0.13 (nldm_tagger) on the eight-dataset average, three seeds, for about 30% more
-#: training time (results/spacy_train_diagnosis.md). A component listening to a shared ``tok2vec`` has none.
-TOK2VEC = """
+def own_tok2vec(width: int) -> str:
+    """The encoder a component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger``
+    writes for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE with rows 5000, 1000, 2500,
+    2500, then a MaxoutWindowEncoder of depth 4), at ``width`` instead of the tagger's 96. A component
+    listening to a shared ``tok2vec`` has none."""
+    return f"""
 [model.tok2vec]
 @architectures = "spacy.Tok2Vec.v2"
 
 [model.tok2vec.embed]
 @architectures = "spacy.MultiHashEmbed.v2"
-width = 128
+width = {width}
 attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
 rows = [5000, 1000, 2500, 2500]
 include_static_vectors = false
 
 [model.tok2vec.encode]
 @architectures = "spacy.MaxoutWindowEncoder.v2"
-width = 128
+width = {width}
 depth = 4
 window_size = 1
 maxout_pieces = 3
 """
+
+
+#: The own encoders' widths, measured in ``spacy train`` (eight datasets, three seeds;
+#: results/spacy_train_diagnosis.md). crf_tagger: 128 gained +0.18 over 96 for about 30% more training
+#: time; 192 gained only +0.05 more for twice the time of 128. nldm_tagger: 128 gained +0.13 over 96, and
+#: 192 +0.19 more (on each of the three seeds), for about twice the time of 128.
+CRF_WIDTH = 128
+NLDM_WIDTH = 192
 
 NLDM_MODEL = Config().from_str(
     """
@@ -60,7 +68,7 @@ char_width = 0
 context_width = 0
 hidden_width = 0
 """
-    + TOK2VEC
+    + own_tok2vec(NLDM_WIDTH)
 )["model"]
 
 CRF_MODEL = Config().from_str(
@@ -77,5 +85,5 @@ char_width = 0
 context_width = 0
 hidden_width = 0
 """
-    + TOK2VEC
+    + own_tok2vec(CRF_WIDTH)
 )["model"]
