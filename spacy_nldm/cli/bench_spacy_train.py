@@ -368,10 +368,13 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, var
                + (f" --variant {variant}" if set_ or set_all else "")
                + (f" --results {results}" if Path(results) != DEFAULT_RESULTS else ""))
     machine = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
-    used = [done[run.key] for _, run in plan if run.key in done]
-    machines = sorted({row.get("machine") or "not recorded" for row in used})
+    used = {run.key: done[run.key] for _, run in plan if run.key in done}
+    machines: Dict[str, int] = {}
+    for row in used.values():
+        name = row.get("machine") or "not recorded"
+        machines[name] = machines.get(name, 0) + 1
     parts = [f"Written {time.strftime('%Y-%m-%d')} on {machine}; runs as listed in the runs file, made on: "
-             + "; ".join(machines) + ".\n",
+             + "; ".join(f"{name} ({count} runs)" for name, count in sorted(machines.items())) + ".\n",
              f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
              "(gold_preproc = true); training wall seconds at one torch thread (runs made at the same time on "
