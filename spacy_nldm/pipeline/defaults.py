@@ -21,6 +21,7 @@ COMMON = {
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
+
 def own_tok2vec(width: int) -> str:
     """The encoder a component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger``
     writes for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE with rows 5000, 1000, 2500,
@@ -48,8 +49,9 @@ maxout_pieces = 3
 
 #: The own encoders' widths, measured in ``spacy train`` (eight datasets, three seeds;
 #: results/spacy_train_diagnosis.md). crf_tagger: 128 gained +0.18 over 96 for about 30% more training
-#: time; 192 gained only +0.05 more for twice the time of 128. nldm_tagger: 128 gained +0.13 over 96, and
-#: 192 +0.19 more (on each of the three seeds), for about twice the time of 128.
+#: time; 192 gained only +0.05 more for twice the time of 128 (as much as hash tables of twice the rows at
+#: 128, which cost no time). nldm_tagger: 128 gained +0.13 over 96, and 192 +0.19 more (on each of the three
+#: seeds; twice the rows at 128 gained +0.11), for about twice the time of 128.
 CRF_WIDTH = 128
 NLDM_WIDTH = 192
 
