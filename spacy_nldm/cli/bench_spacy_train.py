@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,15 +171,18 @@ def _one_thread_env() -> Dict[str, str]:
     return env
 
 
+def _host() -> str:
+    return f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
+
+
 def this_machine(jobs: int) -> str:
     """The machine a run is made on, as a row records it (runs from different machines compare only roughly)."""
     import torch
 
-    return (f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}, "
-            f"torch {torch.__version__}, {jobs} runs at a time")
+    return f"{_host()}, torch {torch.__version__}, {jobs} runs at a time"
 
 
-def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str = "") -> dict:
+def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str) -> dict:
     """Train and evaluate one run in a subprocess each (``spacy train``, ``spacy evaluate``); the row."""
     folder, lang = DATASETS[run.dataset]
     data = corpus / folder
@@ -367,13 +371,9 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, var
                + "".join(f" --set '{s}'" for s in set_) + "".join(f" --set-all '{s}'" for s in set_all)
                + (f" --variant {variant}" if set_ or set_all else "")
                + (f" --results {results}" if Path(results) != DEFAULT_RESULTS else ""))
-    machine = f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
-    used = {run.key: done[run.key] for _, run in plan if run.key in done}
-    machines: Dict[str, int] = {}
-    for row in used.values():
-        name = row.get("machine") or "not recorded"
-        machines[name] = machines.get(name, 0) + 1
-    parts = [f"Written {time.strftime('%Y-%m-%d')} on {machine}; runs as listed in the runs file, made on: "
+    used = {run.key: done[run.key] for _, run in plan if run.key in done}  # a run may fill cells of both settings
+    machines = Counter(row.get("machine") or "not recorded" for row in used.values())
+    parts = [f"Written {time.strftime('%Y-%m-%d')} on {_host()}; runs as listed in the runs file, made on: "
              + "; ".join(f"{name} ({count} runs)" for name, count in sorted(machines.items())) + ".\n",
              f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
