@@ -47,8 +47,8 @@ def test_component_class_defaults_are_the_nldm_factorys():
     assert declared == defaults.NLDM
 
 
-@pytest.mark.parametrize("factory,width", [("nldm_tagger", defaults.NLDM_WIDTH), ("crf_tagger", defaults.CRF_WIDTH)])
-def test_a_generated_config_has_the_defaults(factory, width):
+@pytest.mark.parametrize("factory", sorted(FACTORIES))
+def test_a_generated_config_has_the_defaults(factory):
     from spacy.cli.init_config import init_config
 
     settings, model, _ = FACTORIES[factory]
@@ -57,7 +57,8 @@ def test_a_generated_config_has_the_defaults(factory, width):
     assert {k: block[k] for k in settings} == settings
     assert {k: block["model"][k] for k in model if k != "tok2vec"} == {k: v for k, v in model.items() if k != "tok2vec"}
     tok2vec = block["model"]["tok2vec"]
-    assert tok2vec["embed"]["width"] == tok2vec["encode"]["width"] == width
+    assert tok2vec["embed"]["width"] == tok2vec["encode"]["width"] == defaults.OWN_WIDTH
+    assert tuple(tok2vec["embed"]["rows"]) == defaults.OWN_ROWS
 
 
 def _settings_with_comments(path: Path):

@@ -22,38 +22,38 @@ NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
 
-def own_tok2vec(width: int) -> str:
+def own_tok2vec() -> str:
     """The encoder a component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger``
-    writes for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE with rows 5000, 1000, 2500,
-    2500, then a MaxoutWindowEncoder of depth 4), at ``width`` instead of the tagger's 96. A component
-    listening to a shared ``tok2vec`` has none."""
+    writes for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE, then a MaxoutWindowEncoder
+    of depth 4), with more capacity: width :data:`OWN_WIDTH` instead of the tagger's 96 and hash tables of
+    :data:`OWN_ROWS` instead of its 5000, 1000, 2500, 2500. A component listening to a shared ``tok2vec``
+    has none."""
+    rows = ", ".join(str(r) for r in OWN_ROWS)
     return f"""
 [model.tok2vec]
 @architectures = "spacy.Tok2Vec.v2"
 
 [model.tok2vec.embed]
 @architectures = "spacy.MultiHashEmbed.v2"
-width = {width}
+width = {OWN_WIDTH}
 attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
-rows = [5000, 1000, 2500, 2500]
+rows = [{rows}]
 include_static_vectors = false
 
 [model.tok2vec.encode]
 @architectures = "spacy.MaxoutWindowEncoder.v2"
-width = {width}
+width = {OWN_WIDTH}
 depth = 4
 window_size = 1
 maxout_pieces = 3
 """
 
 
-#: The own encoders' widths, measured in ``spacy train`` (eight datasets, three seeds;
-#: results/spacy_train_diagnosis.md). crf_tagger: 128 gained +0.18 over 96 for about 30% more training
-#: time; 192 gained only +0.05 more for twice the time of 128 (as much as hash tables of twice the rows at
-#: 128, which cost no time). nldm_tagger: 128 gained +0.13 over 96, and 192 +0.19 more (on each of the three
-#: seeds; twice the rows at 128 gained +0.11), for about twice the time of 128.
-CRF_WIDTH = 128
-NLDM_WIDTH = 192
+#: The own encoder's capacity, measured in ``spacy train`` (eight datasets, three seeds;
+#: results/spacy_train_diagnosis.md): width 192 with hash tables of twice the tagger's rows gained both
+#: components more than width 128 or 192 alone, or twice the rows alone.
+OWN_WIDTH = 192
+OWN_ROWS = (10000, 2000, 5000, 5000)
 
 NLDM_MODEL = Config().from_str(
     """
@@ -70,7 +70,7 @@ char_width = 0
 context_width = 0
 hidden_width = 0
 """
-    + own_tok2vec(NLDM_WIDTH)
+    + own_tok2vec()
 )["model"]
 
 CRF_MODEL = Config().from_str(
@@ -87,5 +87,5 @@ char_width = 0
 context_width = 0
 hidden_width = 0
 """
-    + own_tok2vec(CRF_WIDTH)
+    + own_tok2vec()
 )["model"]
