@@ -22,14 +22,15 @@ NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
 
-def own_tok2vec() -> str:
-    """The encoder a component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger``
-    writes for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE, then a MaxoutWindowEncoder
-    of depth 4), with more capacity: width :data:`OWN_WIDTH` instead of the tagger's 96 and hash tables of
-    :data:`OWN_ROWS` instead of its 5000, 1000, 2500, 2500. A component listening to a shared ``tok2vec``
-    has none."""
-    rows = ", ".join(str(r) for r in OWN_ROWS)
-    return f"""
+#: The encoder a component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger`` writes
+#: for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE, then a MaxoutWindowEncoder of
+#: depth 4), with more capacity: width 192 instead of the tagger's 96 and hash tables of twice its rows
+#: (5000, 1000, 2500, 2500). Measured in ``spacy train`` (eight datasets, three seeds;
+#: results/spacy_train_diagnosis.md), the two together gained both components more than width 128 or 192
+#: alone, or twice the rows alone. A component listening to a shared ``tok2vec`` has none.
+OWN_WIDTH = 192
+OWN_ROWS = (10000, 2000, 5000, 5000)
+OWN_TOK2VEC = f"""
 [model.tok2vec]
 @architectures = "spacy.Tok2Vec.v2"
 
@@ -37,7 +38,7 @@ def own_tok2vec() -> str:
 @architectures = "spacy.MultiHashEmbed.v2"
 width = {OWN_WIDTH}
 attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
-rows = [{rows}]
+rows = {list(OWN_ROWS)}
 include_static_vectors = false
 
 [model.tok2vec.encode]
@@ -47,13 +48,6 @@ depth = 4
 window_size = 1
 maxout_pieces = 3
 """
-
-
-#: The own encoder's capacity, measured in ``spacy train`` (eight datasets, three seeds;
-#: results/spacy_train_diagnosis.md): width 192 with hash tables of twice the tagger's rows gained both
-#: components more than width 128 or 192 alone, or twice the rows alone.
-OWN_WIDTH = 192
-OWN_ROWS = (10000, 2000, 5000, 5000)
 
 NLDM_MODEL = Config().from_str(
     """
@@ -70,7 +64,7 @@ char_width = 0
 context_width = 0
 hidden_width = 0
 """
-    + own_tok2vec()
+    + OWN_TOK2VEC
 )["model"]
 
 CRF_MODEL = Config().from_str(
@@ -87,5 +81,5 @@ char_width = 0
 context_width = 0
 hidden_width = 0
 """
-    + own_tok2vec()
+    + OWN_TOK2VEC
 )["model"]
