@@ -321,3 +321,28 @@ def test_optimizer_averages_reach_the_torch_head():
     with nlp.use_params(optimizer.averages):
         torch.testing.assert_close(scorer.W.detach(), averaged)
     torch.testing.assert_close(scorer.W.detach(), last)
+
+
+def test_distance_prior_is_where_the_bias_starts_and_it_cancels_there():
+    """distance_prior p starts the bias at -p * (length - 1) in both directions; with the label interactions
+    at their zero start the NLDM is still the softmax tagger (the bias cancels), whatever p."""
+    torch.manual_seed(9)
+    for p in (0.0, 1.5):
+        scorer = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=3, distance_prior=p)
+        scorer.resize(7, 5)
+        expected = torch.tensor([[0.0, -p, -2 * p]] * 2)
+        assert torch.equal(scorer.distance_bias.detach(), expected)
+        scorer = scorer.double()
+        with torch.no_grad():
+            torch.nn.init.normal_(scorer.W), torch.nn.init.normal_(scorer.b)  # the interaction A stays at zero
+        h = torch.randn(2, 5, 7, dtype=torch.float64)
+        lengths = torch.tensor([5, 3])
+        tree = LatentTree(3, distance_bias=scorer.distance_bias)
+        marg = tree.label_marginals(scorer(h), lengths)
+        real = torch.arange(5)[None, :] < lengths[:, None]
+        torch.testing.assert_close(marg[real], (h @ scorer.W + scorer.b).softmax(-1)[real])
+
+
+def test_distance_prior_needs_the_distance_bias():
+    with pytest.raises(ValueError, match="distance_prior"):
+        make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=0, distance_prior=1.0)

@@ -304,6 +304,7 @@ def test_without_the_tree_the_labels_are_the_same(ark):
         ("crf_tagger", {"char_width": 8}, {}),
         ("nldm_tagger", {"char_width": 8, "context_width": 16}, {"store_probs": True}),
         ("crf_tagger", {"char_width": 8, "hidden_width": 24}, {"store_probs": True}),
+        ("nldm_tagger", {"embed_width": 8, "distance_prior": 1.0}, {"store_probs": True}),
     ],
 )
 def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, factory, model, component):
@@ -400,10 +401,13 @@ def test_listener_shares_a_tok2vec_component(ark):
     ("crf_tagger", {"context_width": 16}, 16),
     ("nldm_tagger", {"hidden_width": 12}, 12),
     ("crf_tagger", {"context_width": 16, "hidden_width": 12}, 12),
+    ("nldm_tagger", {"embed_width": 8}, 40),
+    ("crf_tagger", {"char_width": 6, "embed_width": 8, "hidden_width": 12}, 12),
+    ("crf_tagger", {"embed_width": 8, "context_width": 16}, 16),
 ])
 def test_head_layers_on_a_listener_learn_and_tag_each_doc_as_alone(ark, factory, layers, width):
-    """context_width (the head's BiLSTM) and hidden_width (its hidden layer, last before the scorer) read a
-    listener's vectors; training fits the training sentences (an untrained head does not: the tiny learnable
+    """context_width (the head's BiLSTM), hidden_width (its hidden layer, last before the scorer) and
+    embed_width (its own hash embeddings, beside the listener's vectors) read a listener's vectors; training fits the training sentences (an untrained head does not: the tiny learnable
     task), the scorer reads the last layer's width, and a doc's tags and probabilities do not depend on its batch."""
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
@@ -590,6 +594,45 @@ def test_distance_bias_learns_and_round_trips(ark):
     assert [t.tag_ for t in a] == [t.tag_ for t in b]
     assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
     assert a._.nldm_tree_score == pytest.approx(b._.nldm_tree_score)
+
+
+def test_distance_prior_reaches_the_bias_from_the_config(ark):
+    """``distance_prior`` in the model block is where the NLDM's bias starts (length 1 at 0), and training
+    moves it from there."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", distance_prior=0.5, max_dist=4)})
+    egs = examples(nlp, ark[:6])
+    optimizer = nlp.initialize(lambda: egs)
+    start = torch.tensor([[0.0, -0.5, -1.0, -1.5]] * 2)
+    assert torch.equal(torch_scorer(pipe.model).distance_bias.detach(), start)
+    nlp.update(egs, sgd=optimizer)
+    assert not torch.equal(torch_scorer(pipe.model).distance_bias.detach(), start)
+    with pytest.raises(ValueError, match="distance_prior"):
+        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model(
+            "nldm_tagger", distance_prior=0.5, distance_bias=False)})
+
+
+def test_head_embeddings_are_trained_by_the_heads_gradient(ark):
+    """The head's own embeddings (embed_width) next to a listener get the head's gradient: training moves
+    them, and their width must not be negative."""
+    from spacy_nldm.models.tagger import GRAD_SCALED
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
+    listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
+    pipe = nlp.add_pipe("crf_tagger", config={"model": small_model("crf_tagger", tok2vec=listener, embed_width=8)})
+    egs = examples(nlp, ark[:6])
+    optimizer = nlp.initialize(lambda: egs)
+    features = pipe.model.layers[0]
+    embeddings = [layer for layer in features.layers if layer is not pipe.model.get_ref(GRAD_SCALED)]
+    assert len(embeddings) == 1
+    before = embeddings[0].to_bytes()
+    nlp.update(egs, sgd=optimizer)
+    assert embeddings[0].to_bytes() != before
+    with pytest.raises(ValueError, match="embed_width"):
+        spacy.blank("en").add_pipe("crf_tagger", config={"model": small_model("crf_tagger", embed_width=-1)})
 
 
 def test_distance_bias_is_the_nldms_only():

@@ -23,8 +23,10 @@ def build_nldm_tagger(
     max_dist: Optional[int] = 3,
     emission: bool = True,
     distance_bias: bool = True,
+    distance_prior: float = 0.0,
     dropout: float = 0.0,
     char_width: int = 0,
+    embed_width: int = 0,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -37,11 +39,16 @@ def build_nldm_tagger(
     ``distance_bias = true`` adds a learned score per arc direction and length (1..max_dist, or 1..10 and
     "longer" without max_dist), starting at 0: a prior over the latent trees that can make them
     chain-like (the NLDM with max_dist 1 is the first-order CRF) or spread them (not in the paper).
+    ``distance_prior`` (with the distance bias): the bias starts at -distance_prior * (length - 1) in both
+    directions instead of 0, a prior towards short arcs (Adam moves the bias by about the learning rate per
+    step, so within a short training it stays near its start); 0: every length alike.
     ``dropout``: rate of (inverted) dropout on the vectors at the scorer's input (the last layer's output), in
     training only and whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
     each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
     whose ``char_width`` features join the tok2vec's at the scorer's input (0: the tok2vec's alone); it works
-    the same whether the tok2vec is the component's own or a listener to a shared one. ``context_width`` > 0
+    the same whether the tok2vec is the component's own or a listener to a shared one. ``embed_width`` > 0 gives
+    the head hash embeddings of its own (NORM, PREFIX, SUFFIX, SHAPE; no context), whose ``embed_width`` features
+    join the scorer's input the same way (0: none). ``context_width`` > 0
     puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
     between those vectors and the scorer, so that every token's scores see the whole sentence (0: none);
     it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``).
@@ -51,8 +58,9 @@ def build_nldm_tagger(
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
-        emission=emission, distance_bias=distance_bias, dropout=dropout, char_width=char_width,
-        context_width=context_width, hidden_width=hidden_width, nO=nO,
+        emission=emission, distance_bias=distance_bias, distance_prior=distance_prior, dropout=dropout,
+        char_width=char_width, embed_width=embed_width, context_width=context_width, hidden_width=hidden_width,
+        nO=nO,
     )
 
 
@@ -66,17 +74,18 @@ def build_crf_tagger(
     emission: bool = True,
     dropout: float = 0.0,
     char_width: int = 0,
+    embed_width: int = 0,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
     transition table to the first-order edge score); ``emission``, ``dropout``, ``char_width``,
-    ``context_width`` and ``hidden_width`` as for the NLDM."""
+    ``embed_width``, ``context_width`` and ``hidden_width`` as for the NLDM."""
     return build_structured_tagger(
         tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
-        emission=emission, dropout=dropout, char_width=char_width, context_width=context_width,
-        hidden_width=hidden_width, nO=nO,
+        emission=emission, dropout=dropout, char_width=char_width, embed_width=embed_width,
+        context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 
 

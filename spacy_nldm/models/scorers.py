@@ -46,17 +46,17 @@ class Scorer(nn.Module):
 
     shapes: Dict[str, Shape] = {}
     emission_shapes: Dict[str, Shape] = {"W": ("I", "M"), "b": ("M",)}
-    #: parameters initialised at zero; the others are N(0, 1). The interactions divide by the
-    #: square root of each contraction's size in the forward pass instead of scaling their
-    #: initial values: Adam moves every coordinate by about the learning rate per step, so a
+    #: parameters initialised at zero; the others are N(0, 1), except the distance bias (:meth:`_init`).
+    #: The interactions divide by the square root of each contraction's size in the forward pass
+    #: instead of scaling their initial values: Adam moves every coordinate by about the learning rate per step, so a
     #: factor initialised at a small scale (say 1/sqrt(R T) = 0.007) outgrows it within a few
     #: steps and the scores it feeds swing by tens of nats per step (the trilinear scorer then
     #: cannot fit its training data). With O(1) factors and constant normalisers every factor
     #: changes by a similar fraction per step.
-    zero_init: Tuple[str, ...] = ("W", "b", "distance_bias")
+    zero_init: Tuple[str, ...] = ("W", "b")
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
-                 distance_lengths: int = 0, dropout: float = 0.0):
+                 distance_lengths: int = 0, distance_prior: float = 0.0, dropout: float = 0.0):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
@@ -64,6 +64,9 @@ class Scorer(nn.Module):
             raise ValueError(f"{type(self).__name__} needs its emission term (emission = true)")
         if distance_lengths and n_dirs != 2:
             raise ValueError("a distance bias needs the tree's two arc directions")
+        if distance_prior and not distance_lengths:
+            raise ValueError(f"distance_prior = {distance_prior} needs the distance bias (distance_bias = true)")
+        self.distance_prior = float(distance_prior)
         self.emission = emission
         self.dropout = float(dropout)
         self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0, "K": int(distance_lengths)}
@@ -91,6 +94,8 @@ class Scorer(nn.Module):
         return tuple(sizes[s] if isinstance(s, str) else s for s in self.param_shapes()[name])
 
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
+        if name == "distance_bias":  # (X, K): column k is arc length k + 1
+            return -self.distance_prior * torch.arange(shape[1], dtype=torch.float32).expand(shape).clone()
         return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
 
     def _norm(self, symbol: str) -> float:
@@ -246,14 +251,14 @@ SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "tri
 
 def make_scorer(
     edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
-    distance_lengths: int = 0, dropout: float = 0.0,
+    distance_lengths: int = 0, distance_prior: float = 0.0, dropout: float = 0.0,
 ) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
-    gives a tree scorer a distance bias (2, K); ``dropout`` acts on the input vectors in training mode."""
+    gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1); ``dropout`` acts on the input vectors in training mode."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths,
-                                  dropout=dropout)
+                                  distance_prior=distance_prior, dropout=dropout)
     return SecondOrder(scorer) if order == 2 else scorer

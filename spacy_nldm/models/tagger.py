@@ -32,21 +32,26 @@ def build_structured_tagger(
     max_dist: Optional[int] = None,
     emission: bool = True,
     distance_bias: bool = False,
+    distance_prior: float = 0.0,
     dropout: float = 0.0,
     char_width: int = 0,
+    embed_width: int = 0,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
-    ``distance_bias`` (tree only): one learned score per arc direction and length; ``dropout``: on the
+    ``distance_bias`` (tree only): one learned score per arc direction and length, starting at
+    -``distance_prior`` * (length - 1); ``dropout``: on the
     scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN (:mod:`.chars`)
-    of that width, whose vectors are concatenated to the tok2vec's at the scorer's input; ``context_width``
+    of that width, whose vectors are concatenated to the tok2vec's at the scorer's input; ``embed_width`` > 0:
+    the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated likewise (after the
+    characters); ``context_width``
     > 0: a bidirectional LSTM of that output width (half per direction) over each doc's vectors (the
-    tok2vec's, with the characters'), whose output is the scorer's input; ``hidden_width`` > 0: a hidden layer
+    tok2vec's, with the head's own characters and embeddings), whose output is the scorer's input; ``hidden_width`` > 0: a hidden layer
     of that width (maxout of 3 pieces with layer normalisation, the layer of spaCy's window encoder) last
     before the scorer."""
-    for name, value in (("char_width", char_width), ("context_width", context_width),
+    for name, value in (("char_width", char_width), ("embed_width", embed_width), ("context_width", context_width),
                         ("hidden_width", hidden_width)):
         if value < 0:
             raise ValueError(f"{name} must be >= 0, not {value}")
@@ -55,20 +60,23 @@ def build_structured_tagger(
     n_dirs = 2 if structure == "tree" else 1
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
-                         distance_lengths=lengths, dropout=dropout)
+                         distance_lengths=lengths, distance_prior=distance_prior, dropout=dropout)
     head = torch_layer(scorer)
     # layers of the head's own between the tok2vec and the scorer: the tok2vec_loss scale must reach the
     # tok2vec alone, so it is applied at the tok2vec's output (else at the features' output, the same place)
-    own_layers = bool(char_width or context_width or hidden_width)
+    own_layers = bool(char_width or embed_width or context_width or hidden_width)
     source = _grad_scaled(tok2vec) if own_layers else tok2vec
-    # the scorer reads [tok2vec vectors; char CNN vectors] when the head has characters of its own
+    # the scorer reads [tok2vec vectors; char CNN vectors; own embeddings], each where the head has it
     features = concatenate(source, char_cnn(char_width)) if char_width else source
+    if embed_width:
+        features = concatenate(features, head_embeddings(embed_width))
+    own_width = char_width + embed_width
     if context_width:
-        features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + char_width))
+        features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + own_width))
     if hidden_width:
         # nI: the width before it where the config states it (else inferred from sample docs at initialize)
         stated = _stated_width(tok2vec)
-        width_in = context_width or (stated + char_width if stated else None)
+        width_in = context_width or (stated + own_width if stated else None)
         features = chain(features, with_array(Maxout(nO=hidden_width, nI=width_in, nP=3, normalize=True)))
     refs = {"tok2vec": tok2vec, "head": head}
     if own_layers:
@@ -81,8 +89,22 @@ def build_structured_tagger(
         refs=refs,
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
-               "context_width": context_width, "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
+               "embed_width": embed_width, "context_width": context_width, "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
     )
+
+
+def head_embeddings(width: int) -> Model[List[Doc], List[Floats2d]]:
+    """The head's own hash embeddings: spaCy's ``MultiHashEmbed.v2`` of ``width`` over NORM, PREFIX, SUFFIX and
+    SHAPE with the rows of the components' own encoder (``defaults.OWN_ROWS``), no static vectors: a table
+    lookup and one maxout layer per token, no context. Next to a shared ``tok2vec`` (a listener) they give the
+    head word features of its own at little cost."""
+    from spacy.util import registry
+
+    from ..pipeline.defaults import OWN_ROWS  # (imported here: the pipeline package imports this module)
+
+    build = registry.architectures.get("spacy.MultiHashEmbed.v2")
+    return build(width=width, attrs=["NORM", "PREFIX", "SUFFIX", "SHAPE"], rows=list(OWN_ROWS),
+                 include_static_vectors=False)
 
 
 #: model attr: the factor on the gradient that backprop sends to the tok2vec (read when backprop runs; the
@@ -175,7 +197,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
         if X is None:
             raise ValueError(NO_WIDTH)
         nI = tok2vec.predict(X[:1])[0].shape[1]
-    nI += model.attrs.get("char_width", 0)
+    nI += model.attrs.get("char_width", 0) + model.attrs.get("embed_width", 0)
     nI = model.attrs.get("context_width", 0) or nI  # the context LSTM's output is the scorer's input
     nI = model.attrs.get("hidden_width", 0) or nI  # the hidden layer's output is (last before the scorer)
     nO = model.get_dim("nO") if model.has_dim("nO") else None

@@ -59,8 +59,10 @@ rank = 400
 max_dist = 3
 emission = true
 distance_bias = true
+distance_prior = 0.0
 dropout = 0.0
 char_width = 0
+embed_width = 0
 context_width = 0
 hidden_width = 0
 """
@@ -78,6 +80,7 @@ rank = 400
 emission = true
 dropout = 0.0
 char_width = 0
+embed_width = 0
 context_width = 0
 hidden_width = 0
 """
