@@ -46,13 +46,13 @@ class Scorer(nn.Module):
 
     shapes: Dict[str, Shape] = {}
     emission_shapes: Dict[str, Shape] = {"W": ("I", "M"), "b": ("M",)}
-    #: parameters initialised at zero; the others are N(0, 1), except the distance bias (:meth:`_init`).
-    #: The interactions divide by the square root of each contraction's size in the forward pass
-    #: instead of scaling their initial values: Adam moves every coordinate by about the learning rate per step, so a
-    #: factor initialised at a small scale (say 1/sqrt(R T) = 0.007) outgrows it within a few
-    #: steps and the scores it feeds swing by tens of nats per step (the trilinear scorer then
-    #: cannot fit its training data). With O(1) factors and constant normalisers every factor
-    #: changes by a similar fraction per step.
+    #: parameters initialised at zero; the others are N(0, 1), except the distance bias (:meth:`_init`). The
+    #: interactions divide by the square root of each contraction's size in the forward pass instead of
+    #: scaling their initial values: Adam moves every coordinate by about the learning rate per step, so a
+    #: factor initialised at a small scale (say 1/sqrt(R T) = 0.007) outgrows it within a few steps and the
+    #: scores it feeds swing by tens of nats per step (the trilinear scorer then cannot fit its training
+    #: data). With O(1) factors and constant normalisers every factor changes by a similar fraction per
+    #: step.
     zero_init: Tuple[str, ...] = ("W", "b")
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
@@ -254,7 +254,8 @@ def make_scorer(
     distance_lengths: int = 0, distance_prior: float = 0.0, dropout: float = 0.0,
 ) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
-    gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1); ``dropout`` acts on the input vectors in training mode."""
+    gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1); ``dropout`` acts on
+    the input vectors in training mode."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):

@@ -40,17 +40,15 @@ def build_structured_tagger(
     hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
-    """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF);
-    ``distance_bias`` (tree only): one learned score per arc direction and length, starting at
-    -``distance_prior`` * (length - 1); ``dropout``: on the
-    scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN (:mod:`.chars`)
-    of that width, whose vectors are concatenated to the tok2vec's at the scorer's input; ``embed_width`` > 0:
-    the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated likewise (after the
-    characters); ``context_width``
-    > 0: a bidirectional LSTM of that output width (half per direction) over each doc's vectors (the
-    tok2vec's, with the head's own characters and embeddings), whose output is the scorer's input; ``hidden_width`` > 0: a hidden layer
-    of that width (maxout of 3 pieces with layer normalisation, the layer of spaCy's window encoder) last
-    before the scorer."""
+    """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF); ``distance_bias`` (tree
+    only): one learned score per arc direction and length, starting at -``distance_prior`` * (length - 1);
+    ``dropout``: on the scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN
+    (:mod:`.chars`) of that width, whose vectors are concatenated to the tok2vec's at the scorer's input;
+    ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
+    likewise (after the characters); ``context_width`` > 0: a bidirectional LSTM of that output width (half per
+    direction) over each doc's vectors (the tok2vec's, with the head's own characters and embeddings), whose
+    output is the scorer's input; ``hidden_width`` > 0: a hidden layer of that width (maxout of 3 pieces with
+    layer normalisation, the layer of spaCy's window encoder) last before the scorer."""
     for name, value in (("char_width", char_width), ("embed_width", embed_width), ("context_width", context_width),
                         ("hidden_width", hidden_width)):
         if value < 0:
@@ -89,7 +87,8 @@ def build_structured_tagger(
         refs=refs,
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
-               "embed_width": embed_width, "context_width": context_width, "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
+               "embed_width": embed_width, "context_width": context_width, "hidden_width": hidden_width,
+               TOK2VEC_GRAD_SCALE: 1.0},
     )
 
 
