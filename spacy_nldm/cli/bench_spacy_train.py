@@ -94,6 +94,15 @@ NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_par
                     ("model", "embed_width"): 0}
 
 
+def drop_neutral(block: dict, neutral: Dict[Tuple[str, str], object] = NEUTRAL_SETTINGS) -> None:
+    """Delete from a structured component's ``block`` (its settings and its ``model``) each of the ``neutral``
+    settings (a subset of :data:`NEUTRAL_SETTINGS`) that it states at its neutral value."""
+    for (where, name), value in neutral.items():
+        section = block if where == "component" else block.get("model", {})
+        if name in section and section[name] == value:
+            del section[name]
+
+
 def run_key(dataset: str, config_text: str, seed: int) -> str:
     """A run's identity: dataset, seed and the config's settings (sections and keys in any order; the
     :data:`NEUTRAL_SETTINGS` at their neutral value left out)."""
@@ -101,12 +110,8 @@ def run_key(dataset: str, config_text: str, seed: int) -> str:
 
     config = Config().from_str(config_text, interpolate=False)
     for block in config.get("components", {}).values():
-        if block.get("factory") not in STRUCTURED:
-            continue
-        for (where, name), value in NEUTRAL_SETTINGS.items():
-            section = block if where == "component" else block.get("model", {})
-            if name in section and section[name] == value:
-                del section[name]
+        if block.get("factory") in STRUCTURED:
+            drop_neutral(block)
     settings = json.dumps(config, sort_keys=True, default=str)
     return f"{dataset}/{hashlib.sha1(settings.encode('utf8')).hexdigest()[:12]}/seed{seed}"
 

@@ -93,17 +93,16 @@ def build_structured_tagger(
 
 
 def head_embeddings(width: int) -> Model[List[Doc], List[Floats2d]]:
-    """The head's own hash embeddings: spaCy's ``MultiHashEmbed.v2`` of ``width`` over NORM, PREFIX, SUFFIX and
-    SHAPE with the rows of the components' own encoder (``defaults.OWN_ROWS``), no static vectors: a table
+    """The head's own hash embeddings: spaCy's ``MultiHashEmbed.v2`` of ``width`` over the attributes and rows of
+    the components' own encoder (``defaults.OWN_ATTRS``, ``OWN_ROWS``), no static vectors: a table
     lookup and one maxout layer per token, no context. Next to a shared ``tok2vec`` (a listener) they give the
     head word features of its own at little cost."""
     from spacy.util import registry
 
-    from ..pipeline.defaults import OWN_ROWS  # (imported here: the pipeline package imports this module)
+    from ..pipeline.defaults import OWN_ATTRS, OWN_ROWS  # (imported here: the pipeline package imports this module)
 
     build = registry.architectures.get("spacy.MultiHashEmbed.v2")
-    return build(width=width, attrs=["NORM", "PREFIX", "SUFFIX", "SHAPE"], rows=list(OWN_ROWS),
-                 include_static_vectors=False)
+    return build(width=width, attrs=list(OWN_ATTRS), rows=list(OWN_ROWS), include_static_vectors=False)
 
 
 #: model attr: the factor on the gradient that backprop sends to the tok2vec (read when backprop runs; the

@@ -5,6 +5,8 @@ component class's keyword defaults and the registered architectures' defaults al
 architectures' signatures are checked against :data:`NLDM_MODEL` and :data:`CRF_MODEL` by the tests). A
 config in ``configs/`` (or the study's ``projects/paper/configs/``) differs from them only where a comment says why.
 """
+import json
+
 from thinc.api import Config
 
 #: settings of both components (see :class:`~.tagger.StructuredTagger` for their meaning)
@@ -29,6 +31,7 @@ CRF = {**COMMON, "decode": "viterbi"}
 #: results/spacy_train_diagnosis.md), the two together gained both components more than width 128 or 192
 #: alone, or twice the rows alone. A component listening to a shared ``tok2vec`` has none.
 OWN_WIDTH = 192
+OWN_ATTRS = ("NORM", "PREFIX", "SUFFIX", "SHAPE")
 OWN_ROWS = (10000, 2000, 5000, 5000)
 OWN_TOK2VEC = f"""
 [model.tok2vec]
@@ -37,7 +40,7 @@ OWN_TOK2VEC = f"""
 [model.tok2vec.embed]
 @architectures = "spacy.MultiHashEmbed.v2"
 width = {OWN_WIDTH}
-attrs = ["NORM", "PREFIX", "SUFFIX", "SHAPE"]
+attrs = {json.dumps(list(OWN_ATTRS))}
 rows = {list(OWN_ROWS)}
 include_static_vectors = false
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import typer
-from spacy_nldm.cli.bench_spacy_train import mean_sd as _stats
+from spacy_nldm.cli.bench_spacy_train import NEUTRAL_SETTINGS, drop_neutral, mean_sd as _stats
 
 from ..registry import canonical
 from ..runs.loop import DATASETS, RunSpec, run_all
@@ -29,9 +29,9 @@ DEFAULT_RESULTS = "projects/paper/results/accuracy/runs.jsonl"
 DEFAULT_CORPUS = "corpus"
 
 
-#: model settings added to the components after runs were recorded, at the value that trains exactly what
-#: the defaults trained before they existed: left out of the signature, so the recorded runs are found again
-NEUTRAL_MODEL_SETTINGS = {"distance_prior": 0.0, "embed_width": 0}
+#: the neutral settings (bench spacy-train's) added after this loop's runs of the defaults were recorded: left
+#: out of the signature at their neutral value, so those runs are found again
+SIGNATURE_NEUTRAL = {key: NEUTRAL_SETTINGS[key] for key in (("model", "distance_prior"), ("model", "embed_width"))}
 
 
 def default_signature(factory: str) -> str:
@@ -45,10 +45,7 @@ def default_signature(factory: str) -> str:
     if factory != "tagger":
         from spacy_nldm import pipeline  # noqa: F401  (registers the factories)
     config = copy.deepcopy(spacy.blank("en").get_factory_meta(factory).default_config)
-    model = config.get("model", {})
-    for name, value in NEUTRAL_MODEL_SETTINGS.items():
-        if name in model and model[name] == value:
-            del model[name]
+    drop_neutral(config, SIGNATURE_NEUTRAL)
     text = json.dumps(config, sort_keys=True, default=str) + about.__version__ + spacy.__version__
     return hashlib.sha1(text.encode("utf8")).hexdigest()[:10]
 
