@@ -91,7 +91,7 @@ STRUCTURED = ("crf_tagger", "nldm_tagger")
 #: one at that value has the key it had without it, so the recorded runs are found again
 NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_params"): False,
                     ("model", "hidden_width"): 0, ("model", "distance_prior"): 0.0,
-                    ("model", "embed_width"): 0}
+                    ("model", "embed_width"): 0, ("model", "embed_depth"): 0}
 
 
 def drop_neutral(block: dict, neutral: Dict[Tuple[str, str], object] = NEUTRAL_SETTINGS) -> None:

@@ -27,6 +27,7 @@ def build_nldm_tagger(
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: int = 0,
+    embed_depth: int = 0,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -48,7 +49,8 @@ def build_nldm_tagger(
     whose ``char_width`` features join the tok2vec's at the scorer's input (0: the tok2vec's alone); it works
     the same whether the tok2vec is the component's own or a listener to a shared one. ``embed_width`` > 0 gives
     the head hash embeddings of its own (NORM, PREFIX, SUFFIX, SHAPE; no context), whose ``embed_width`` features
-    join the scorer's input the same way (0: none). ``context_width`` > 0
+    join the scorer's input the same way (0: none); ``embed_depth`` > 0 adds window context of their own (a
+    ``MaxoutWindowEncoder`` of that depth over them; 0: none). ``context_width`` > 0
     puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
     between those vectors and the scorer, so that every token's scores see the whole sentence (0: none);
     it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``).
@@ -59,8 +61,8 @@ def build_nldm_tagger(
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
         emission=emission, distance_bias=distance_bias, distance_prior=distance_prior, dropout=dropout,
-        char_width=char_width, embed_width=embed_width, context_width=context_width, hidden_width=hidden_width,
-        nO=nO,
+        char_width=char_width, embed_width=embed_width, embed_depth=embed_depth, context_width=context_width,
+        hidden_width=hidden_width, nO=nO,
     )
 
 
@@ -75,17 +77,18 @@ def build_crf_tagger(
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: int = 0,
+    embed_depth: int = 0,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
     transition table to the first-order edge score); ``emission``, ``dropout``, ``char_width``,
-    ``embed_width``, ``context_width`` and ``hidden_width`` as for the NLDM."""
+    ``embed_width``, ``embed_depth``, ``context_width`` and ``hidden_width`` as for the NLDM."""
     return build_structured_tagger(
         tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
         emission=emission, dropout=dropout, char_width=char_width, embed_width=embed_width,
-        context_width=context_width, hidden_width=hidden_width, nO=nO,
+        embed_depth=embed_depth, context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 
 

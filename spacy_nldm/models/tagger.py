@@ -36,6 +36,7 @@ def build_structured_tagger(
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: int = 0,
+    embed_depth: int = 0,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -45,14 +46,17 @@ def build_structured_tagger(
     ``dropout``: on the scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN
     (:mod:`.chars`) of that width, whose vectors are concatenated to the tok2vec's at the scorer's input;
     ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
-    likewise (after the characters); ``context_width`` > 0: a bidirectional LSTM of that output width (half per
+    likewise (after the characters), with ``embed_depth`` > 0 layers of window context of their own;
+    ``context_width`` > 0: a bidirectional LSTM of that output width (half per
     direction) over each doc's vectors (the tok2vec's, with the head's own characters and embeddings), whose
     output is the scorer's input; ``hidden_width`` > 0: a hidden layer of that width (maxout of 3 pieces with
     layer normalisation, the layer of spaCy's window encoder) last before the scorer."""
-    for name, value in (("char_width", char_width), ("embed_width", embed_width), ("context_width", context_width),
-                        ("hidden_width", hidden_width)):
+    for name, value in (("char_width", char_width), ("embed_width", embed_width), ("embed_depth", embed_depth),
+                        ("context_width", context_width), ("hidden_width", hidden_width)):
         if value < 0:
             raise ValueError(f"{name} must be >= 0, not {value}")
+    if embed_depth and not embed_width:
+        raise ValueError(f"embed_depth = {embed_depth} needs the head's own embeddings (embed_width > 0)")
     if context_width % 2:
         raise ValueError(f"context_width must be even (half of it per direction), not {context_width}")
     n_dirs = 2 if structure == "tree" else 1
@@ -67,7 +71,7 @@ def build_structured_tagger(
     # the scorer reads [tok2vec vectors; char CNN vectors; own embeddings], each where the head has it
     features = concatenate(source, char_cnn(char_width)) if char_width else source
     if embed_width:
-        features = concatenate(features, head_embeddings(embed_width))
+        features = concatenate(features, head_embeddings(embed_width, embed_depth))
     own_width = char_width + embed_width
     if context_width:
         features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + own_width))
@@ -87,22 +91,29 @@ def build_structured_tagger(
         refs=refs,
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
-               "embed_width": embed_width, "context_width": context_width, "hidden_width": hidden_width,
+               "embed_width": embed_width, "embed_depth": embed_depth, "context_width": context_width, "hidden_width": hidden_width,
                TOK2VEC_GRAD_SCALE: 1.0},
     )
 
 
-def head_embeddings(width: int) -> Model[List[Doc], List[Floats2d]]:
+def head_embeddings(width: int, depth: int = 0) -> Model[List[Doc], List[Floats2d]]:
     """The head's own hash embeddings: spaCy's ``MultiHashEmbed.v2`` of ``width`` over the attributes and rows of
     the components' own encoder (``defaults.OWN_ATTRS``, ``OWN_ROWS``), no static vectors: a table
-    lookup and one maxout layer per token, no context. Next to a shared ``tok2vec`` (a listener) they give the
+    lookup and one maxout layer per token. ``depth`` 0: no context; ``depth`` > 0: spaCy's
+    ``MaxoutWindowEncoder.v2`` of that depth over them (window 1, 3 pieces: the encoder of the components'
+    own tok2vec), a small tok2vec of the head's own. Next to a shared ``tok2vec`` (a listener) they give the
     head word features of its own at little cost."""
     from spacy.util import registry
 
     from ..pipeline.defaults import OWN_ATTRS, OWN_ROWS  # (imported here: the pipeline package imports this module)
 
     build = registry.architectures.get("spacy.MultiHashEmbed.v2")
-    return build(width=width, attrs=list(OWN_ATTRS), rows=list(OWN_ROWS), include_static_vectors=False)
+    embed = build(width=width, attrs=list(OWN_ATTRS), rows=list(OWN_ROWS), include_static_vectors=False)
+    if not depth:
+        return embed
+    encode = registry.architectures.get("spacy.MaxoutWindowEncoder.v2")(
+        width=width, depth=depth, window_size=1, maxout_pieces=3)
+    return registry.architectures.get("spacy.Tok2Vec.v2")(embed, encode)
 
 
 #: model attr: the factor on the gradient that backprop sends to the tok2vec (read when backprop runs; the

@@ -66,6 +66,7 @@ distance_prior = 0.0
 dropout = 0.0
 char_width = 0
 embed_width = 0
+embed_depth = 0
 context_width = 0
 hidden_width = 0
 """
@@ -84,6 +85,7 @@ emission = true
 dropout = 0.0
 char_width = 0
 embed_width = 0
+embed_depth = 0
 context_width = 0
 hidden_width = 0
 """
