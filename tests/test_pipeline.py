@@ -305,6 +305,7 @@ def test_without_the_tree_the_labels_are_the_same(ark):
         ("nldm_tagger", {"char_width": 8, "context_width": 16}, {"store_probs": True}),
         ("crf_tagger", {"char_width": 8, "hidden_width": 24}, {"store_probs": True}),
         ("nldm_tagger", {"embed_width": 8, "distance_prior": 1.0}, {"store_probs": True}),
+        ("crf_tagger", {"embed_width": 8, "embed_depth": 2}, {"store_probs": True}),
     ],
 )
 def test_serialisation_round_trips_give_identical_predictions(ark, tmp_path, factory, model, component):
@@ -402,13 +403,15 @@ def test_listener_shares_a_tok2vec_component(ark):
     ("nldm_tagger", {"hidden_width": 12}, 12),
     ("crf_tagger", {"context_width": 16, "hidden_width": 12}, 12),
     ("nldm_tagger", {"embed_width": 8}, 40),
+    ("crf_tagger", {"embed_width": 8, "embed_depth": 1}, 40),
     ("crf_tagger", {"char_width": 6, "embed_width": 8, "hidden_width": 12}, 12),
     ("crf_tagger", {"embed_width": 8, "context_width": 16}, 16),
 ])
 def test_head_layers_on_a_listener_learn_and_tag_each_doc_as_alone(ark, factory, layers, width):
     """context_width (the head's BiLSTM), hidden_width (its hidden layer, last before the scorer) and
-    embed_width (its own hash embeddings, beside the listener's vectors) read a listener's vectors; training fits the training sentences (an untrained head does not: the tiny learnable
-    task), the scorer reads the last layer's width, and a doc's tags and probabilities do not depend on its batch."""
+    embed_width (its own hash embeddings, beside the listener's vectors; with embed_depth, window context
+    over them) read a listener's vectors; training fits the training sentences (an untrained head does not:
+    the tiny learnable task), the scorer reads the last layer's width, and a doc's tags and probabilities do not depend on its batch."""
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
@@ -627,8 +630,9 @@ def test_head_embeddings_are_trained_by_the_heads_gradient(ark):
     before = embeddings[0].to_bytes()
     nlp.update(egs, sgd=optimizer)
     assert embeddings[0].to_bytes() != before
-    with pytest.raises(ValueError, match="embed_width"):
-        spacy.blank("en").add_pipe("crf_tagger", config={"model": small_model("crf_tagger", embed_width=-1)})
+    for bad in ({"embed_width": -1}, {"embed_width": 0, "embed_depth": 2}, {"embed_width": 8, "embed_depth": -1}):
+        with pytest.raises(ValueError, match="embed_width|embed_depth"):
+            spacy.blank("en").add_pipe("crf_tagger", config={"model": small_model("crf_tagger", **bad)})
 
 
 def test_distance_bias_is_the_nldms_only():
