@@ -140,3 +140,20 @@ def test_dev_curves_read_spacy_train_logs(tmp_path):
     assert dev_curve(ours, "crf_tagger")[-1] == (1400, 88.32)
     assert gain_since(dev_curve(tagger, "tagger"), 1000) == pytest.approx(0.23)
     assert gain_since(dev_curve(ours, "crf_tagger"), 400) == pytest.approx(0.89)
+
+
+def test_null_head_embeddings_have_the_key_of_the_values_they_stand_for():
+    """embed_width / embed_depth left at null train what 0 trains on the component's own encoder and what
+    defaults.LISTENER_EMBED_* train on a listener: the runs keys say so, and the two settings differ."""
+    from spacy_nldm.pipeline import defaults
+
+    for setting, stands_for in (("own", (0, 0)), ("shared", (defaults.LISTENER_EMBED_WIDTH,
+                                                              defaults.LISTENER_EMBED_DEPTH))):
+        config = generate_config("crf_tagger", setting, "en")
+        model = config["components"]["crf_tagger"]["model"]
+        assert (model["embed_width"], model["embed_depth"]) == (None, None)
+        default = run_key("tw", config.to_str(), 0)
+        model["embed_width"], model["embed_depth"] = stands_for
+        assert run_key("tw", config.to_str(), 0) == default
+        model["embed_width"], model["embed_depth"] = stands_for[0] + 8, stands_for[1]
+        assert run_key("tw", config.to_str(), 0) != default

@@ -96,11 +96,29 @@ NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_par
 
 def drop_neutral(block: dict, neutral: Dict[Tuple[str, str], object] = NEUTRAL_SETTINGS) -> None:
     """Delete from a structured component's ``block`` (its settings and its ``model``) each of the ``neutral``
-    settings (a subset of :data:`NEUTRAL_SETTINGS`) that it states at its neutral value."""
+    settings (a subset of :data:`NEUTRAL_SETTINGS`) that it states at its neutral value, once the model's null
+    head embeddings are replaced by the values they stand for (:func:`resolve_head_embeddings`)."""
+    resolve_head_embeddings(block.get("model", {}))
     for (where, name), value in neutral.items():
         section = block if where == "component" else block.get("model", {})
         if name in section and section[name] == value:
             del section[name]
+
+
+def resolve_head_embeddings(model: dict) -> None:
+    """Replace a null ``embed_width`` / ``embed_depth`` in a structured component's ``model`` block by what
+    the architecture reads for it (``models.tagger.listener_embeddings``: it depends on whether the tok2vec
+    listens to a spaCy tok2vec), so that configs that train the same model have the same key."""
+    from ..pipeline.defaults import head_embeddings_default
+
+    width, depth = model.get("embed_width", 0), model.get("embed_depth", 0)
+    if width is None or depth is None:
+        listening = str(model.get("tok2vec", {}).get("@architectures", "")).startswith("spacy.Tok2VecListener")
+        auto_width, auto_depth = head_embeddings_default(listening)
+        if "embed_width" in model:
+            model["embed_width"] = auto_width if width is None else width
+        if "embed_depth" in model:
+            model["embed_depth"] = (auto_depth if width is None else 0) if depth is None else depth
 
 
 def run_key(dataset: str, config_text: str, seed: int) -> str:

@@ -26,8 +26,8 @@ def build_nldm_tagger(
     distance_prior: float = 0.0,
     dropout: float = 0.0,
     char_width: int = 0,
-    embed_width: int = 0,
-    embed_depth: int = 0,
+    embed_width: Optional[int] = None,
+    embed_depth: Optional[int] = None,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -50,7 +50,9 @@ def build_nldm_tagger(
     the same whether the tok2vec is the component's own or a listener to a shared one. ``embed_width`` > 0 gives
     the head hash embeddings of its own (NORM, PREFIX, SUFFIX, SHAPE; no context), whose ``embed_width`` features
     join the scorer's input the same way (0: none); ``embed_depth`` > 0 adds window context of their own (a
-    ``MaxoutWindowEncoder`` of that depth over them; 0: none). ``context_width`` > 0
+    ``MaxoutWindowEncoder`` of that depth over them; 0: none). Left at null, the two depend on the tok2vec:
+    a head listening to a shared encoder gets embeddings of width 96 and depth 4 (a small tok2vec of its own,
+    see ``defaults.LISTENER_EMBED_WIDTH``), a head with its own encoder none. ``context_width`` > 0
     puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
     between those vectors and the scorer, so that every token's scores see the whole sentence (0: none);
     it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``).
@@ -76,8 +78,8 @@ def build_crf_tagger(
     emission: bool = True,
     dropout: float = 0.0,
     char_width: int = 0,
-    embed_width: int = 0,
-    embed_depth: int = 0,
+    embed_width: Optional[int] = None,
+    embed_depth: Optional[int] = None,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,

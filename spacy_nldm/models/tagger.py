@@ -6,7 +6,7 @@ the batch's T tokens. The component cuts them into segments (sentences, or windo
 ``max_length``: :mod:`.segments`); the loss, decoding and marginals live in :mod:`.structure`,
 chosen by :func:`get_structure`.
 """
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy
 from spacy.tokens import Doc
@@ -35,8 +35,8 @@ def build_structured_tagger(
     distance_prior: float = 0.0,
     dropout: float = 0.0,
     char_width: int = 0,
-    embed_width: int = 0,
-    embed_depth: int = 0,
+    embed_width: Optional[int] = None,
+    embed_depth: Optional[int] = None,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -46,11 +46,13 @@ def build_structured_tagger(
     ``dropout``: on the scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN
     (:mod:`.chars`) of that width, whose vectors are concatenated to the tok2vec's at the scorer's input;
     ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
-    likewise (after the characters), with ``embed_depth`` > 0 layers of window context of their own;
-    ``context_width`` > 0: a bidirectional LSTM of that output width (half per
+    likewise (after the characters), with ``embed_depth`` > 0 layers of window context of their own
+    (``embed_width`` None: :func:`listener_embeddings` chooses both; ``embed_depth`` None: 0 where
+    ``embed_width`` is given); ``context_width`` > 0: a bidirectional LSTM of that output width (half per
     direction) over each doc's vectors (the tok2vec's, with the head's own characters and embeddings), whose
     output is the scorer's input; ``hidden_width`` > 0: a hidden layer of that width (maxout of 3 pieces with
     layer normalisation, the layer of spaCy's window encoder) last before the scorer."""
+    embed_width, embed_depth = listener_embeddings(tok2vec, embed_width, embed_depth)
     for name, value in (("char_width", char_width), ("embed_width", embed_width), ("embed_depth", embed_depth),
                         ("context_width", context_width), ("hidden_width", hidden_width)):
         if value < 0:
@@ -94,6 +96,26 @@ def build_structured_tagger(
                "embed_width": embed_width, "embed_depth": embed_depth, "context_width": context_width, "hidden_width": hidden_width,
                TOK2VEC_GRAD_SCALE: 1.0},
     )
+
+
+def listens_to_tok2vec(tok2vec: Model) -> bool:
+    """Whether ``tok2vec`` reads the output of a shared spaCy ``tok2vec`` component: it has a layer named
+    "tok2vec-listener" (spaCy's ``Tok2VecListener``; a transformer's listener is not one)."""
+    return any(node.name == "tok2vec-listener" for node in tok2vec.walk())
+
+
+def listener_embeddings(tok2vec: Model, width: Optional[int], depth: Optional[int]) -> Tuple[int, int]:
+    """The head's own embeddings, (width, depth) for :func:`head_embeddings`, where the config leaves them
+    to the defaults (None): a head listening to a shared spaCy ``tok2vec`` gets ``defaults.LISTENER_EMBED_WIDTH`` and
+    ``LISTENER_EMBED_DEPTH``, a head with its own encoder none (0, 0). A stated width keeps depth 0 unless
+    the depth is stated too."""
+    from ..pipeline.defaults import head_embeddings_default
+
+    if width is None:
+        width, auto_depth = head_embeddings_default(listens_to_tok2vec(tok2vec))
+    else:
+        auto_depth = 0
+    return width, auto_depth if depth is None else depth
 
 
 def head_embeddings(width: int, depth: int = 0) -> Model[List[Doc], List[Floats2d]]:

@@ -52,6 +52,22 @@ window_size = 1
 maxout_pieces = 3
 """
 
+#: The head's own embeddings when its tok2vec is a listener to a shared spaCy ``tok2vec`` (not a transformer)
+#: and the config leaves
+#: ``embed_width`` and ``embed_depth`` at null: spaCy's MultiHashEmbed over OWN_ATTRS with OWN_ROWS, of this
+#: width, then a MaxoutWindowEncoder of this depth (``models.tagger.head_embeddings``), beside the listener's
+#: vectors at the scorer's input. A shared tok2vec is sized for the pipeline's other components; in
+#: ``spacy train`` on the tagger's tok2vec this gained both components more than embeddings without context
+#: (results/spacy_train_diagnosis.md). A head with its own encoder gets none (nothing gained there).
+LISTENER_EMBED_WIDTH = 96
+LISTENER_EMBED_DEPTH = 4
+
+
+def head_embeddings_default(listening: bool) -> tuple:
+    """(embed_width, embed_depth) that null stands for: LISTENER_EMBED_* for a head whose tok2vec listens to a
+    shared spaCy tok2vec, (0, 0) for any other."""
+    return (LISTENER_EMBED_WIDTH, LISTENER_EMBED_DEPTH) if listening else (0, 0)
+
 NLDM_MODEL = Config().from_str(
     """
 [model]
@@ -65,8 +81,8 @@ distance_bias = true
 distance_prior = 0.0
 dropout = 0.0
 char_width = 0
-embed_width = 0
-embed_depth = 0
+embed_width = null
+embed_depth = null
 context_width = 0
 hidden_width = 0
 """
@@ -84,8 +100,8 @@ rank = 400
 emission = true
 dropout = 0.0
 char_width = 0
-embed_width = 0
-embed_depth = 0
+embed_width = null
+embed_depth = null
 context_width = 0
 hidden_width = 0
 """
