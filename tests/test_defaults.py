@@ -102,12 +102,12 @@ def _explained_in_source(path: Path, section: str, key: str, value) -> bool:
 
 
 def _resolved(model: dict, key: str, value):
-    """A model setting's value as the architecture reads it: null embeddings stand for the defaults of a
-    head that listens to a shared spaCy tok2vec, or of any other."""
+    """A model setting's value as the architecture reads it (null head embeddings: what they stand for)."""
     if key not in ("embed_width", "embed_depth") or value is not None:
         return value
-    listening = str(model.get("tok2vec", {}).get("@architectures", "")).startswith("spacy.Tok2VecListener")
-    return defaults.head_embeddings_default(listening)[0 if key == "embed_width" else 1]
+    width, depth = defaults.resolve_head_embeddings(None if key == "embed_width" else model.get("embed_width"),
+                                                    None, defaults.listens_in_config(model))
+    return width if key == "embed_width" else depth
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(ROOT)))

@@ -107,18 +107,15 @@ def drop_neutral(block: dict, neutral: Dict[Tuple[str, str], object] = NEUTRAL_S
 
 def resolve_head_embeddings(model: dict) -> None:
     """Replace a null ``embed_width`` / ``embed_depth`` in a structured component's ``model`` block by what
-    the architecture reads for it (``models.tagger.listener_embeddings``: it depends on whether the tok2vec
-    listens to a spaCy tok2vec), so that configs that train the same model have the same key."""
-    from ..pipeline.defaults import head_embeddings_default
+    the architecture reads for it (``defaults.resolve_head_embeddings``), so that configs that train the
+    same model have the same key."""
+    from ..pipeline.defaults import listens_in_config, resolve_head_embeddings as resolve
 
     width, depth = model.get("embed_width", 0), model.get("embed_depth", 0)
     if width is None or depth is None:
-        listening = str(model.get("tok2vec", {}).get("@architectures", "")).startswith("spacy.Tok2VecListener")
-        auto_width, auto_depth = head_embeddings_default(listening)
-        if "embed_width" in model:
-            model["embed_width"] = auto_width if width is None else width
-        if "embed_depth" in model:
-            model["embed_depth"] = (auto_depth if width is None else 0) if depth is None else depth
+        for name, value in zip(("embed_width", "embed_depth"), resolve(width, depth, listens_in_config(model))):
+            if name in model:
+                model[name] = value
 
 
 def run_key(dataset: str, config_text: str, seed: int) -> str:

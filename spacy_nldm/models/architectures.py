@@ -51,8 +51,8 @@ def build_nldm_tagger(
     the head hash embeddings of its own (NORM, PREFIX, SUFFIX, SHAPE; no context), whose ``embed_width`` features
     join the scorer's input the same way (0: none); ``embed_depth`` > 0 adds window context of their own (a
     ``MaxoutWindowEncoder`` of that depth over them; 0: none). Left at null, the two depend on the tok2vec:
-    a head listening to a shared encoder gets embeddings of width 96 and depth 4 (a small tok2vec of its own,
-    see ``defaults.LISTENER_EMBED_WIDTH``), a head with its own encoder none. ``context_width`` > 0
+    a head listening to a spaCy tok2vec (``spacy.Tok2VecListener.v1``) gets embeddings of width 96 and depth 4
+    (a small tok2vec of its own; ``defaults.LISTENER_EMBED_WIDTH``), any other head none. ``context_width`` > 0
     puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
     between those vectors and the scorer, so that every token's scores see the whole sentence (0: none);
     it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``).

@@ -47,12 +47,14 @@ def build_structured_tagger(
     (:mod:`.chars`) of that width, whose vectors are concatenated to the tok2vec's at the scorer's input;
     ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
     likewise (after the characters), with ``embed_depth`` > 0 layers of window context of their own
-    (``embed_width`` None: :func:`listener_embeddings` chooses both; ``embed_depth`` None: 0 where
-    ``embed_width`` is given); ``context_width`` > 0: a bidirectional LSTM of that output width (half per
+    (None: ``defaults.resolve_head_embeddings`` chooses them, by whether the tok2vec listens to a spaCy
+    tok2vec); ``context_width`` > 0: a bidirectional LSTM of that output width (half per
     direction) over each doc's vectors (the tok2vec's, with the head's own characters and embeddings), whose
     output is the scorer's input; ``hidden_width`` > 0: a hidden layer of that width (maxout of 3 pieces with
     layer normalisation, the layer of spaCy's window encoder) last before the scorer."""
-    embed_width, embed_depth = listener_embeddings(tok2vec, embed_width, embed_depth)
+    from ..pipeline.defaults import resolve_head_embeddings  # (imported here: the pipeline package imports this module)
+
+    embed_width, embed_depth = resolve_head_embeddings(embed_width, embed_depth, listens_to_tok2vec(tok2vec))
     for name, value in (("char_width", char_width), ("embed_width", embed_width), ("embed_depth", embed_depth),
                         ("context_width", context_width), ("hidden_width", hidden_width)):
         if value < 0:
@@ -93,8 +95,8 @@ def build_structured_tagger(
         refs=refs,
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
-               "embed_width": embed_width, "embed_depth": embed_depth, "context_width": context_width, "hidden_width": hidden_width,
-               TOK2VEC_GRAD_SCALE: 1.0},
+               "embed_width": embed_width, "embed_depth": embed_depth, "context_width": context_width,
+               "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
     )
 
 
@@ -102,20 +104,6 @@ def listens_to_tok2vec(tok2vec: Model) -> bool:
     """Whether ``tok2vec`` reads the output of a shared spaCy ``tok2vec`` component: it has a layer named
     "tok2vec-listener" (spaCy's ``Tok2VecListener``; a transformer's listener is not one)."""
     return any(node.name == "tok2vec-listener" for node in tok2vec.walk())
-
-
-def listener_embeddings(tok2vec: Model, width: Optional[int], depth: Optional[int]) -> Tuple[int, int]:
-    """The head's own embeddings, (width, depth) for :func:`head_embeddings`, where the config leaves them
-    to the defaults (None): a head listening to a shared spaCy ``tok2vec`` gets ``defaults.LISTENER_EMBED_WIDTH`` and
-    ``LISTENER_EMBED_DEPTH``, a head with its own encoder none (0, 0). A stated width keeps depth 0 unless
-    the depth is stated too."""
-    from ..pipeline.defaults import head_embeddings_default
-
-    if width is None:
-        width, auto_depth = head_embeddings_default(listens_to_tok2vec(tok2vec))
-    else:
-        auto_depth = 0
-    return width, auto_depth if depth is None else depth
 
 
 def head_embeddings(width: int, depth: int = 0) -> Model[List[Doc], List[Floats2d]]:

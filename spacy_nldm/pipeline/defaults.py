@@ -63,10 +63,20 @@ LISTENER_EMBED_WIDTH = 96
 LISTENER_EMBED_DEPTH = 4
 
 
-def head_embeddings_default(listening: bool) -> tuple:
-    """(embed_width, embed_depth) that null stands for: LISTENER_EMBED_* for a head whose tok2vec listens to a
-    shared spaCy tok2vec, (0, 0) for any other."""
-    return (LISTENER_EMBED_WIDTH, LISTENER_EMBED_DEPTH) if listening else (0, 0)
+def resolve_head_embeddings(width, depth, listening: bool) -> tuple:
+    """(embed_width, embed_depth) as the architecture reads them. A null width stands for LISTENER_EMBED_WIDTH
+    and LISTENER_EMBED_DEPTH where ``listening`` (the tok2vec listens to a shared spaCy tok2vec), else for
+    (0, 0); a null depth beside a stated width stands for 0."""
+    if width is None:
+        auto_width, auto_depth = (LISTENER_EMBED_WIDTH, LISTENER_EMBED_DEPTH) if listening else (0, 0)
+        return auto_width, auto_depth if depth is None else depth
+    return width, 0 if depth is None else depth
+
+
+def listens_in_config(model: dict) -> bool:
+    """Whether a structured component's ``model`` block (a config dict) reads a shared spaCy tok2vec."""
+    return str(model.get("tok2vec", {}).get("@architectures", "")).startswith("spacy.Tok2VecListener")
+
 
 NLDM_MODEL = Config().from_str(
     """
