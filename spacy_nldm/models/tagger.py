@@ -6,7 +6,7 @@ the batch's T tokens. The component cuts them into segments (sentences, or windo
 ``max_length``: :mod:`.segments`); the loss, decoding and marginals live in :mod:`.structure`,
 chosen by :func:`get_structure`.
 """
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import numpy
 from spacy.tokens import Doc
@@ -112,7 +112,7 @@ def head_embeddings(width: int, depth: int = 0) -> Model[List[Doc], List[Floats2
     lookup and one maxout layer per token. ``depth`` 0: no context; ``depth`` > 0: spaCy's
     ``MaxoutWindowEncoder.v2`` of that depth over them (window 1, 3 pieces: the encoder of the components'
     own tok2vec), a small tok2vec of the head's own. Next to a shared ``tok2vec`` (a listener) they give the
-    head word features of its own at little cost."""
+    head word features of its own, beside those of an encoder sized for the whole pipeline."""
     from spacy.util import registry
 
     from ..pipeline.defaults import OWN_ATTRS, OWN_ROWS  # (imported here: the pipeline package imports this module)

@@ -6,6 +6,7 @@ architectures' signatures are checked against :data:`NLDM_MODEL` and :data:`CRF_
 config in ``configs/`` (or the study's ``projects/paper/configs/``) differs from them only where a comment says why.
 """
 import json
+from typing import Optional, Tuple
 
 from thinc.api import Config
 
@@ -63,7 +64,7 @@ LISTENER_EMBED_WIDTH = 96
 LISTENER_EMBED_DEPTH = 4
 
 
-def resolve_head_embeddings(width, depth, listening: bool) -> tuple:
+def resolve_head_embeddings(width: Optional[int], depth: Optional[int], listening: bool) -> Tuple[int, int]:
     """(embed_width, embed_depth) as the architecture reads them. A null width stands for LISTENER_EMBED_WIDTH
     and LISTENER_EMBED_DEPTH where ``listening`` (the tok2vec listens to a shared spaCy tok2vec), else for
     (0, 0); a null depth beside a stated width stands for 0."""
