@@ -1,5 +1,6 @@
 """The compiled inside-outside lane (spacy_nldm.structs.compiled) against the torch stages and against
-enumeration: log Z, the gradient of F and of the distance bias, at every score scale, and when it runs."""
+enumeration: log Z, the gradient of F and of the distance bias (per length, or per length and label pair), at
+every score scale, and when it runs."""
 import pytest
 import torch
 
@@ -20,20 +21,22 @@ def log_z_and_grads(F, bias, lengths, k):
 
 
 def random_case(seed, scale, dtype, with_bias):
+    """Scores, a bias (``with_bias`` True: (2, 3); "labels": (2, 3, M, M); False: none), lengths and k."""
     gen = torch.Generator().manual_seed(seed)
     n = int(torch.randint(1, 9, (), generator=gen))
     m = int(torch.randint(1, 6, (), generator=gen))
     k = int(torch.randint(1, n + 1, (), generator=gen))
     batch = 4
     F = scale * torch.randn(batch, n, 2, m + 1, m, generator=gen, dtype=torch.float64)
-    bias = scale * torch.randn(2, 3, generator=gen, dtype=torch.float64) if with_bias else None
+    labels = (m, m) if with_bias == "labels" else ()
+    bias = scale * torch.randn(2, 3, *labels, generator=gen, dtype=torch.float64) if with_bias else None
     lengths = torch.randint(0, n + 1, (batch,), generator=gen)
     lengths[0] = n
     return F.to(dtype), None if bias is None else bias.to(dtype), lengths, k
 
 
 @pytest.mark.parametrize("scale", [0.5, 5.0, 50.0, 500.0, 5000.0])
-@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True, "labels"])
 def test_the_compiled_lane_agrees_with_the_torch_stages_in_float64(scale, with_bias):
     for seed in range(8):
         F, bias, lengths, k = random_case(seed, scale, torch.float64, with_bias)
@@ -46,11 +49,12 @@ def test_the_compiled_lane_agrees_with_the_torch_stages_in_float64(scale, with_b
             assert torch.allclose(got[2], want[2], atol=1e-8), (seed, got[2], want[2])
 
 
+@pytest.mark.parametrize("with_bias", [True, "labels"])
 @pytest.mark.parametrize("scale", [1.0, 100.0, 1e4])
-def test_float32_scores_are_exact_at_any_scale(scale):
+def test_float32_scores_are_exact_at_any_scale(scale, with_bias):
     """float32 scores: log Z and the marginals as the float64 computation of the same scores gives them."""
     for seed in range(6):
-        F, bias, lengths, k = random_case(100 + seed, scale, torch.float32, True)
+        F, bias, lengths, k = random_case(100 + seed, scale, torch.float32, with_bias)
         got = log_z_and_grads(F, bias, lengths, k)
         with torch_lane():
             want = log_z_and_grads(F.double(), bias.double(), lengths, k)
@@ -92,8 +96,9 @@ def _dense_bias(bias, n):
     return out
 
 
-def test_gradient_against_finite_differences():
-    F, bias, lengths, k = random_case(3, 2.0, torch.float64, True)
+@pytest.mark.parametrize("with_bias", [True, "labels"])
+def test_gradient_against_finite_differences(with_bias):
+    F, bias, lengths, k = random_case(3, 2.0, torch.float64, with_bias)
     F, bias = F.requires_grad_(True), bias.requires_grad_(True)
     assert torch.autograd.gradcheck(
         lambda f, c: log_partition(DirectionalScores(f, c), lengths, max_dist=k), (F, bias), eps=1e-6, atol=1e-6)
@@ -154,11 +159,12 @@ def test_a_bad_score_is_named_on_either_lane():
         log_partition(DirectionalScores(F), lengths, max_dist=k)
 
 
+@pytest.mark.parametrize("with_bias", [True, "labels"])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float64, 1e-12)])
-def test_label_marginals_are_the_marginals_labels(dtype, tol):
+def test_label_marginals_are_the_marginals_labels(dtype, tol, with_bias):
     """The compiled lane's label marginals (summed in the loop) are those of the arc marginals, summed."""
     for seed in range(5):
-        F, bias, lengths, k = random_case(300 + seed, 2.0, dtype, True)
+        F, bias, lengths, k = random_case(300 + seed, 2.0, dtype, with_bias)
         F[0, 0, 1] = float("-inf")  # a sentence without a tree (its first token has no head to the right)
         F[0, 0, 0, 0] = float("-inf")
         scores = DirectionalScores(F, bias)
@@ -169,14 +175,14 @@ def test_label_marginals_are_the_marginals_labels(dtype, tol):
             assert torch.allclose(got, label_marginals(scores, lengths, max_dist=k), atol=tol)
 
 
-def token_independent_case(seed, scale, dtype):
-    """emissions (B, N, M), one table (2, M+1, M), a bias and lengths: F = emissions + table, as the
-    components' bilinear scorer makes it."""
+def token_independent_case(seed, scale, dtype, labelled=False):
+    """emissions (B, N, M), one table (2, M+1, M), a bias ((2, 3), or (2, 3, M, M) ``labelled``) and lengths:
+    F = emissions + table, as the components' bilinear scorer makes it."""
     gen = torch.Generator().manual_seed(seed)
     n, m, batch = 7, 4, 4
     draw = lambda *shape: (scale * torch.randn(*shape, generator=gen, dtype=torch.float64)).to(dtype)  # noqa: E731
     lengths = torch.tensor([0, n, 3, 1])  # the first sentence is empty: the table is read off the second
-    return draw(batch, n, m), draw(2, m + 1, m), draw(2, 3), lengths
+    return draw(batch, n, m), draw(2, m + 1, m), draw(2, 3, *((m, m) if labelled else ())), lengths
 
 
 def factored_log_z_and_grads(emissions, table, bias, lengths, k, token_independent):
@@ -189,13 +195,14 @@ def factored_log_z_and_grads(emissions, table, bias, lengths, k, token_independe
     return [log_z.detach()] + [leaf.grad for leaf in leaves]
 
 
+@pytest.mark.parametrize("labelled", [False, True])
 @pytest.mark.parametrize("scale", [0.5, 5.0, 50.0, 5000.0])
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-9), (torch.float32, 2e-4)])
-def test_token_independent_scores_read_as_factors_agree(scale, dtype, tol):
+def test_token_independent_scores_read_as_factors_agree(scale, dtype, tol, labelled):
     """DirectionalScores(..., token_independent=True) (the kernel reads emissions and one table) against the
     same scores read densely by the torch stages in float64: log Z, the gradients of the emissions, the
     table and the bias (F is their sum, so these are what training uses), and the label marginals."""
-    emissions, table, bias, lengths = token_independent_case(int(scale * 10), scale, dtype)
+    emissions, table, bias, lengths = token_independent_case(int(scale * 10), scale, dtype, labelled)
     F = emissions[:, :, None, None, :] + table
     for k in (2, 7):
         with torch_lane():
@@ -210,8 +217,9 @@ def test_token_independent_scores_read_as_factors_agree(scale, dtype, tol):
         torch.testing.assert_close(labels.double(), want_labels, rtol=0, atol=tol * 10)
 
 
-def test_token_independent_gradient_against_finite_differences():
-    emissions, table, bias, lengths = token_independent_case(3, 1.0, torch.float64)
+@pytest.mark.parametrize("labelled", [False, True])
+def test_token_independent_gradient_against_finite_differences(labelled):
+    emissions, table, bias, lengths = token_independent_case(3, 1.0, torch.float64, labelled)
 
     def log_z(emissions, table, bias):  # F built from its factors, read as factors
         F = emissions[:, :, None, None, :] + table

@@ -10,7 +10,7 @@ matrix, start and end scores, as pytorch-crf holds them) and for order 2 a :clas
 Decoders return :class:`Decoded` (labels, heads, score). Score layouts are documented in :mod:`.tree`
 and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
-from .arcs import distance_bias_matrix
+from .arcs import distance_bias_matrix, gather_distance_bias
 from .chain_second import SecondOrderScores
 from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
@@ -25,6 +25,7 @@ __all__ = [
     "count_trees",
     "DirectionalScores",
     "distance_bias_matrix",
+    "gather_distance_bias",
     "Marginals",
     "Decoded",
     "SecondOrderScores",

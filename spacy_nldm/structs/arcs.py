@@ -24,7 +24,9 @@ class DirectionalScores:
     ``distance_bias`` (2, K), optional: ``distance_bias[x, w-1]`` is added to every arc between two
     tokens of length w (``|h - d| = w``) and direction x, the last column to arcs of length K and more;
     arcs from the root get none. It is differentiable like F (:func:`~.tree.log_partition` gives its
-    gradient, the expected number of arcs of each direction and length).
+    gradient, the expected number of arcs of each direction and length). Or (2, K, M, M), a score per
+    direction, length and label pair: ``distance_bias[x, w-1, a, c]`` is added to such an arc when its
+    head carries label a and its dependent label c (its gradient: the expected number of those arcs).
 
     :func:`~.tree.log_partition`, :func:`~.tree.viterbi` and :func:`~.tree.marginals` accept it in
     place of the dense (B, N+1, N+1, M, M) tensor, which it equals after expansion (plus
@@ -42,12 +44,10 @@ class DirectionalScores:
         if not isinstance(F, Tensor) or F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
             shape = tuple(F.shape) if isinstance(F, Tensor) else type(F).__name__
             raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {shape}")
-        if distance_bias is not None and (
-            not isinstance(distance_bias, Tensor) or distance_bias.dim() != 2 or distance_bias.shape[0] != 2
-            or distance_bias.shape[1] < 1
-        ):
+        if distance_bias is not None and not _bias_shape_ok(distance_bias, F.shape[-1]):
             shape = tuple(distance_bias.shape) if isinstance(distance_bias, Tensor) else type(distance_bias).__name__
-            raise ValueError(f"distance_bias must have shape (2, K), K >= 1, got {shape}")
+            raise ValueError(f"distance_bias must have shape (2, K) or (2, K, M, M), K >= 1, M = {F.shape[-1]} "
+                             f"(the labels), got {shape}")
         self.F = F
         self.distance_bias = distance_bias
         self.token_independent = bool(token_independent)
@@ -59,18 +59,45 @@ class DirectionalScores:
         return (B, N + 1, N + 1, M, M)
 
 
-def distance_bias_matrix(distance_bias: Tensor, n1: int, max_dist: Optional[int] = None) -> Tensor:
-    """(n1, n1) [h, d]: the bias of the arc h -> d between tokens (h, d >= 1) of length at most
-    ``max_dist``, 0 elsewhere (root arcs, self-arcs, longer arcs); differentiable."""
-    k = distance_bias.shape[1]
-    positions = torch.arange(n1, device=distance_bias.device)
+def _bias_shape_ok(bias, m: int) -> bool:
+    """Whether ``bias`` is a (2, K) or a (2, K, m, m) tensor, K >= 1."""
+    if not isinstance(bias, Tensor) or bias.dim() not in (2, 4) or bias.shape[0] != 2 or bias.shape[1] < 1:
+        return False
+    return bias.dim() == 2 or tuple(bias.shape[2:]) == (m, m)
+
+
+def _bias_cells(n1: int, k: int, max_dist: Optional[int], device) -> Tuple[Tensor, Tensor, Tensor]:
+    """(n1, n1) each, [h, d]: the offset d - h, the bias column of the arc h -> d (K = ``k`` columns), and
+    whether the arc gets a bias (between tokens, at most ``max_dist`` long)."""
+    positions = torch.arange(n1, device=device)
     offset = positions[None, :] - positions[:, None]  # d - h
     column = (offset.abs() - 1).clamp(0, k - 1)
     tokens = (positions[:, None] >= 1) & (positions[None, :] >= 1) & (offset != 0)
     if max_dist is not None:
         tokens = tokens & (offset.abs() <= max_dist)
-    bias = torch.where(offset > 0, distance_bias[0][column], distance_bias[1][column])
-    return torch.where(tokens, bias, 0.0)
+    return offset, column, tokens
+
+
+def distance_bias_matrix(distance_bias: Tensor, n1: int, max_dist: Optional[int] = None) -> Tensor:
+    """(n1, n1) [h, d]: the bias of the arc h -> d between tokens (h, d >= 1) of length at most
+    ``max_dist``, 0 elsewhere (root arcs, self-arcs, longer arcs); differentiable. A label-pair bias
+    (2, K, M, M) gives (n1, n1, M, M) [h, d, label of h, label of d]."""
+    offset, column, tokens = _bias_cells(n1, distance_bias.shape[1], max_dist, distance_bias.device)
+    labels = (None,) * (distance_bias.dim() - 2)
+    bias = torch.where((offset > 0)[(...,) + labels], distance_bias[0][column], distance_bias[1][column])
+    return torch.where(tokens[(...,) + labels], bias, 0.0)
+
+
+def gather_distance_bias(distance_bias: Tensor, labels: Tensor, max_dist: Optional[int] = None) -> Tensor:
+    """(B, N+1, N+1, K, K): the bias of each arc h -> d between tokens when h carries label
+    ``labels[b, h, i]`` and d label ``labels[b, d, j]`` (``labels`` (B, N+1, K) label ids, row 0 the
+    root's, whatever it holds), for a label-pair bias (2, K_b, M, M); 0 on the arcs that get none (as
+    :func:`distance_bias_matrix`). Never builds the (N+1, N+1, M, M) matrix; differentiable."""
+    offset, column, tokens = _bias_cells(labels.shape[1], distance_bias.shape[1], max_dist, labels.device)
+    direction = (offset < 0).long()  # 0: head on the left
+    bias = distance_bias[direction[None, :, :, None, None], column[None, :, :, None, None],
+                         labels[:, :, None, :, None], labels[:, None, :, None, :]]
+    return torch.where(tokens[None, :, :, None, None], bias, 0.0)
 
 
 class WidthArcs(NamedTuple):
@@ -192,15 +219,22 @@ class DirectionalArcs(ArcScores):
     """Arcs of :class:`DirectionalScores` F (B, N, 2, M+1, M): the right arcs of width w are
     F[:, w-1, 0, 0] from the root (row 0, the root's label; the other rows are never used) and
     F[:, w:, 0, 1:] from tokens; the left arcs are F[:, :N-w, 1, 1:] transposed (span start 0, the
-    root, is never a dependent: its row is a placeholder). The distance bias (``bias``, (2, K)) of
-    width w is added to the arcs between tokens (span starts 1 and up)."""
+    root, is never a dependent: its row is a placeholder). The distance bias (``bias``, (2, K) or
+    (2, K, M, M)) of width w is added to the arcs between tokens (span starts 1 and up)."""
+
+    @property
+    def label_bias(self) -> bool:
+        """Whether the distance bias depends on the arc's labels ((2, K, M, M))."""
+        return self.bias is not None and self.bias.dim() == 4
 
     def width_bias(self, w: int) -> Optional[WidthArcs]:
-        """The distance bias of the right and the left arcs of width w, 0-dim tensors, or None."""
+        """The distance bias of the right and the left arcs of width w, or None: 0-dim tensors, or with
+        label pairs (M, M) each, laid out as the arcs are ([label of start, label of end])."""
         if self.bias is None:
             return None
         column = min(w, self.bias.shape[1]) - 1
-        return WidthArcs(self.bias[0, column], self.bias[1, column])
+        left = self.bias[1, column]
+        return WidthArcs(self.bias[0, column], left.transpose(-1, -2) if self.label_bias else left)
 
     def raw(self, w: int, tensor: Tensor) -> WidthArcs:
         B, N, _, _, M = tensor.shape
@@ -251,7 +285,7 @@ class DirectionalArcs(ArcScores):
         """As :meth:`ArcScores.attach_exp`, from exponentials of F taken once per call (:meth:`exps`): a
         dependent's arcs are the same at every width, only the spans they belong to move. No masks, as
         in :meth:`attach`: an arc that leaves the sentence meets an inner factor of 0."""
-        if self.arc_mask is not None:
+        if self.arc_mask is not None or self.label_bias:  # (a label-pair bias: the arcs' own largest values)
             return super().attach_exp(inner, w, out)
         tokens, token_top, root, root_top = self.exps()
         N = tokens.shape[1]
@@ -297,5 +331,9 @@ class DirectionalArcs(ArcScores):
         grad[:, : N - w, 1, 1:].add_(arcs.left[:, 1:].transpose(-1, -2))
         if self.bias_grad is not None:  # every arc of width w between tokens carries the bias once
             column = min(w, self.bias_grad.shape[1]) - 1
-            self.bias_grad[0, column] += arcs.right[:, 1:].sum()
-            self.bias_grad[1, column] += arcs.left[:, 1:].sum()
+            if self.label_bias:  # per label pair; the left arcs are laid out [label of d, label of h]
+                self.bias_grad[0, column] += arcs.right[:, 1:].sum((0, 1))
+                self.bias_grad[1, column] += arcs.left[:, 1:].sum((0, 1)).transpose(-1, -2)
+            else:
+                self.bias_grad[0, column] += arcs.right[:, 1:].sum()
+                self.bias_grad[1, column] += arcs.left[:, 1:].sum()

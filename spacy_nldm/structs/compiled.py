@@ -20,7 +20,8 @@ path's, and only the far tails of extreme score scales pay for log space.
 The outside pass goes over the same items in reverse and gives d log Z / d item, the item's marginal. A
 split's share of an item is term / total: in exp space (g / total) * scale * v_x * v_y, which is at most g;
 for a flagged item exp(x + y - item) in log space. The incomplete items' marginals are the arc marginals,
-which are the gradient of F (and, summed per width and direction, of the distance bias).
+which are the gradient of F (and, summed per width and direction, of the distance bias; a label-pair bias
+(2, K, M, M) is read as one, a (2, K) bias as the same value for every label pair).
 """
 import importlib.util
 import os
@@ -48,10 +49,10 @@ def available() -> bool:
 
 def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int, with_grad: bool,
                    with_arcs: bool = True) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
-    """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or None,
-    lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the gradient
-    of log Z, packed over the real tokens in the order of ``real``: d log Z / d F (T, 2, M+1, M) if
-    ``with_arcs``, d log Z / d bias per sentence (B, 2, K_b), and otherwise the label marginals (T, M) (the
+    """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or (2, K_b, M,
+    M) or None, lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the
+    gradient of log Z, packed over the real tokens in the order of ``real``: d log Z / d F (T, 2, M+1, M) if
+    ``with_arcs``, d log Z / d bias per sentence (B, *bias.shape), and otherwise the label marginals (T, M) (the
     arc marginals into each token, summed); and ``real`` (B, N) bool, the positions F is read at (only
     they are copied). All float64."""
     B, N = F.shape[:2]
@@ -74,7 +75,7 @@ def inside_outside_factored(emissions: Tensor, table: Tensor, bias: Optional[Ten
     (B, N, M), table (2, M+1, M), given apart: the kernel exponentiates M numbers per token and the table
     once, and never reads an (M+1) M block per token). Returns log Z (B,); with ``with_grad`` d log Z /
     d emissions packed over the real tokens (T, M) (the label marginals), d log Z / d table per sentence
-    (B, 2, M+1, M) and d log Z / d bias per sentence (B, 2, K_b); and ``real``. All float64."""
+    (B, 2, M+1, M) and d log Z / d bias per sentence (B, *bias.shape); and ``real``. All float64."""
     B, N = emissions.shape[:2]
     real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
     packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())  # (T, M)
@@ -94,16 +95,22 @@ def _run(packed, emissions, table, bias, lengths, limit, with_grad, arcs, grad, 
     B = lens.shape[0]
     offsets = np.zeros(B, dtype=np.int64)
     offsets[1:] = np.cumsum(lens)[:-1]
-    b64 = (np.zeros((2, 0)) if bias is None
-           else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy()))
     M = emissions.shape[1] if emissions.shape[0] else packed.shape[3]
     T = emissions.shape[0] if emissions.shape[0] else packed.shape[0]
+    # the kernel reads a label-pair bias (2, K_b, M, M); a (2, K_b) one is the same for every pair
+    b64 = np.zeros((2, 0, M, M))
+    if bias is not None:
+        values = bias.detach().to(torch.float64).cpu().numpy()
+        b64 = np.ascontiguousarray(np.broadcast_to(values.reshape(*values.shape[:2], 1, 1) if values.ndim == 2
+                                                   else values, (2, values.shape[1], M, M)))
     log_z = np.zeros(B)
-    grad_bias = np.zeros((B, 2, b64.shape[1])) if with_grad else np.zeros((0, 2, 0))
+    grad_bias = np.zeros((B,) + b64.shape) if with_grad else np.zeros((0, 2, 0, M, M))
     labels = np.zeros((T, M)) if with_labels else np.zeros((0, 1))
     grad_table = np.zeros((B, 2, M + 1, M)) if with_table else np.zeros((0, 2, 1, 1))
     _kernel()(packed, emissions, table, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad, grad_bias,
               labels, grad_table)
+    if bias is not None and bias.dim() == 2:
+        grad_bias = grad_bias.sum((-1, -2))
     return log_z, grad_bias, labels, grad_table
 
 
@@ -165,6 +172,25 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
     M = Fe.shape[1] if factored else F.shape[3]
     Kb = bias.shape[1]
     neg = -np.inf
+    # the distance bias (2, Kb, M, M) [x, length, head label, dependent label] as factors exp(bias - top) per
+    # length, laid out as the incomplete items are: EBr[k, a, c] (s -> t: s has a, t has c) and EBl[k, a, c]
+    # (t -> s: s has a, t has c), the tops in Btop[x, k]; Bl[k] = bias[1, k] transposed likewise
+    EBr, EBl, Bl = np.zeros((Kb, M, M)), np.zeros((Kb, M, M)), np.zeros((Kb, M, M))
+    Btop = np.zeros((2, Kb))
+    zero_bias = np.zeros((M, M))
+    for k in range(Kb):
+        for x in range(2):
+            m = neg
+            for h in range(M):
+                for c in range(M):
+                    if bias[x, k, h, c] > m:
+                        m = bias[x, k, h, c]
+            Btop[x, k] = m
+        for a in range(M):
+            for c in range(M):
+                EBr[k, a, c] = np.exp(bias[0, k, a, c] - Btop[0, k])
+                EBl[k, a, c] = np.exp(bias[1, k, c, a] - Btop[1, k])
+                Bl[k, a, c] = bias[1, k, c, a]
     KK = max(1, min(limit, N))
     P = N + 1
     # charts, [start, width, ...]; *s: shift, *p: scale before normalisation, *f: flagged, *l: exact logs
@@ -264,8 +290,11 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                 CRv[s, 0, a] = 1.0 if (s > 0 or a == 0) else 0.0
                 CLv[s, 0, a] = 1.0
         for w in range(1, K + 1):
-            br = bias[0, min(w, Kb) - 1] if Kb > 0 else 0.0
-            bl = bias[1, min(w, Kb) - 1] if Kb > 0 else 0.0
+            col = min(w, Kb) - 1  # the bias's column of width w (-1: no bias)
+            br = Btop[0, col] if Kb > 0 else 0.0
+            bl = Btop[1, col] if Kb > 0 else 0.0
+            bias_r = bias[0, col] if Kb > 0 else zero_bias  # [a, c] as the items are laid out
+            bias_l = Bl[col] if Kb > 0 else zero_bias
             # -- incomplete items of width w ------------------------------------------------------
             for s in range(n - w + 1):
                 t = s + w
@@ -307,11 +336,16 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + br
                     np.multiply(inner, E[t - 1, 0], IRv[s, w])
-                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, br, True)
+                    if Kb > 0:
+                        np.multiply(IRv[s, w], EBr[col], IRv[s, w])
+                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias_r, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + bl
                     np.multiply(inner, E[s - 1, 1], ILv[s, w])
-                    _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bl, False)
+                    if Kb > 0:
+                        np.multiply(ILv[s, w], EBl[col], ILv[s, w])
+                    _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bias_l,
+                                       False)
             # -- complete items of width w --------------------------------------------------------
             for s in range(n - w + 1):
                 t = s + w
@@ -526,8 +560,7 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                             grad_table[b, 0, 0, c] += gIR[0, w, 0, c]
                         tot2[0, c] = gIR[0, w, 0, c]
                 else:
-                    right = 0.0
-                    left = 0.0
+                    col = min(w, Kb) - 1
                     for a in range(M):
                         for c in range(M):
                             if with_arcs:
@@ -539,12 +572,10 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                             if with_table:
                                 grad_table[b, 0, a + 1, c] += gIR[s, w, a, c]
                                 grad_table[b, 1, c + 1, a] += gIL[s, w, a, c]
-                            right += gIR[s, w, a, c]
-                            left += gIL[s, w, a, c]
+                            if Kb > 0:
+                                grad_bias[b, 0, col, a, c] += gIR[s, w, a, c]
+                                grad_bias[b, 1, col, c, a] += gIL[s, w, a, c]
                             tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
-                    if Kb > 0:
-                        grad_bias[b, 0, min(w, Kb) - 1] += right
-                        grad_bias[b, 1, min(w, Kb) - 1] += left
                 # inner: shares of each split k
                 if not If[s, w]:
                     for a in range(ah):
@@ -621,8 +652,9 @@ def _encode(logs, values):
 
 
 def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias, right):
-    """(``o``: the sentence's first row in the packed scores, dense F or factored Fe + Ft: see :func:`_arc`.) An incomplete item's raw values (inner
-    total * arc factor, scale ``shift``, at most w) are kept as they are, or, if one of them is below
+    """(``o``: the sentence's first row in the packed scores, dense F or factored Fe + Ft: see :func:`_arc`;
+    ``bias`` (M, M): the distance bias of the item's arcs, laid out as the item.) An incomplete item's raw values
+    (inner total * arc factor, scale ``shift``, at most w) are kept as they are, or, if one of them is below
     THRESHOLD, recomputed exactly as inner + arc in log space (then with their largest as the shift)."""
     M = values.shape[3]
     low = False
@@ -639,9 +671,10 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, Fe, Ft, o
             if a < ah:
                 inner = Il[s, w, a, c] if If[s, w] else _lg(It[s, w, a, c], Is[s, w])
                 if right:
-                    arc = _arc(F, Fe, Ft, o + t - 1, 0, 0, c) if s == 0 else _arc(F, Fe, Ft, o + t - 1, 0, a + 1, c) + bias
+                    arc = (_arc(F, Fe, Ft, o + t - 1, 0, 0, c) if s == 0
+                           else _arc(F, Fe, Ft, o + t - 1, 0, a + 1, c) + bias[a, c])
                 else:
-                    arc = _arc(F, Fe, Ft, o + s - 1, 1, c + 1, a) + bias
+                    arc = _arc(F, Fe, Ft, o + s - 1, 1, c + 1, a) + bias[a, c]
                 x = inner + arc
             logs[s, w, a, c] = x
     shifts[s, w] = _encode(logs[s, w].ravel(), values[s, w].ravel())

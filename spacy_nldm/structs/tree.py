@@ -369,7 +369,7 @@ class _CompiledFactoredInside(torch.autograd.Function):
         if ctx.needs_input_grad[1]:
             out_t = (d_table * scale.reshape(-1, 1, 1, 1)).sum(0).to(ctx.dtypes[1])
         if ctx.needs_input_grad[2]:
-            out_b = (d_bias * scale.reshape(-1, 1, 1)).sum(0).to(ctx.dtypes[2])
+            out_b = (d_bias * _per_sentence(scale, d_bias)).sum(0).to(ctx.dtypes[2])
         return out_e, out_t, out_b, None
 
 
@@ -413,8 +413,13 @@ class _CompiledInside(torch.autograd.Function):
             d_tensor = grad_root.new_zeros(ctx.shape)
             d_tensor[ctx.real] = grad.to(grad_root.dtype)
         if ctx.needs_input_grad[1]:
-            d_bias = (grad_bias * scale.reshape(-1, 1, 1)).sum(0).to(grad_root.dtype)
+            d_bias = (grad_bias * _per_sentence(scale, grad_bias)).sum(0).to(grad_root.dtype)
         return d_tensor, d_bias, None
+
+
+def _per_sentence(scale: Tensor, grads: Tensor) -> Tensor:
+    """``scale`` (B,) shaped to multiply per-sentence gradients (B, ...)."""
+    return scale.reshape(-1, *(1,) * (grads.dim() - 1))
 
 
 def _bad_arc(problem: _Problem, b: int) -> str:
