@@ -135,6 +135,30 @@ def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max
     assert canonical == {str(heads.tolist())}
 
 
+@pytest.mark.parametrize("labelled", [False, True])
+@pytest.mark.parametrize("max_dist", [None, 3])
+def test_canonical_tree_with_a_distance_bias_is_a_best_tree(max_dist, labelled):
+    """With a distance bias (2, K), or one per label pair (2, K, M, M), the canonical tree of the decoded
+    labels scores what Viterbi's best tree scores, and its score is the sum of its arcs' scores with their
+    bias (the dense definition)."""
+    from spacy_nldm.structs import distance_bias_matrix
+
+    generator = torch.Generator().manual_seed(5)
+    S, N, M = 32, 10, 3
+    F = factored_scores("token", S, N, M, generator).double()
+    bias = torch.randn(2, 3, *((M, M) if labelled else ()), generator=generator, dtype=torch.float64)
+    lengths = torch.randint(0, N + 1, (S,), generator=generator)
+    tree = LatentTree(max_dist=max_dist, canonical=False, distance_bias=bias)
+    labels, _, best = tree.decode(F, lengths)
+    heads, scores = canonical_heads(F, labels, lengths, max_dist, distance_bias=bias)
+    torch.testing.assert_close(scores, best, rtol=1e-5, atol=1e-5)
+    dense_bias = distance_bias_matrix(bias, N + 1, max_dist)
+    dense = tree.expand(F) + (dense_bias[None] if labelled else dense_bias[None, :, :, None, None])
+    torch.testing.assert_close(tree.tree_score(dense, labels, heads, lengths), scores)
+    for s, n in enumerate(lengths.tolist()):
+        assert is_projective_tree(heads[s, :n].tolist())
+
+
 @pytest.mark.parametrize("max_dist", [None, 1, 2, 3, 5])
 def test_banded_canonical_tree_is_the_dense_one_bit_for_bit(max_dist):
     """The banded charts (O(n k) with max_dist) make the choices of the dense (N+1, N+1) algorithm."""

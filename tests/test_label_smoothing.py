@@ -18,7 +18,16 @@ STRUCTURES = {
     "crf2": lambda bias: Chain(order=2),
     "nldm": lambda bias: LatentTree(max_dist=None, distance_bias=bias),
     "nldm_k2": lambda bias: LatentTree(max_dist=2, distance_bias=bias),
+    "nldm_pairs": lambda bias: LatentTree(max_dist=None, distance_bias=bias),  # a label-pair bias (2, K, M, M)
+    "nldm_k2_pairs": lambda bias: LatentTree(max_dist=2, distance_bias=bias),
 }
+
+
+def _random_bias(name, k, m, **kw):
+    """The bias the tests give a structure: None for the chains, (2, k) for the NLDM, (2, k, m, m) for *_pairs."""
+    if not name.startswith("nldm"):
+        return None
+    return torch.randn(2, k, *((m, m) if name.endswith("_pairs") else ()), dtype=torch.float64, **kw)
 
 
 def _shape(name: str, m: int):
@@ -90,7 +99,8 @@ def _enumerate_uniform_ce(name, F, n, bias, max_dist):
                     a = 0 if h == 0 else labels[h - 1] + 1
                     score += float(F[d - 1, 0 if h < d else 1, a, labels[d - 1]])
                     if bias is not None and h != 0:
-                        score += float(bias[0 if h < d else 1, min(abs(h - d), bias.shape[1]) - 1])
+                        value = bias[0 if h < d else 1, min(abs(h - d), bias.shape[1]) - 1]
+                        score += float(value if bias.dim() == 2 else value[labels[h - 1], labels[d - 1]])
                 total += score
         expected = total / (m ** n * len(trees))
         return float(log_z) - expected - math.log(len(trees))
@@ -112,7 +122,7 @@ def _projective_trees(n, max_dist):
 def test_uniform_term_against_enumeration(name):
     m, n = 2, 3
     F, _, _, _ = _batch(name, [n], m, seed=2)
-    bias = torch.randn(2, 2, dtype=torch.float64) if name.startswith("nldm") else None
+    bias = _random_bias(name, 2, m)
     structure = STRUCTURES[name](bias)
     max_dist = getattr(structure, "max_dist", None)
     expected = _enumerate_uniform_ce(name, F[0], n, bias, max_dist)
@@ -128,7 +138,7 @@ def test_gradients_against_finite_differences(name):
     F, lengths, mask, _ = _batch(name, [4, 2], m, seed=3)
     mask[1, 0] = True  # one token with an unknown label
     F.requires_grad_(True)
-    bias = torch.randn(2, 3, dtype=torch.float64, requires_grad=True) if name.startswith("nldm") else None
+    bias = _random_bias(name, 3, m, requires_grad=True)
     inputs = (F,) if bias is None else (F, bias)
 
     def loss(*args):

@@ -47,12 +47,15 @@ def all_labelings(n, m):
 
 #: a distance bias (2, K): arcs of length 1, 2 and longer, head on the left / on the right
 BIAS = torch.tensor([[0.7, -1.2, 0.3], [0.4, 2.0, -0.5]], dtype=torch.float64)
+#: a label-pair distance bias (2, K, M, M) for 3 labels: each direction, length and (head, dependent) label pair
+PAIRS = torch.randn(2, 3, 3, 3, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
 
 
 @pytest.mark.parametrize(
     "structure,shape",
     [(LatentTree(None), (2, 4)), (LatentTree(1), (2, 4)), (LatentTree(2), (2, 4)), (Chain(1), (1, 4)), (Chain(2), (4, 4)),
-     (LatentTree(None, distance_bias=BIAS), (2, 4)), (LatentTree(2, distance_bias=BIAS[:, :2]), (2, 4))],
+     (LatentTree(None, distance_bias=BIAS), (2, 4)), (LatentTree(2, distance_bias=BIAS[:, :2]), (2, 4)),
+     (LatentTree(None, distance_bias=PAIRS), (2, 4)), (LatentTree(2, distance_bias=PAIRS[:, :2]), (2, 4))],
 )
 def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structure, shape):
     torch.manual_seed(1)
@@ -82,15 +85,16 @@ def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structu
 
 
 @pytest.mark.parametrize("k", [None, 2])
-@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True, "labels"])
 def test_gold_label_loss_equals_the_per_bucket_restricted_loss(k, with_bias):
     """The fully labelled fast path (log S on gathered gold arcs, whole batch) against the general one,
-    for F and the distance bias."""
+    for F and the distance bias (per length, or per length and label pair)."""
     from spacy_nldm.models.structure import Structure
 
     torch.manual_seed(4)
     F = torch.randn(4, 6, 2, 5, 4, dtype=torch.float64, requires_grad=True)
-    bias = BIAS.clone().requires_grad_(True)
+    start = BIAS if with_bias != "labels" else torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    bias = start.clone().requires_grad_(True)
     lengths = torch.tensor([6, 2, 0, 4])
     gold = torch.nn.functional.one_hot(torch.randint(0, 4, (4, 6)), 4).bool()
     gold[1, 2:] = True  # padding may allow anything
@@ -104,11 +108,13 @@ def test_gold_label_loss_equals_the_per_bucket_restricted_loss(k, with_bias):
         torch.testing.assert_close(grad, torch.autograd.grad(Structure.nll(tree, F, lengths, gold), bias)[0])
         # against finite differences
         eps = 1e-6
-        for index in itertools.product(range(2), range(3)):
-            step = torch.zeros_like(BIAS)
+        pairs = [(1, 2), (3, 0), (2, 2)] if with_bias == "labels" else [()]
+        for index in itertools.product(range(2), range(3), pairs):
+            index = index[:2] + index[2]
+            step = torch.zeros_like(start)
             step[index] = eps
-            up = LatentTree(max_dist=k, distance_bias=BIAS + step).nll(F.detach(), lengths, gold)
-            down = LatentTree(max_dist=k, distance_bias=BIAS - step).nll(F.detach(), lengths, gold)
+            up = LatentTree(max_dist=k, distance_bias=start + step).nll(F.detach(), lengths, gold)
+            down = LatentTree(max_dist=k, distance_bias=start - step).nll(F.detach(), lengths, gold)
             assert float(grad[index]) == pytest.approx(float(up - down) / (2 * eps), abs=1e-6)
         assert bool((grad != 0).any())
 
@@ -346,3 +352,46 @@ def test_distance_prior_is_where_the_bias_starts_and_it_cancels_there():
 def test_distance_prior_needs_the_distance_bias():
     with pytest.raises(ValueError, match="distance_prior"):
         make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=0, distance_prior=1.0)
+
+
+@pytest.mark.parametrize("edge_scorer", ["bilinear", "emission_transition", "trilinear"])
+def test_distance_labels_start_at_zero_and_reach_the_structure(edge_scorer):
+    """distance_labels gives the tree a label-pair score per direction and length (X, K, M, M) beside the bias:
+    zero at the start (the NLDM is the one without it), then a function of its parameters whose gradient the
+    loss writes (against finite differences of the loss in the parameters)."""
+    torch.manual_seed(12)
+    plain = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3).double()
+    scorer = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3, distance_labels=True)
+    scorer = scorer.double()
+    plain.resize(7, 5), scorer.resize(7, 5)
+    scorer.load_state_dict({**plain.state_dict(), **{k: v for k, v in scorer.state_dict().items()
+                                                     if k not in plain.state_dict()}})
+    h = torch.randn(2, 5, 7, dtype=torch.float64)
+    lengths = torch.tensor([5, 3])
+    gold = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 5)), 5).bool()
+    scores = scorer.distance_scores()
+    assert tuple(scores.shape) == (2, 3, 5, 5)
+    torch.testing.assert_close(scores, plain.distance_scores()[:, :, None, None].expand(2, 3, 5, 5))
+    same = [LatentTree(3, distance_bias=s.distance_scores()).nll(s(h), lengths, gold) for s in (plain, scorer)]
+    torch.testing.assert_close(same[0], same[1])
+    name = "psi_dist" if edge_scorer == "emission_transition" else "A_dist"
+    param = getattr(scorer, name)
+    with torch.no_grad():
+        param.normal_()
+    loss = LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)
+    (grad,) = torch.autograd.grad(loss, param)
+    eps = 1e-6
+    for index in [(0, 0, 1, 2), (1, 2, 0, 0), (1, 0, 3, 1)]:
+        with torch.no_grad():
+            param[index] += eps
+            up = LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)
+            param[index] -= 2 * eps
+            down = LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)
+            param[index] += eps
+        assert float(grad[index]) == pytest.approx(float(up - down) / (2 * eps), abs=1e-6)
+    assert bool((grad != 0).any())
+
+
+def test_distance_labels_need_the_distance_bias():
+    with pytest.raises(ValueError, match="distance_labels"):
+        make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=0, distance_labels=True)

@@ -613,6 +613,29 @@ def test_distance_prior_reaches_the_bias_from_the_config(ark):
             "nldm_tagger", distance_prior=0.5, distance_bias=False)})
 
 
+def test_distance_labels_learn_and_round_trip(ark):
+    """``distance_labels = true``: the label-pair distance score leaves zero in training (the loss's gradient
+    reaches it through the component's update), is saved with the model, and a reloaded pipeline predicts
+    the same tags, trees and scores."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp, pipe = trained("nldm_tagger", ark[:6], steps=4, distance_labels=True)
+    scorer = torch_scorer(pipe.model)
+    assert bool((scorer.A_dist != 0).any())
+    assert tuple(scorer.distance_scores().shape) == (2, 3, len(pipe.labels), len(pipe.labels))
+    nlp2 = spacy.blank("en")
+    nlp2.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", distance_labels=True)})
+    nlp2.from_bytes(nlp.to_bytes())
+    text = " ".join(ark[7][0])
+    a, b = nlp(text), nlp2(text)
+    assert [t.tag_ for t in a] == [t.tag_ for t in b]
+    assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
+    assert a._.nldm_tree_score == pytest.approx(b._.nldm_tree_score)
+    with pytest.raises(ValueError, match="distance_labels"):
+        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model(
+            "nldm_tagger", distance_labels=True, distance_bias=False)})
+
+
 def test_head_embeddings_are_trained_by_the_heads_gradient(ark):
     """The head's own embeddings (embed_width) next to a listener get the head's gradient: training moves
     them, and their width must not be negative."""

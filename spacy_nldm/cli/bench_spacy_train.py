@@ -90,7 +90,7 @@ STRUCTURED = ("crf_tagger", "nldm_tagger")
 #: configs trained before they existed: a component block ("component") or its model block ("model") stating
 #: one at that value has the key it had without it, so the recorded runs are found again
 NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_params"): False,
-                    ("model", "hidden_width"): 0, ("model", "distance_prior"): 0.0,
+                    ("model", "hidden_width"): 0, ("model", "distance_prior"): 0.0, ("model", "distance_labels"): False,
                     ("model", "embed_width"): 0, ("model", "embed_depth"): 0}
 
 

@@ -24,6 +24,7 @@ def build_nldm_tagger(
     emission: bool = True,
     distance_bias: bool = True,
     distance_prior: float = 0.0,
+    distance_labels: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: Optional[int] = None,
@@ -43,6 +44,10 @@ def build_nldm_tagger(
     ``distance_prior`` (with the distance bias): the bias starts at -distance_prior * (length - 1) in both
     directions instead of 0, a prior towards short arcs (Adam moves the bias by about the learning rate per
     step, so within a short training it stays near its start); 0: every length alike.
+    ``distance_labels = true`` (with the distance bias) adds a label-pair score per arc direction and length
+    (a bilinear form over the label embeddings per direction and length; with ``emission_transition`` a
+    table), starting at 0: the label interaction of an arc of length 1 (the chain's neighbours) may then
+    differ from that of a longer one; false: one label interaction for every length.
     ``dropout``: rate of (inverted) dropout on the vectors at the scorer's input (the last layer's output), in
     training only and whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
     each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
@@ -62,8 +67,8 @@ def build_nldm_tagger(
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
-        emission=emission, distance_bias=distance_bias, distance_prior=distance_prior, dropout=dropout,
-        char_width=char_width, embed_width=embed_width, embed_depth=embed_depth, context_width=context_width,
+        emission=emission, distance_bias=distance_bias, distance_prior=distance_prior,
+        distance_labels=distance_labels, dropout=dropout, char_width=char_width, embed_width=embed_width, embed_depth=embed_depth, context_width=context_width,
         hidden_width=hidden_width, nO=nO,
     )
 

@@ -9,7 +9,8 @@ A scorer maps token vectors ``h`` (..., nI) to factored scores ``F`` of shape (.
   labels ``0..M-1``.
 
 A tree scorer may also hold ``distance_bias`` (2, K), a score per arc direction and length that does not
-depend on the tokens or labels; the structure reads it from the module (it is not part of F), so its
+depend on the tokens or labels, and with ``distance_labels`` a label-pair score per arc direction and length
+beside it; the structure reads them from the module (:meth:`Scorer.distance_scores`, not part of F), so their
 gradient comes from the loss directly (see :class:`~spacy_nldm.models.structure.LatentTree`).
 
 All scores depend on the dependent's vector only (``h_d``), so F is linear in the tokens and the
@@ -21,7 +22,7 @@ Parameters whose shape depends on the input width or the number of labels are (r
 after training. :meth:`Scorer.load_state_dict` adapts the shapes to the saved state first, so a
 model built before the labels were known deserialises.
 """
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 from torch import nn
@@ -56,7 +57,8 @@ class Scorer(nn.Module):
     zero_init: Tuple[str, ...] = ("W", "b")
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
-                 distance_lengths: int = 0, distance_prior: float = 0.0, dropout: float = 0.0):
+                 distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False,
+                 dropout: float = 0.0):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
@@ -66,7 +68,10 @@ class Scorer(nn.Module):
             raise ValueError("a distance bias needs the tree's two arc directions")
         if distance_prior and not distance_lengths:
             raise ValueError(f"distance_prior = {distance_prior} needs the distance bias (distance_bias = true)")
+        if distance_labels and not distance_lengths:
+            raise ValueError("distance_labels = true needs the distance bias (distance_bias = true)")
         self.distance_prior = float(distance_prior)
+        self.distance_labels = bool(distance_labels)
         self.emission = emission
         self.dropout = float(dropout)
         self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0, "K": int(distance_lengths)}
@@ -85,8 +90,14 @@ class Scorer(nn.Module):
     def nO(self) -> int:
         return self.sizes["M"]
 
+    #: the label-pair score per arc direction and length (``distance_labels``): a bilinear form over the label
+    #: embeddings per direction and length where the scorer has label embeddings, else a table
+    distance_label_shapes: Dict[str, Shape] = {"A_dist": ("X", "K", "T", "T")}
+
     def param_shapes(self) -> Dict[str, Shape]:
         distance = {"distance_bias": ("X", "K")} if self.sizes["K"] else {}
+        if self.sizes["K"] and self.distance_labels:
+            distance.update(self.distance_label_shapes)
         return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance}
 
     def _shape(self, name: str) -> Tuple[int, ...]:
@@ -96,6 +107,8 @@ class Scorer(nn.Module):
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
         if name == "distance_bias":  # (X, K): column k is arc length k + 1
             return -self.distance_prior * torch.arange(shape[1], dtype=torch.float32).expand(shape).clone()
+        if name in self.distance_label_shapes:  # no label-pair distance score at the start
+            return torch.zeros(shape)
         return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
 
     def _norm(self, symbol: str) -> float:
@@ -137,6 +150,22 @@ class Scorer(nn.Module):
         """(contexts (C, T), dependent labels (M, T)) label embeddings; row 0 is the root/start."""
         return self.label_emb, self.label_emb[1:]
 
+    def distance_scores(self) -> Optional[torch.Tensor]:
+        """The distance score of the tree's arcs between tokens, as the structure reads it
+        (:class:`~spacy_nldm.structs.DirectionalScores`): None (no distance bias), the bias (X, K), or with
+        ``distance_labels`` the bias plus the label-pair score, (X, K, M, M) [direction, length, head label,
+        dependent label]: ``bias[x, k] + t_a^T A_dist^{x,k} t_c / T`` over the label embeddings."""
+        if not self.sizes["K"]:
+            return None
+        if not self.distance_labels:
+            return self.distance_bias
+        return self.distance_bias[:, :, None, None] + self.length_interaction()
+
+    def length_interaction(self) -> torch.Tensor:
+        """(X, K, M, M): the label-pair score per arc direction and length."""
+        lab = self.labels()[1]
+        return torch.einsum("at,xktu,cu->xkac", lab, self.A_dist, lab) * self._norm("T") ** 2
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., nI) -> (..., X, C, M)
         if self.dropout and self.training:  # thinc sets training mode in begin_update, eval in predict
             h = nn.functional.dropout(h, self.dropout)
@@ -153,14 +182,19 @@ class Scorer(nn.Module):
 
 
 class EmissionTransition(Scorer):
-    """emission(h_d)[c] + psi^dir[a, c]: a transition matrix per direction."""
+    """emission(h_d)[c] + psi^dir[a, c]: a transition matrix per direction (with ``distance_labels``, one per
+    direction and arc length too, ``psi_dist``)."""
 
     shapes = {"psi": ("X", "C", "M")}
     zero_init = Scorer.zero_init + ("psi",)
     token_independent = True
+    distance_label_shapes = {"psi_dist": ("X", "K", "M", "M")}
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         return self.psi
+
+    def length_interaction(self) -> torch.Tensor:
+        return self.psi_dist
 
 
 class Bilinear(Scorer):
@@ -251,15 +285,16 @@ SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "tri
 
 def make_scorer(
     edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
-    distance_lengths: int = 0, distance_prior: float = 0.0, dropout: float = 0.0,
+    distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False, dropout: float = 0.0,
 ) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
-    gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1); ``dropout`` acts on
-    the input vectors in training mode."""
+    gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1), and with
+    ``distance_labels`` a label-pair score per direction and length, starting at 0; ``dropout`` acts on the
+    input vectors in training mode."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths,
-                                  distance_prior=distance_prior, dropout=dropout)
+                                  distance_prior=distance_prior, distance_labels=distance_labels, dropout=dropout)
     return SecondOrder(scorer) if order == 2 else scorer

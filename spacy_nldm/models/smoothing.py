@@ -46,8 +46,9 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
                         ) -> Tensor:
     """Sum over the segments of F (S, L, X, C, M) (``lengths`` (S,)) of ``weights`` (S,) times
     ``E_u[score] + constant``; ``moments(n, M)`` gives, for a segment of ``n`` tokens, ``(mu (n, X, C, M),
-    mu_bias (2, K) or None, constant)``: the expected counts of F's entries and of the bias under the uniform
-    distribution, and the constant added to E_u[score] (log #trees for the tree, 0 for chains).
+    mu_bias (2, K) or None, constant)``: the expected counts of F's entries and of the bias's lengths under the
+    uniform distribution, and the constant added to E_u[score] (log #trees for the tree, 0 for chains); ``bias``
+    (2, K), or (2, K, M, M) per label pair (uniform labels give each pair 1 / M^2 of the arcs).
 
     The sum is linear in F, so its gradient is the weighted counts laid out like F: :class:`_LinearInF`
     writes them once in the backward pass, where indexing F once per sentence length would make autograd
@@ -71,8 +72,8 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
             term = w.sum() * mu_bias.to(device=F.device, dtype=F.dtype)
             bias_counts = term if bias_counts is None else bias_counts + term
     total = _LinearInF.apply(F, groups) + constant_total
-    if bias_counts is not None:
-        total = total + (bias_counts * bias).sum()
+    if bias_counts is not None:  # a label-pair bias: uniform labels give each pair 1 / M^2 of the arcs
+        total = total + (bias_counts * (bias.mean((-1, -2)) if bias.dim() == 4 else bias)).sum()
     return total
 
 

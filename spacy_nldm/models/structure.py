@@ -186,10 +186,11 @@ class LatentTree(Structure):
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
                  distance_bias: Optional[Tensor] = None, token_independent: bool = False):
-        """``distance_bias`` (2, K): a score per arc direction and length (see
-        :class:`~spacy_nldm.structs.DirectionalScores`), typically the scorer's parameter, so that the loss's
-        backward pass writes its gradient straight into it. ``token_independent``: F is emission + one
-        table (the scorer says so), which the compiled lane reads in that form."""
+        """``distance_bias`` (2, K): a score per arc direction and length, or (2, K, M, M) per direction,
+        length and label pair (see :class:`~spacy_nldm.structs.DirectionalScores`): the scorer's parameter or
+        a function of its parameters (:meth:`~.scorers.Scorer.distance_scores`), so that the loss's backward
+        pass writes its gradient straight into them. ``token_independent``: F is emission + one table (the
+        scorer says so), which the compiled lane reads in that form."""
         super().__init__(budget)
         self.max_dist = max_dist
         self.canonical = canonical
@@ -203,11 +204,14 @@ class LatentTree(Structure):
     def _bias(self, F: Tensor) -> Optional[Tensor]:
         return None if self.distance_bias is None else self.distance_bias.to(device=F.device, dtype=F.dtype)
 
-    def _with_bias(self, scores: Tensor, F: Tensor) -> Tensor:
-        """Dense arc scores (B, N+1, N+1, K, K) plus the distance bias of each arc."""
+    def _with_bias(self, scores: Tensor, F: Tensor, labels: Tensor) -> Tensor:
+        """Dense arc scores (B, N+1, N+1, K, K) over selected labels (``labels`` (B, N+1, K): the label id
+        each sub-label of each position stands for, row 0 the root's) plus the distance bias of each arc."""
         bias = self._bias(F)
         if bias is None:
             return scores
+        if bias.dim() == 4:  # a score per label pair: the selected labels' own
+            return scores + structs.gather_distance_bias(bias, labels, self.max_dist)
         return scores + structs.distance_bias_matrix(bias, scores.shape[1], self.max_dist)[None, :, :, None, None]
 
     def cost(self, n: int, m: int) -> int:
@@ -243,7 +247,7 @@ class LatentTree(Structure):
         K = idx.shape[-1]
         dep = F.gather(-1, idx[:, 1:, None, None, :].expand(*F.shape[:4], K))  # (B, N, 2, M+1, K)
         scores = self.expand(dep)  # (B, N+1, N+1, M, K)
-        return self._with_bias(scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), F), ok
+        return self._with_bias(scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), F, idx), ok
 
     def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0
             ) -> Tensor:
@@ -256,7 +260,9 @@ class LatentTree(Structure):
         for _, Fb, lens in self._buckets(F, lengths):
             total = total + structs.log_partition(self.directional(Fb), lens, max_dist=self.max_dist).sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
-            gold = self._with_bias(self.gold_arcs(Fb, gold_mask[idx, : Fb.shape[1]]), Fb)
+            mask = gold_mask[idx, : Fb.shape[1]]
+            labels = torch.cat([mask.new_zeros(mask.shape[0], 1, dtype=torch.long), mask.to(torch.uint8).argmax(-1)], 1)
+            gold = self._with_bias(self.gold_arcs(Fb, mask), Fb, labels[..., None])
             log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
         weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal

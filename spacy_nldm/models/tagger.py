@@ -33,6 +33,7 @@ def build_structured_tagger(
     emission: bool = True,
     distance_bias: bool = False,
     distance_prior: float = 0.0,
+    distance_labels: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: Optional[int] = None,
@@ -42,7 +43,8 @@ def build_structured_tagger(
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF); ``distance_bias`` (tree
-    only): one learned score per arc direction and length, starting at -``distance_prior`` * (length - 1);
+    only): one learned score per arc direction and length, starting at -``distance_prior`` * (length - 1), and
+    with ``distance_labels`` one per arc direction, length and label pair beside it (starting at 0);
     ``dropout``: on the scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN
     (:mod:`.chars`) of that width, whose vectors are concatenated to the tok2vec's at the scorer's input;
     ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
@@ -66,7 +68,8 @@ def build_structured_tagger(
     n_dirs = 2 if structure == "tree" else 1
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
-                         distance_lengths=lengths, distance_prior=distance_prior, dropout=dropout)
+                         distance_lengths=lengths, distance_prior=distance_prior, distance_labels=distance_labels,
+                         dropout=dropout)
     head = torch_layer(scorer)
     # layers of the head's own between the tok2vec and the scorer: the tok2vec_loss scale must reach the
     # tok2vec alone, so it is applied at the tok2vec's output (else at the features' output, the same place)
@@ -179,7 +182,7 @@ def _known_width(tok2vec: Model) -> int:
 def get_structure(model: Model) -> Structure:
     scorer = torch_scorer(model)
     if model.attrs["structure"] == "tree":
-        return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=getattr(scorer, "distance_bias", None),
+        return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=scorer.distance_scores(),
                           token_independent=getattr(scorer, "token_independent", False))
     return Chain(order=model.attrs["order"], token_independent=getattr(scorer, "token_independent", False),
                  trigram=getattr(scorer, "psi2", None))

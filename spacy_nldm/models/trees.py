@@ -40,7 +40,7 @@ def canonical_heads(F: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor
                     max_dist: Optional[int] = None, tol: float = TOL,
                     distance_bias: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     """Heads (S, L) (0 = root, positions 1..n) and scores (S,) float64 of the canonical tree of each
-    segment, given its factored scores F (S, L, 2, M+1, M), the distance bias (2, K) or None (see
+    segment, given its factored scores F (S, L, 2, M+1, M), the distance bias (2, K) or (2, K, M, M) or None (see
     :class:`~spacy_nldm.structs.DirectionalScores`) and decoded labels (S, L). Positions beyond a
     segment's length get head 0. Segments are independent of each other (and of their grouping)."""
     heads = numpy.zeros(labels.shape, dtype=numpy.int64)
@@ -59,12 +59,27 @@ def canonical_heads(F: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor
         n = lens[group[-1]]  # the longest of the group
         right, left = _band_arcs(dep[group, :n], codes[group, : n + 1], [lens[i] for i in group], _width(n, max_dist))
         if bias is not None:  # arcs between tokens (span starts 1 and up) of length w
-            k = right.shape[-1] - 1
-            columns = numpy.minimum(numpy.arange(1, k + 1), bias.shape[1]) - 1
-            right[:, 1:, 1:] += bias[0, columns]
-            left[:, 1:, 1:] += bias[1, columns]
+            _add_bias(right, left, bias, codes[group, : n + 1])
         heads[group, :n], scores[group] = _eisner(right, left, [lens[i] for i in group], tol)
     return torch.from_numpy(heads).to(labels.device, labels.dtype), torch.from_numpy(scores)
+
+
+def _add_bias(right: numpy.ndarray, left: numpy.ndarray, bias: numpy.ndarray, codes: numpy.ndarray) -> None:
+    """Add the distance bias (2, K) or (2, K, M, M) to the banded arcs (B, N+1, k+1) between tokens, in place;
+    ``codes`` (B, N+1) are the positions' label codes (label + 1, 0 = the root)."""
+    k = right.shape[-1] - 1
+    columns = numpy.minimum(numpy.arange(1, k + 1), bias.shape[1]) - 1
+    if bias.ndim == 2:
+        right[:, 1:, 1:] += bias[0, columns]
+        left[:, 1:, 1:] += bias[1, columns]
+        return
+    n = codes.shape[1] - 1
+    starts = numpy.arange(1, n + 1)[:, None]
+    ends = numpy.minimum(starts + numpy.arange(1, k + 1)[None, :], n)  # past the end: -inf arcs, any label
+    start_label = numpy.maximum(codes[:, starts] - 1, 0)  # (B, n, 1)
+    end_label = numpy.maximum(codes[:, ends] - 1, 0)  # (B, n, k)
+    right[:, 1:, 1:] += bias[0, columns[None, None, :], start_label, end_label]  # start -> end
+    left[:, 1:, 1:] += bias[1, columns[None, None, :], end_label, start_label]  # end -> start
 
 
 def _width(n: int, max_dist: Optional[int]) -> int:

@@ -90,6 +90,7 @@ max_dist = 3
 emission = true
 distance_bias = true
 distance_prior = 0.0
+distance_labels = false
 dropout = 0.0
 char_width = 0
 embed_width = null
