@@ -107,7 +107,7 @@ def test_gradient_against_finite_differences(with_bias):
 def test_the_lane_runs_where_it_applies_and_only_there(monkeypatch):
     calls = []
     real = compiled.inside_outside
-    monkeypatch.setattr(compiled, "inside_outside", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(compiled, "inside_outside", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     F, bias, lengths, k = random_case(1, 1.0, torch.float32, True)
     log_partition(DirectionalScores(F, bias), lengths, max_dist=k)
     assert len(calls) == 1
@@ -125,7 +125,7 @@ def test_the_lane_runs_where_it_applies_and_only_there(monkeypatch):
     # token-independent scores: the factored kernel, for log Z and for the label marginals
     factored = []
     real_factored = compiled.inside_outside_factored
-    monkeypatch.setattr(compiled, "inside_outside_factored", lambda *a: factored.append(1) or real_factored(*a))
+    monkeypatch.setattr(compiled, "inside_outside_factored", lambda *a, **kw: factored.append(1) or real_factored(*a, **kw))
     log_partition(DirectionalScores(F, bias, token_independent=True), lengths, max_dist=k)
     label_marginals(DirectionalScores(F, bias, token_independent=True), lengths, max_dist=k)
     assert len(factored) == 2 and len(calls) == 1

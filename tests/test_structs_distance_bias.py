@@ -4,7 +4,9 @@ loops), in both chart spaces and at large scales."""
 import pytest
 import torch
 
-from brute import enumerate_tree_model, expand_directional
+import contextlib
+
+from brute import enumerate_tree_model, expand_directional, torch_lane
 from spacy_nldm.structs import DirectionalScores, log_partition, marginals, viterbi
 
 LENGTHS = [5, 2, 6, 1, 4]  # a padded batch, N = 6
@@ -50,26 +52,34 @@ def random_masks(seed, m=3):
 @pytest.mark.parametrize("max_dist,k", [(None, 2), (None, 6), (1, 1), (2, 3), (3, 3)])
 def test_distance_bias_equals_its_dense_definition(max_dist, k, labelled, space):
     """log Z, the gradients of F and of the bias, Viterbi and marginals from the compact form equal those
-    of the dense tensor with the bias added arc by arc, with and without masks."""
+    of the dense tensor with the bias added arc by arc, with and without masks (without: on the compiled lane
+    and on the torch stages)."""
     lengths = torch.tensor(LENGTHS)
     F, bias = inputs(seed=60 + k, k=k, labelled=labelled)
     label_mask, arc_mask = random_masks(seed=61)
-    for kw in (dict(), dict(arc_mask=arc_mask), dict(label_mask=label_mask)):
-        dense = dense_with_bias(F, bias)
-        want = log_partition(dense, lengths, max_dist=max_dist, **kw)
-        got = log_partition(DirectionalScores(F, bias), lengths, max_dist=max_dist, **kw)
-        torch.testing.assert_close(got, want)
-        want_grads = torch.autograd.grad(want.sum(), (F, bias))
-        got_grads = torch.autograd.grad(got.sum(), (F, bias))
-        for g, w in zip(got_grads, want_grads):
-            torch.testing.assert_close(g, w)
-        best_dense = viterbi(dense.detach(), lengths, max_dist=max_dist, **kw)
-        best = viterbi(DirectionalScores(F, bias), lengths, max_dist=max_dist, **kw)
-        torch.testing.assert_close(best.score, best_dense.score)
-        assert torch.equal(best.labels, best_dense.labels) and torch.equal(best.heads, best_dense.heads)
-        marg_dense = marginals(dense.detach(), lengths, max_dist=max_dist, **kw)
-        marg = marginals(DirectionalScores(F, bias), lengths, max_dist=max_dist, **kw)
-        torch.testing.assert_close(marg.labels, marg_dense.labels)
+    for kw in (dict(), dict(arc_mask=arc_mask), dict(label_mask=label_mask), dict(lane=torch_lane)):
+        lane = kw.pop("lane", contextlib.nullcontext)
+        with lane():
+            _check_against_dense(F, bias, lengths, max_dist, kw)
+
+
+def _check_against_dense(F, bias, lengths, max_dist, kw):
+    """One comparison of the compact form with the dense definition, with the masks in ``kw``."""
+    dense = dense_with_bias(F, bias)
+    want = log_partition(dense, lengths, max_dist=max_dist, **kw)
+    got = log_partition(DirectionalScores(F, bias), lengths, max_dist=max_dist, **kw)
+    torch.testing.assert_close(got, want)
+    want_grads = torch.autograd.grad(want.sum(), (F, bias))
+    got_grads = torch.autograd.grad(got.sum(), (F, bias))
+    for g, w in zip(got_grads, want_grads):
+        torch.testing.assert_close(g, w)
+    best_dense = viterbi(dense.detach(), lengths, max_dist=max_dist, **kw)
+    best = viterbi(DirectionalScores(F, bias), lengths, max_dist=max_dist, **kw)
+    torch.testing.assert_close(best.score, best_dense.score)
+    assert torch.equal(best.labels, best_dense.labels) and torch.equal(best.heads, best_dense.heads)
+    marg_dense = marginals(dense.detach(), lengths, max_dist=max_dist, **kw)
+    marg = marginals(DirectionalScores(F, bias), lengths, max_dist=max_dist, **kw)
+    torch.testing.assert_close(marg.labels, marg_dense.labels)
 
 
 def test_distance_bias_log_partition_against_enumeration():
@@ -123,10 +133,16 @@ def test_distance_bias_checks():
         log_partition(DirectionalScores(F, torch.tensor([[0.0, float("nan")], [0.0, 0.0]])), torch.tensor([3]))
 
 
-def test_label_pair_bias_log_partition_against_enumeration():
+@pytest.mark.parametrize("lane", [contextlib.nullcontext, torch_lane])
+def test_label_pair_bias_log_partition_against_enumeration(lane, space):
     """log Z and its gradient with a label-pair bias, against the sum over every labelled projective tree
     (each label pair of each length and direction scored apart: a bias read with its labels swapped, or in
-    the other direction, would change log Z)."""
+    the other direction, would change log Z), on the compiled lane and the torch stages."""
+    with lane():
+        _label_pair_bias_against_enumeration()
+
+
+def _label_pair_bias_against_enumeration():
     F, _ = inputs(seed=71, k=2, m=2)
     gen = torch.Generator().manual_seed(72)
     bias = (2 * torch.randn(2, 2, 2, 2, generator=gen, dtype=torch.float64)).requires_grad_(True)
@@ -149,9 +165,15 @@ def test_label_pair_bias_log_partition_against_enumeration():
         assert float(grad[index]) == pytest.approx(float(up - down) / (2 * eps), abs=1e-6)
 
 
-def test_a_label_pair_bias_equal_for_every_pair_is_the_length_bias(space):
+@pytest.mark.parametrize("lane", [contextlib.nullcontext, torch_lane])
+def test_a_label_pair_bias_equal_for_every_pair_is_the_length_bias(lane, space):
     """A (2, K, M, M) bias with one value per length and direction gives what the (2, K) bias gives: log Z,
     marginals and Viterbi; its gradient, summed over the label pairs, is the (2, K) bias's."""
+    with lane():
+        _equal_pairs_are_the_length_bias()
+
+
+def _equal_pairs_are_the_length_bias():
     lengths = torch.tensor(LENGTHS)
     F, bias = inputs(seed=73, k=3)
     wide = bias.detach()[:, :, None, None].expand(2, 3, 3, 3).clone().requires_grad_(True)

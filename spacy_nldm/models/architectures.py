@@ -68,8 +68,8 @@ def build_nldm_tagger(
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
         emission=emission, distance_bias=distance_bias, distance_prior=distance_prior,
-        distance_labels=distance_labels, dropout=dropout, char_width=char_width, embed_width=embed_width, embed_depth=embed_depth, context_width=context_width,
-        hidden_width=hidden_width, nO=nO,
+        distance_labels=distance_labels, dropout=dropout, char_width=char_width, embed_width=embed_width,
+        embed_depth=embed_depth, context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 
 

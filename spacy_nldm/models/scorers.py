@@ -47,7 +47,8 @@ class Scorer(nn.Module):
 
     shapes: Dict[str, Shape] = {}
     emission_shapes: Dict[str, Shape] = {"W": ("I", "M"), "b": ("M",)}
-    #: parameters initialised at zero; the others are N(0, 1), except the distance bias (:meth:`_init`). The
+    #: parameters initialised at zero; the others are N(0, 1), except the distance bias and the label-pair
+    #: distance score (``distance_label_shapes``, zero) (:meth:`_init`). The
     #: interactions divide by the square root of each contraction's size in the forward pass instead of
     #: scaling their initial values: Adam moves every coordinate by about the learning rate per step, so a
     #: factor initialised at a small scale (say 1/sqrt(R T) = 0.007) outgrows it within a few steps and the
@@ -55,6 +56,9 @@ class Scorer(nn.Module):
     #: data). With O(1) factors and constant normalisers every factor changes by a similar fraction per
     #: step.
     zero_init: Tuple[str, ...] = ("W", "b")
+    #: the label-pair score per arc direction and length (``distance_labels``): a bilinear form over the label
+    #: embeddings per direction and length where the scorer has label embeddings, else a table
+    distance_label_shapes: Dict[str, Shape] = {"A_dist": ("X", "K", "T", "T")}
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
                  distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False,
@@ -89,10 +93,6 @@ class Scorer(nn.Module):
     @property
     def nO(self) -> int:
         return self.sizes["M"]
-
-    #: the label-pair score per arc direction and length (``distance_labels``): a bilinear form over the label
-    #: embeddings per direction and length where the scorer has label embeddings, else a table
-    distance_label_shapes: Dict[str, Shape] = {"A_dist": ("X", "K", "T", "T")}
 
     def param_shapes(self) -> Dict[str, Shape]:
         distance = {"distance_bias": ("X", "K")} if self.sizes["K"] else {}
@@ -154,7 +154,7 @@ class Scorer(nn.Module):
         """The distance score of the tree's arcs between tokens, as the structure reads it
         (:class:`~spacy_nldm.structs.DirectionalScores`): None (no distance bias), the bias (X, K), or with
         ``distance_labels`` the bias plus the label-pair score, (X, K, M, M) [direction, length, head label,
-        dependent label]: ``bias[x, k] + t_a^T A_dist^{x,k} t_c / T`` over the label embeddings."""
+        dependent label]: ``bias[x, k] + length_interaction()[x, k, a, c]``."""
         if not self.sizes["K"]:
             return None
         if not self.distance_labels:
@@ -162,7 +162,8 @@ class Scorer(nn.Module):
         return self.distance_bias[:, :, None, None] + self.length_interaction()
 
     def length_interaction(self) -> torch.Tensor:
-        """(X, K, M, M): the label-pair score per arc direction and length."""
+        """(X, K, M, M): the label-pair score per arc direction and length, ``t_a^T A_dist^{x,k} t_c / T`` over
+        the label embeddings (:class:`EmissionTransition`: the table ``psi_dist``)."""
         lab = self.labels()[1]
         return torch.einsum("at,xktu,cu->xkac", lab, self.A_dist, lab) * self._norm("T") ** 2
 

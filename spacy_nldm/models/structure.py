@@ -260,9 +260,9 @@ class LatentTree(Structure):
         for _, Fb, lens in self._buckets(F, lengths):
             total = total + structs.log_partition(self.directional(Fb), lens, max_dist=self.max_dist).sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
-            mask = gold_mask[idx, : Fb.shape[1]]
-            labels = torch.cat([mask.new_zeros(mask.shape[0], 1, dtype=torch.long), mask.to(torch.uint8).argmax(-1)], 1)
-            gold = self._with_bias(self.gold_arcs(Fb, mask), Fb, labels[..., None])
+            labels = gold_mask[idx, : Fb.shape[1]].to(torch.uint8).argmax(-1)  # (B, N): the one allowed label
+            positions = torch.cat([labels.new_zeros(labels.shape[0], 1), labels], dim=1)  # the root's label 0
+            gold = self._with_bias(self.gold_arcs(Fb, labels), Fb, positions[..., None])
             log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
         weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
@@ -276,11 +276,10 @@ class LatentTree(Structure):
         )
 
     @staticmethod
-    def gold_arcs(F: Tensor, gold_mask: Tensor) -> Tensor:
-        """Arc scores (B, N+1, N+1, 1, 1) of the one allowed label of every token (``gold_mask``
-        (B, N, M)), gathered from F: scores[b, h, d] = F[b, d-1, direction, label of h, label of d]."""
-        B, N = gold_mask.shape[:2]
-        labels = gold_mask.to(torch.uint8).argmax(-1)  # (B, N)
+    def gold_arcs(F: Tensor, labels: Tensor) -> Tensor:
+        """Arc scores (B, N+1, N+1, 1, 1) of given labels (B, N) (every token's one allowed label), gathered
+        from F: scores[b, h, d] = F[b, d-1, direction, label of h, label of d]."""
+        B, N = labels.shape
         head_label = torch.cat([labels.new_zeros(B, 1), labels + 1], dim=1)  # (B, N+1), 0 = the root
         h = torch.arange(N + 1, device=F.device)[:, None]
         d = torch.arange(1, N + 1, device=F.device)[None, :]

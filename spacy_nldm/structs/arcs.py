@@ -83,9 +83,9 @@ def distance_bias_matrix(distance_bias: Tensor, n1: int, max_dist: Optional[int]
     ``max_dist``, 0 elsewhere (root arcs, self-arcs, longer arcs); differentiable. A label-pair bias
     (2, K, M, M) gives (n1, n1, M, M) [h, d, label of h, label of d]."""
     offset, column, tokens = _bias_cells(n1, distance_bias.shape[1], max_dist, distance_bias.device)
-    labels = (None,) * (distance_bias.dim() - 2)
-    bias = torch.where((offset > 0)[(...,) + labels], distance_bias[0][column], distance_bias[1][column])
-    return torch.where(tokens[(...,) + labels], bias, 0.0)
+    pair_axes = (None,) * (distance_bias.dim() - 2)  # a label-pair bias: the (M, M) axes to broadcast over
+    bias = torch.where((offset > 0)[(...,) + pair_axes], distance_bias[0][column], distance_bias[1][column])
+    return torch.where(tokens[(...,) + pair_axes], bias, 0.0)
 
 
 def gather_distance_bias(distance_bias: Tensor, labels: Tensor, max_dist: Optional[int] = None) -> Tensor:

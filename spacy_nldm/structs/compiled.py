@@ -60,9 +60,9 @@ def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: in
     packed = np.ascontiguousarray(F.detach()[real].to(torch.float64).numpy())  # (T, 2, M+1, M), doc by doc
     arcs = with_grad and with_arcs
     grad = np.zeros(packed.shape) if arcs else np.zeros((0, 2, 1, 1))
-    none = np.zeros((0, packed.shape[3]))
-    log_z, grad_bias, labels, _ = _run(packed, none, np.zeros((2, 1, 1)), bias, lengths, limit, with_grad, arcs,
-                                       grad, with_grad and not arcs, False)
+    m = F.shape[-1]
+    log_z, grad_bias, labels, _ = _run(packed, np.zeros((0, m)), np.zeros((2, 1, 1)), bias, lengths, limit, m,
+                                       with_grad, arcs, grad, with_grad and not arcs, False, arcs)
     if not with_grad:
         return torch.from_numpy(log_z), None, None, None, real
     return (torch.from_numpy(log_z), torch.from_numpy(grad) if arcs else None, torch.from_numpy(grad_bias),
@@ -70,48 +70,54 @@ def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: in
 
 
 def inside_outside_factored(emissions: Tensor, table: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
-                            with_grad: bool) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
+                            with_grad: bool, with_bias_grad: bool = True
+                            ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
     """As :func:`inside_outside` for scores F[b, d, x, h, c] = emissions[b, d, c] + table[x, h, c] (emissions
     (B, N, M), table (2, M+1, M), given apart: the kernel exponentiates M numbers per token and the table
     once, and never reads an (M+1) M block per token). Returns log Z (B,); with ``with_grad`` d log Z /
     d emissions packed over the real tokens (T, M) (the label marginals), d log Z / d table per sentence
-    (B, 2, M+1, M) and d log Z / d bias per sentence (B, *bias.shape); and ``real``. All float64."""
+    (B, 2, M+1, M) and d log Z / d bias per sentence (B, *bias.shape) (``with_bias_grad``; else empty); and
+    ``real``. All float64."""
     B, N = emissions.shape[:2]
     real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
     packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())  # (T, M)
     tab = np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
     log_z, grad_bias, labels, grad_table = _run(np.zeros((0, 2, 1, 1)), packed, tab, bias, lengths, limit,
-                                                with_grad, False, np.zeros((0, 2, 1, 1)), with_grad, with_grad)
+                                                emissions.shape[-1], with_grad, False, np.zeros((0, 2, 1, 1)),
+                                                with_grad, with_grad, with_bias_grad)
     if not with_grad:
         return torch.from_numpy(log_z), None, None, None, real
     return (torch.from_numpy(log_z), torch.from_numpy(labels), torch.from_numpy(grad_table),
             torch.from_numpy(grad_bias), real)
 
 
-def _run(packed, emissions, table, bias, lengths, limit, with_grad, arcs, grad, with_labels, with_table):
+def _run(packed, emissions, table, bias, lengths, limit, M, with_grad, arcs, grad, with_labels, with_table,
+         with_bias_grad):
     """Call the kernel on packed scores (dense ``packed`` or, when ``emissions`` has rows, the factored
-    pair); returns log Z, the bias gradient per sentence, the label marginals and the table gradient."""
+    pair) with M labels; returns log Z, the bias gradient per sentence (shaped like the bias, or empty without
+    ``with_bias_grad``), the label marginals and the table gradient."""
     lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
     B = lens.shape[0]
     offsets = np.zeros(B, dtype=np.int64)
     offsets[1:] = np.cumsum(lens)[:-1]
-    M = emissions.shape[1] if emissions.shape[0] else packed.shape[3]
     T = emissions.shape[0] if emissions.shape[0] else packed.shape[0]
-    # the kernel reads a label-pair bias (2, K_b, M, M); a (2, K_b) one is the same for every pair
+    # the kernel reads the bias as (2, K_b, M, M); ``pairs`` False: a (2, K_b) bias, the same for every pair
+    # (no per-pair factors, its gradient summed over the pairs in [..., 0, 0])
+    pairs = bias is not None and bias.dim() == 4
     b64 = np.zeros((2, 0, M, M))
     if bias is not None:
         values = bias.detach().to(torch.float64).cpu().numpy()
-        b64 = np.ascontiguousarray(np.broadcast_to(values.reshape(*values.shape[:2], 1, 1) if values.ndim == 2
-                                                   else values, (2, values.shape[1], M, M)))
+        b64 = np.ascontiguousarray(np.broadcast_to(values if pairs else values.reshape(*values.shape, 1, 1),
+                                                   (2, values.shape[1], M, M)))
+    g = M if pairs else 1
     log_z = np.zeros(B)
-    grad_bias = np.zeros((B,) + b64.shape) if with_grad else np.zeros((0, 2, 0, M, M))
+    grad_bias = (np.zeros((B, 2, b64.shape[1], g, g)) if with_grad and with_bias_grad and bias is not None
+                 else np.zeros((0, 2, 0, g, g)))
     labels = np.zeros((T, M)) if with_labels else np.zeros((0, 1))
     grad_table = np.zeros((B, 2, M + 1, M)) if with_table else np.zeros((0, 2, 1, 1))
-    _kernel()(packed, emissions, table, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad, grad_bias,
-              labels, grad_table)
-    if bias is not None and bias.dim() == 2:
-        grad_bias = grad_bias.sum((-1, -2))
-    return log_z, grad_bias, labels, grad_table
+    _kernel()(packed, emissions, table, offsets, b64, pairs, lens, int(limit), with_grad, arcs, log_z, grad,
+              grad_bias, labels, grad_table)
+    return log_z, grad_bias if pairs else grad_bias[..., 0, 0], labels, grad_table
 
 
 _compiled = None
@@ -161,8 +167,8 @@ def _lg(v, shift):
     return np.log(v) + shift if v != 0.0 else -np.inf  # NaN stays NaN
 
 
-def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias, labels,  # noqa: C901
-           grad_table):  # one recurrence per block
+def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias,  # noqa: C901
+           labels, grad_table):  # one recurrence per block
     B = lengths.shape[0]
     factored = Fe.shape[0] > 0  # F[row, x, h, c] = Fe[row, c] + Ft[x, h, c]
     with_table = grad_table.shape[0] > 0
@@ -172,10 +178,11 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
     M = Fe.shape[1] if factored else F.shape[3]
     Kb = bias.shape[1]
     neg = -np.inf
-    # the distance bias (2, Kb, M, M) [x, length, head label, dependent label] as factors exp(bias - top) per
-    # length, laid out as the incomplete items are: EBr[k, a, c] (s -> t: s has a, t has c) and EBl[k, a, c]
-    # (t -> s: s has a, t has c), the tops in Btop[x, k]; Bl[k] = bias[1, k] transposed likewise
-    EBr, EBl, Bl = np.zeros((Kb, M, M)), np.zeros((Kb, M, M)), np.zeros((Kb, M, M))
+    # the distance bias (2, Kb, M, M) [x, length, head label, dependent label] laid out as the incomplete items
+    # are ([k, a, c]: s has label a, t has c): bias[0, k] (s -> t) and left_bias[k] = bias[1, k] transposed
+    # (t -> s); with ``pairs`` also as factors exp(bias - top) (EBr, EBl), the tops in Btop[x, k] (without
+    # ``pairs`` every pair has the bias Btop[x, k]: the factors are 1 and not multiplied)
+    EBr, EBl, left_bias = np.zeros((Kb, M, M)), np.zeros((Kb, M, M)), np.zeros((Kb, M, M))
     Btop = np.zeros((2, Kb))
     zero_bias = np.zeros((M, M))
     for k in range(Kb):
@@ -190,7 +197,7 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
             for c in range(M):
                 EBr[k, a, c] = np.exp(bias[0, k, a, c] - Btop[0, k])
                 EBl[k, a, c] = np.exp(bias[1, k, c, a] - Btop[1, k])
-                Bl[k, a, c] = bias[1, k, c, a]
+                left_bias[k, a, c] = bias[1, k, c, a]
     KK = max(1, min(limit, N))
     P = N + 1
     # charts, [start, width, ...]; *s: shift, *p: scale before normalisation, *f: flagged, *l: exact logs
@@ -291,10 +298,10 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                 CLv[s, 0, a] = 1.0
         for w in range(1, K + 1):
             col = min(w, Kb) - 1  # the bias's column of width w (-1: no bias)
-            br = Btop[0, col] if Kb > 0 else 0.0
-            bl = Btop[1, col] if Kb > 0 else 0.0
+            top_r = Btop[0, col] if Kb > 0 else 0.0  # the shifts' part of the bias
+            top_l = Btop[1, col] if Kb > 0 else 0.0
             bias_r = bias[0, col] if Kb > 0 else zero_bias  # [a, c] as the items are laid out
-            bias_l = Bl[col] if Kb > 0 else zero_bias
+            bias_l = left_bias[col] if Kb > 0 else zero_bias
             # -- incomplete items of width w ------------------------------------------------------
             for s in range(n - w + 1):
                 t = s + w
@@ -334,15 +341,15 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                     IRv[s, w] = 0.0
                     np.multiply(inner[0], Eroot[t - 1], IRv[s, w, 0])
                 else:
-                    shift = Is[s, w] + Etop[t - 1, 0] + br
+                    shift = Is[s, w] + Etop[t - 1, 0] + top_r
                     np.multiply(inner, E[t - 1, 0], IRv[s, w])
-                    if Kb > 0:
+                    if Kb > 0 and pairs:
                         np.multiply(IRv[s, w], EBr[col], IRv[s, w])
                 _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias_r, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
-                    shift = Is[s, w] + Etop[s - 1, 1] + bl
+                    shift = Is[s, w] + Etop[s - 1, 1] + top_l
                     np.multiply(inner, E[s - 1, 1], ILv[s, w])
-                    if Kb > 0:
+                    if Kb > 0 and pairs:
                         np.multiply(ILv[s, w], EBl[col], ILv[s, w])
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bias_l,
                                        False)
@@ -561,6 +568,7 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                         tot2[0, c] = gIR[0, w, 0, c]
                 else:
                     col = min(w, Kb) - 1
+                    bias_grad = Kb > 0 and grad_bias.shape[0] > 0
                     for a in range(M):
                         for c in range(M):
                             if with_arcs:
@@ -572,9 +580,10 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                             if with_table:
                                 grad_table[b, 0, a + 1, c] += gIR[s, w, a, c]
                                 grad_table[b, 1, c + 1, a] += gIL[s, w, a, c]
-                            if Kb > 0:
-                                grad_bias[b, 0, col, a, c] += gIR[s, w, a, c]
-                                grad_bias[b, 1, col, c, a] += gIL[s, w, a, c]
+                            if bias_grad:  # per pair, or (without ``pairs``) summed in [..., 0, 0]
+                                pa, pc = (a, c) if pairs else (0, 0)
+                                grad_bias[b, 0, col, pa, pc] += gIR[s, w, a, c]
+                                grad_bias[b, 1, col, pc, pa] += gIL[s, w, a, c]
                             tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
                 # inner: shares of each split k
                 if not If[s, w]:

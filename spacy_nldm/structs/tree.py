@@ -177,8 +177,8 @@ def label_marginals(
         if _compiled_lane(LogSemiring(), problem, label_mask):
             factors = _factors(scores, problem)
             if factors is not None:
-                log_z, packed, _, _, real = compiled.inside_outside_factored(*factors, problem.arcs.bias,
-                                                                            problem.lengths, problem.limit, True)
+                log_z, packed, _, _, real = compiled.inside_outside_factored(
+                    *factors, problem.arcs.bias, problem.lengths, problem.limit, True, with_bias_grad=False)
             else:
                 log_z, _, _, packed, real = compiled.inside_outside(scores.F, problem.arcs.bias, problem.lengths,
                                                                    problem.limit, True, with_arcs=False)
