@@ -157,3 +157,18 @@ def test_null_head_embeddings_have_the_key_of_the_values_they_stand_for():
         assert run_key("tw", config.to_str(), 0) == default
         model["embed_width"], model["embed_depth"] = stands_for[0] + 8, stands_for[1]
         assert run_key("tw", config.to_str(), 0) != default
+
+
+def test_the_head_embeddings_tables_are_part_of_a_runs_key(monkeypatch):
+    """The head's own hash tables come from defaults.OWN_ATTRS / OWN_ROWS, which no config states: a run
+    recorded with today's tables keeps its key, and other tables give a listener's default config another key
+    (the component's own encoder, which has no head embeddings, keeps its key)."""
+    from spacy_nldm.pipeline import defaults
+
+    keys = {setting: run_key("tw", generate_config("crf_tagger", setting, "en").to_str(), 0)
+            for setting in ("own", "shared")}
+    monkeypatch.setattr(defaults, "OWN_ROWS", tuple(2 * r for r in defaults.OWN_ROWS))
+    assert run_key("tw", generate_config("crf_tagger", "shared", "en").to_str(), 0) != keys["shared"]
+    own = generate_config("crf_tagger", "own", "en")
+    own["components"]["crf_tagger"]["model"]["tok2vec"]["embed"]["rows"] = [10000, 2000, 5000, 5000]
+    assert run_key("tw", own.to_str(), 0) == keys["own"]

@@ -88,10 +88,14 @@ class Run:
 STRUCTURED = ("crf_tagger", "nldm_tagger")
 #: settings added to the components after runs were recorded, at the value that trains exactly what the
 #: configs trained before they existed: a component block ("component") or its model block ("model") stating
-#: one at that value has the key it had without it, so the recorded runs are found again
+#: one at that value has the key it had without it, so the recorded runs are found again; ``embed_attrs`` and
+#: ``embed_rows`` are not config settings but the head embeddings' tables (:func:`resolve_head_embeddings`),
+#: at the values the recorded runs were trained with
 NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_params"): False,
                     ("model", "hidden_width"): 0, ("model", "distance_prior"): 0.0, ("model", "distance_labels"): False,
-                    ("model", "embed_width"): 0, ("model", "embed_depth"): 0}
+                    ("model", "embed_width"): 0, ("model", "embed_depth"): 0,
+                    ("model", "embed_attrs"): ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
+                    ("model", "embed_rows"): [10000, 2000, 5000, 5000]}
 
 
 def drop_neutral(block: dict, neutral: Dict[Tuple[str, str], object] = NEUTRAL_SETTINGS) -> None:
@@ -108,14 +112,19 @@ def drop_neutral(block: dict, neutral: Dict[Tuple[str, str], object] = NEUTRAL_S
 def resolve_head_embeddings(model: dict) -> None:
     """Replace a null ``embed_width`` / ``embed_depth`` in a structured component's ``model`` block by what
     the architecture reads for it (``defaults.resolve_head_embeddings``), so that configs that train the
-    same model have the same key."""
-    from ..pipeline.defaults import listens_in_config, resolve_head_embeddings as resolve
+    same model have the same key. Head embeddings of a width above 0 also put the tables they are built
+    with into the key (``embed_attrs``, ``embed_rows``: ``defaults.OWN_ATTRS`` and ``OWN_ROWS``, which no
+    config states), so that changing those constants makes new runs instead of finding the old ones."""
+    from ..pipeline.defaults import OWN_ATTRS, OWN_ROWS, listens_in_config, resolve_head_embeddings as resolve
 
     width, depth = model.get("embed_width", 0), model.get("embed_depth", 0)
     if width is None or depth is None:
-        for name, value in zip(("embed_width", "embed_depth"), resolve(width, depth, listens_in_config(model))):
+        width, depth = resolve(width, depth, listens_in_config(model))
+        for name, value in (("embed_width", width), ("embed_depth", depth)):
             if name in model:
                 model[name] = value
+    if width:
+        model["embed_attrs"], model["embed_rows"] = list(OWN_ATTRS), list(OWN_ROWS)
 
 
 def run_key(dataset: str, config_text: str, seed: int) -> str:
