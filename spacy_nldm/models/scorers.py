@@ -47,8 +47,8 @@ class Scorer(nn.Module):
 
     shapes: Dict[str, Shape] = {}
     emission_shapes: Dict[str, Shape] = {"W": ("I", "M"), "b": ("M",)}
-    #: parameters initialised at zero; the others are N(0, 1), except the distance bias and the label-pair
-    #: distance score (``distance_label_shapes``, zero) (:meth:`_init`). The
+    #: parameters initialised at zero; the others are N(0, 1), except the distance bias (at the prior) and the
+    #: label-pair distance score (``distance_label_shapes``, at zero) (:meth:`_init`). The
     #: interactions divide by the square root of each contraction's size in the forward pass instead of
     #: scaling their initial values: Adam moves every coordinate by about the learning rate per step, so a
     #: factor initialised at a small scale (say 1/sqrt(R T) = 0.007) outgrows it within a few steps and the
