@@ -29,6 +29,7 @@ def build_nldm_tagger(
     char_width: int = 0,
     embed_width: Optional[int] = None,
     embed_depth: Optional[int] = None,
+    embed_mix: bool = False,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -55,7 +56,10 @@ def build_nldm_tagger(
     the same whether the tok2vec is the component's own or a listener to a shared one. ``embed_width`` > 0 gives
     the head hash embeddings of its own (NORM, PREFIX, SUFFIX, SHAPE; no context), whose ``embed_width`` features
     join the scorer's input the same way (0: none); ``embed_depth`` > 0 adds window context of their own (a
-    ``MaxoutWindowEncoder`` of that depth over them; 0: none). Left at null, the two depend on the tok2vec:
+    ``MaxoutWindowEncoder`` of that depth over them; 0: none). ``embed_mix = true`` (with ``embed_depth`` > 0)
+    runs that window encoder over the tok2vec's vectors and the head's embeddings together (its width is the
+    sum; residual, so both still reach the scorer) instead of over the embeddings alone; it needs a tok2vec whose
+    width the config states. Left at null, the two depend on the tok2vec:
     a head listening to a spaCy tok2vec (``spacy.Tok2VecListener.v1``) gets embeddings of width 96 and depth 4
     (a small tok2vec of its own; ``defaults.LISTENER_EMBED_WIDTH``), any other head none. ``context_width`` > 0
     puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
@@ -69,7 +73,7 @@ def build_nldm_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
         emission=emission, distance_bias=distance_bias, distance_prior=distance_prior,
         distance_labels=distance_labels, dropout=dropout, char_width=char_width, embed_width=embed_width,
-        embed_depth=embed_depth, context_width=context_width, hidden_width=hidden_width, nO=nO,
+        embed_depth=embed_depth, embed_mix=embed_mix, context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 
 
@@ -85,17 +89,18 @@ def build_crf_tagger(
     char_width: int = 0,
     embed_width: Optional[int] = None,
     embed_depth: Optional[int] = None,
+    embed_mix: bool = False,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
     transition table to the first-order edge score); ``emission``, ``dropout``, ``char_width``,
-    ``embed_width``, ``embed_depth``, ``context_width`` and ``hidden_width`` as for the NLDM."""
+    ``embed_width``, ``embed_depth``, ``embed_mix``, ``context_width`` and ``hidden_width`` as for the NLDM."""
     return build_structured_tagger(
         tok2vec, structure="chain", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, order=order,
         emission=emission, dropout=dropout, char_width=char_width, embed_width=embed_width,
-        embed_depth=embed_depth, context_width=context_width, hidden_width=hidden_width, nO=nO,
+        embed_depth=embed_depth, embed_mix=embed_mix, context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 
 

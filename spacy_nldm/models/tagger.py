@@ -38,6 +38,7 @@ def build_structured_tagger(
     char_width: int = 0,
     embed_width: Optional[int] = None,
     embed_depth: Optional[int] = None,
+    embed_mix: bool = False,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -50,9 +51,10 @@ def build_structured_tagger(
     ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
     likewise (after the characters), with ``embed_depth`` > 0 layers of window context of their own
     (None: ``defaults.resolve_head_embeddings`` chooses them, by whether the tok2vec listens to a spaCy
-    tok2vec); ``context_width`` > 0: a bidirectional LSTM of that output width (half per
-    direction) over each doc's vectors (the tok2vec's, with the head's own characters and embeddings), whose
-    output is the scorer's input; ``hidden_width`` > 0: a hidden layer of that width (maxout of 3 pieces with
+    tok2vec); ``embed_mix``: those layers of window context read the tok2vec's vectors (and the characters')
+    beside the head's embeddings instead of the embeddings alone (width: the sum); ``context_width`` > 0: a
+    bidirectional LSTM of that output width (half per direction) over each doc's vectors (the tok2vec's, with
+    the head's own characters and embeddings), whose output is the scorer's input; ``hidden_width`` > 0: a hidden layer of that width (maxout of 3 pieces with
     layer normalisation, the layer of spaCy's window encoder) last before the scorer."""
     from ..pipeline.defaults import resolve_head_embeddings  # (imported here: the pipeline package imports this module)
 
@@ -63,6 +65,9 @@ def build_structured_tagger(
             raise ValueError(f"{name} must be >= 0, not {value}")
     if embed_depth and not embed_width:
         raise ValueError(f"embed_depth = {embed_depth} needs the head's own embeddings (embed_width > 0)")
+    if embed_mix and not embed_depth:
+        raise ValueError("embed_mix = true needs the head's own embeddings with window context (embed_width > 0 "
+                         f"and embed_depth > 0), not embed_width = {embed_width}, embed_depth = {embed_depth}")
     if context_width % 2:
         raise ValueError(f"context_width must be even (half of it per direction), not {context_width}")
     n_dirs = 2 if structure == "tree" else 1
@@ -77,7 +82,12 @@ def build_structured_tagger(
     source = _grad_scaled(tok2vec) if own_layers else tok2vec
     # the scorer reads [tok2vec vectors; char CNN vectors; own embeddings], each where the head has it
     features = concatenate(source, char_cnn(char_width)) if char_width else source
-    if embed_width:
+    if embed_width and embed_mix and embed_depth:
+        # one window encoder over [tok2vec vectors; (char CNN vectors;) own embeddings] (residual: keeps them)
+        width_mixed = _known_width(tok2vec) + char_width + embed_width
+        embedded = concatenate(features, head_embeddings(embed_width, 0))
+        features = chain(embedded, window_encoder(width_mixed, embed_depth))
+    elif embed_width:
         features = concatenate(features, head_embeddings(embed_width, embed_depth))
     own_width = char_width + embed_width
     if context_width:
@@ -98,7 +108,8 @@ def build_structured_tagger(
         refs=refs,
         dims={"nO": nO},
         attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
-               "embed_width": embed_width, "embed_depth": embed_depth, "context_width": context_width,
+               "embed_width": embed_width, "embed_depth": embed_depth, "embed_mix": embed_mix,
+               "context_width": context_width,
                "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
     )
 
@@ -124,9 +135,16 @@ def head_embeddings(width: int, depth: int = 0) -> Model[List[Doc], List[Floats2
     embed = build(width=width, attrs=list(OWN_ATTRS), rows=list(OWN_ROWS), include_static_vectors=False)
     if not depth:
         return embed
-    encode = registry.architectures.get("spacy.MaxoutWindowEncoder.v2")(
+    return registry.architectures.get("spacy.Tok2Vec.v2")(embed, window_encoder(width, depth))
+
+
+def window_encoder(width: int, depth: int) -> Model[List[Floats2d], List[Floats2d]]:
+    """spaCy's ``MaxoutWindowEncoder.v2`` of ``width`` (in and out) and ``depth``, window 1, 3 pieces: the
+    encoder of the components' own tok2vec."""
+    from spacy.util import registry
+
+    return registry.architectures.get("spacy.MaxoutWindowEncoder.v2")(
         width=width, depth=depth, window_size=1, maxout_pieces=3)
-    return registry.architectures.get("spacy.Tok2Vec.v2")(embed, encode)
 
 
 #: model attr: the factor on the gradient that backprop sends to the tok2vec (read when backprop runs; the

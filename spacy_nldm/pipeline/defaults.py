@@ -95,6 +95,7 @@ dropout = 0.0
 char_width = 0
 embed_width = null
 embed_depth = null
+embed_mix = false
 context_width = 0
 hidden_width = 0
 """
@@ -114,6 +115,7 @@ dropout = 0.0
 char_width = 0
 embed_width = null
 embed_depth = null
+embed_mix = false
 context_width = 0
 hidden_width = 0
 """

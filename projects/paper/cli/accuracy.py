@@ -32,7 +32,8 @@ DEFAULT_CORPUS = "corpus"
 #: the neutral settings (bench spacy-train's) added after this loop's runs of the defaults were recorded: left
 #: out of the signature at their neutral value, so those runs are found again
 SIGNATURE_NEUTRAL = {key: NEUTRAL_SETTINGS[key] for key in (("model", "distance_prior"), ("model", "embed_width"),
-                                                       ("model", "embed_depth"), ("model", "distance_labels"))}
+                                                       ("model", "embed_depth"), ("model", "distance_labels"),
+                                                       ("model", "embed_mix"))}
 
 
 def default_signature(factory: str) -> str:
