@@ -159,6 +159,24 @@ def test_null_head_embeddings_have_the_key_of_the_values_they_stand_for():
         assert run_key("tw", config.to_str(), 0) != default
 
 
+def test_a_null_embed_mix_has_the_key_of_the_value_it_stands_for():
+    """embed_mix left at null trains what false trains on the component's own encoder (the key of the runs
+    recorded before the setting existed) and what true trains on a listener; the two values differ there."""
+    for setting, stands_for in (("own", False), ("shared", True)):
+        config = generate_config("nldm_tagger", setting, "en")
+        model = config["components"]["nldm_tagger"]["model"]
+        assert model["embed_mix"] is None
+        default = run_key("tw", config.to_str(), 0)
+        model["embed_mix"] = stands_for
+        assert run_key("tw", config.to_str(), 0) == default
+        if setting == "own":
+            del model["embed_mix"]
+            assert run_key("tw", config.to_str(), 0) == default
+        else:
+            model["embed_mix"] = False
+            assert run_key("tw", config.to_str(), 0) != default
+
+
 def test_the_head_embeddings_tables_are_part_of_a_runs_key(monkeypatch):
     """The head's own hash tables come from defaults.OWN_ATTRS / OWN_ROWS, which no config states: a run
     recorded with today's tables keeps its key, and other tables give a listener's default config another key

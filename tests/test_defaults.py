@@ -103,8 +103,11 @@ def _explained_in_source(path: Path, section: str, key: str, value) -> bool:
 
 def _resolved(model: dict, key: str, value):
     """A model setting's value as the architecture reads it (null head embeddings: what they stand for)."""
-    if key not in ("embed_width", "embed_depth") or value is not None:
+    if key not in ("embed_width", "embed_depth", "embed_mix") or value is not None:
         return value
+    if key == "embed_mix":
+        depth = _resolved(model, "embed_depth", model.get("embed_depth"))
+        return defaults.resolve_embed_mix(None, depth, defaults.listens_in_config(model))
     width, depth = defaults.resolve_head_embeddings(None if key == "embed_width" else model.get("embed_width"),
                                                     None, defaults.listens_in_config(model))
     return width if key == "embed_width" else depth

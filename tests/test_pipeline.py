@@ -682,25 +682,30 @@ def test_embed_mix_gives_the_heads_window_encoder_the_tok2vecs_vectors_too(ark, 
 
 def test_null_head_embeddings_depend_on_whether_the_tok2vec_listens():
     """Left at null, a head listening to a spaCy tok2vec gets defaults.LISTENER_EMBED_WIDTH / _DEPTH
-    embeddings of its own (the scorer reads them beside the listener's vectors); one with its own encoder,
-    or with a stated width, gets what is stated."""
+    embeddings of its own (the scorer reads them beside the listener's vectors) and window layers over both
+    (embed_mix where it has window layers); one with its own encoder, or with a stated width, gets what is
+    stated."""
     from spacy_nldm.pipeline import defaults
 
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
-    cases = [(dict(tok2vec=listener), (defaults.LISTENER_EMBED_WIDTH, defaults.LISTENER_EMBED_DEPTH)),
-             (dict(tok2vec=listener, embed_width=8), (8, 0)),
-             (dict(tok2vec=listener, embed_width=0), (0, 0)),
-             (dict(embed_depth=1, embed_width=8), (8, 1)),
-             ({}, (0, 0))]
-    for model, (width, depth) in cases:
+    cases = [(dict(tok2vec=listener), (defaults.LISTENER_EMBED_WIDTH, defaults.LISTENER_EMBED_DEPTH, True)),
+             (dict(tok2vec=listener, embed_width=8), (8, 0, False)),
+             (dict(tok2vec=listener, embed_width=8, embed_depth=1), (8, 1, True)),
+             (dict(tok2vec=listener, embed_mix=False), (defaults.LISTENER_EMBED_WIDTH,
+                                                        defaults.LISTENER_EMBED_DEPTH, False)),
+             (dict(tok2vec=listener, embed_width=0), (0, 0, False)),
+             (dict(embed_depth=1, embed_width=8), (8, 1, False)),
+             ({}, (0, 0, False))]
+    for model, (width, depth, mix) in cases:
         nlp = spacy.blank("en")
         nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
         config = small_model("nldm_tagger", **model)
-        for key in ("embed_width", "embed_depth"):
+        for key in ("embed_width", "embed_depth", "embed_mix"):
             config.setdefault(key, None)
         pipe = nlp.add_pipe("nldm_tagger", config={"model": config})
         nlp.initialize(lambda: examples(nlp, LEARNABLE))
-        assert (pipe.model.attrs["embed_width"], pipe.model.attrs["embed_depth"]) == (width, depth)
+        attrs = pipe.model.attrs
+        assert (attrs["embed_width"], attrs["embed_depth"], attrs["embed_mix"]) == (width, depth, mix), model
         listened = 32 if "tok2vec" in model else None
         if listened:
             assert pipe.model.get_ref("head").shims[0]._model.nI == listened + width

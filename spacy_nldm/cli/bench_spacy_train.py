@@ -110,12 +110,14 @@ def drop_neutral(block: dict, neutral: Dict[Tuple[str, str], object] = NEUTRAL_S
 
 
 def resolve_head_embeddings(model: dict) -> None:
-    """Replace a null ``embed_width`` / ``embed_depth`` in a structured component's ``model`` block by what
-    the architecture reads for it (``defaults.resolve_head_embeddings``), so that configs that train the
-    same model have the same key. Head embeddings of a width above 0 also put the tables they are built
-    with into the key (``embed_attrs``, ``embed_rows``: ``defaults.OWN_ATTRS`` and ``OWN_ROWS``, which no
-    config states), so that changing those constants makes new runs instead of finding the old ones."""
-    from ..pipeline.defaults import OWN_ATTRS, OWN_ROWS, listens_in_config, resolve_head_embeddings as resolve
+    """Replace a null ``embed_width`` / ``embed_depth`` / ``embed_mix`` in a structured component's ``model``
+    block by what the architecture reads for it (``defaults.resolve_head_embeddings``, ``resolve_embed_mix``),
+    so that configs that train the same model have the same key. Head embeddings of a width above 0 also
+    put the tables they are built with into the key (``embed_attrs``, ``embed_rows``: ``defaults.OWN_ATTRS``
+    and ``OWN_ROWS``, which no config states), so that changing those constants makes new runs instead of
+    finding the old ones."""
+    from ..pipeline.defaults import OWN_ATTRS, OWN_ROWS, listens_in_config, resolve_embed_mix
+    from ..pipeline.defaults import resolve_head_embeddings as resolve
 
     width, depth = model.get("embed_width", 0), model.get("embed_depth", 0)
     if width is None or depth is None:
@@ -123,6 +125,8 @@ def resolve_head_embeddings(model: dict) -> None:
         for name, value in (("embed_width", width), ("embed_depth", depth)):
             if name in model:
                 model[name] = value
+    if "embed_mix" in model and model["embed_mix"] is None:
+        model["embed_mix"] = resolve_embed_mix(None, depth, listens_in_config(model))
     if width:
         model["embed_attrs"], model["embed_rows"] = list(OWN_ATTRS), list(OWN_ROWS)
 

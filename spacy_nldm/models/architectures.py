@@ -29,7 +29,7 @@ def build_nldm_tagger(
     char_width: int = 0,
     embed_width: Optional[int] = None,
     embed_depth: Optional[int] = None,
-    embed_mix: bool = False,
+    embed_mix: Optional[bool] = None,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -59,9 +59,10 @@ def build_nldm_tagger(
     ``MaxoutWindowEncoder`` of that depth over them; 0: none). ``embed_mix = true`` (with ``embed_depth`` > 0)
     runs that window encoder over the tok2vec's vectors and the head's embeddings together (its width is the
     sum; residual, so both still reach the scorer) instead of over the embeddings alone; it needs a tok2vec whose
-    width the config states. Left at null, the two depend on the tok2vec:
-    a head listening to a spaCy tok2vec (``spacy.Tok2VecListener.v1``) gets embeddings of width 96 and depth 4
-    (a small tok2vec of its own; ``defaults.LISTENER_EMBED_WIDTH``), any other head none. ``context_width`` > 0
+    width the config states. Left at null, the three depend on the tok2vec: a head listening to a spaCy
+    tok2vec (``spacy.Tok2VecListener.v1``) gets embeddings of width 96 and depth 4 (a small tok2vec of its own;
+    ``defaults.LISTENER_EMBED_WIDTH``) with ``embed_mix`` (wherever it has window layers), any other head
+    none. ``context_width`` > 0
     puts a bidirectional LSTM of that output width (half per direction, one layer, each doc on its own)
     between those vectors and the scorer, so that every token's scores see the whole sentence (0: none);
     it needs a tok2vec whose width the config states (``spacy.Tok2Vec.v2``, a ``spacy.Tok2VecListener.v1``).
@@ -89,7 +90,7 @@ def build_crf_tagger(
     char_width: int = 0,
     embed_width: Optional[int] = None,
     embed_depth: Optional[int] = None,
-    embed_mix: bool = False,
+    embed_mix: Optional[bool] = None,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,

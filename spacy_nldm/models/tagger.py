@@ -38,7 +38,7 @@ def build_structured_tagger(
     char_width: int = 0,
     embed_width: Optional[int] = None,
     embed_depth: Optional[int] = None,
-    embed_mix: bool = False,
+    embed_mix: Optional[bool] = None,
     context_width: int = 0,
     hidden_width: int = 0,
     nO: Optional[int] = None,
@@ -52,13 +52,18 @@ def build_structured_tagger(
     likewise (after the characters), with ``embed_depth`` > 0 layers of window context of their own
     (None: ``defaults.resolve_head_embeddings`` chooses them, by whether the tok2vec listens to a spaCy
     tok2vec); ``embed_mix``: those layers of window context read the tok2vec's vectors (and the characters')
-    beside the head's embeddings instead of the embeddings alone (width: the sum); ``context_width`` > 0: a
+    beside the head's embeddings instead of the embeddings alone (width: the sum; None: where the tok2vec
+    listens and the head has window layers, ``defaults.resolve_embed_mix``); ``context_width`` > 0: a
     bidirectional LSTM of that output width (half per direction) over each doc's vectors (the tok2vec's, with
-    the head's own characters and embeddings), whose output is the scorer's input; ``hidden_width`` > 0: a hidden layer of that width (maxout of 3 pieces with
-    layer normalisation, the layer of spaCy's window encoder) last before the scorer."""
-    from ..pipeline.defaults import resolve_head_embeddings  # (imported here: the pipeline package imports this module)
+    the head's own characters and embeddings), whose output is the scorer's input; ``hidden_width`` > 0: a
+    hidden layer of that width (maxout of 3 pieces with layer normalisation, the layer of spaCy's window
+    encoder) last before the scorer."""
+    # (imported here: the pipeline package imports this module)
+    from ..pipeline.defaults import resolve_embed_mix, resolve_head_embeddings
 
-    embed_width, embed_depth = resolve_head_embeddings(embed_width, embed_depth, listens_to_tok2vec(tok2vec))
+    listening = listens_to_tok2vec(tok2vec)
+    embed_width, embed_depth = resolve_head_embeddings(embed_width, embed_depth, listening)
+    embed_mix = resolve_embed_mix(embed_mix, embed_depth, listening)
     for name, value in (("char_width", char_width), ("embed_width", embed_width), ("embed_depth", embed_depth),
                         ("context_width", context_width), ("hidden_width", hidden_width)):
         if value < 0:
