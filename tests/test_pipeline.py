@@ -674,10 +674,24 @@ def test_embed_mix_gives_the_heads_window_encoder_the_tok2vecs_vectors_too(ark, 
                                                                     embed_mix=mix)})
     nlp.initialize(lambda: examples(nlp, ark[:4]))
     in_tok2vec = {node.id for node in pipe.model.get_ref("tok2vec").walk()}
+    # the head's maxout layers outside the tok2vec, less the hash embeddings' own (over 4 attributes of width 8)
     window_layers = [node for node in pipe.model.layers[0].walk()
                      if node.name == "maxout" and node.id not in in_tok2vec and node.get_dim("nI") != 8 * 4]
     assert len(window_layers) == 2 and {node.get_dim("nI") for node in window_layers} == window_inputs
     assert pipe.model.get_ref("head").shims[0]._model.nI == 32 + 8
+
+
+@pytest.mark.parametrize("layers,setting", [({"context_width": 8}, "context_width"),
+                                            ({"embed_width": 8, "embed_depth": 1, "embed_mix": True}, "embed_mix")])
+def test_layers_built_on_the_tok2vecs_width_name_their_setting_when_it_is_unknown(layers, setting):
+    """A tok2vec without a stated width (here an unsized layer): the error says which setting needs it."""
+    from thinc.api import Model
+
+    from spacy_nldm.models.tagger import build_structured_tagger
+
+    unsized = Model("unsized", lambda model, X, is_train: (X, lambda dX: dX))
+    with pytest.raises(ValueError, match=f"{setting}.*needs a tok2vec whose width.*set {setting} = "):
+        build_structured_tagger(unsized, structure="chain", edge_scorer="bilinear", label_dim=8, rank=8, **layers)
 
 
 def test_null_head_embeddings_depend_on_whether_the_tok2vec_listens():

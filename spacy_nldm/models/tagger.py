@@ -87,16 +87,16 @@ def build_structured_tagger(
     source = _grad_scaled(tok2vec) if own_layers else tok2vec
     # the scorer reads [tok2vec vectors; char CNN vectors; own embeddings], each where the head has it
     features = concatenate(source, char_cnn(char_width)) if char_width else source
-    if embed_width and embed_mix and embed_depth:
+    if embed_mix:  # (validated above: the head has embeddings with window layers)
         # one window encoder over [tok2vec vectors; (char CNN vectors;) own embeddings] (residual: keeps them)
-        width_mixed = _known_width(tok2vec) + char_width + embed_width
+        width_mixed = _known_width(tok2vec, "embed_mix") + char_width + embed_width
         embedded = concatenate(features, head_embeddings(embed_width, 0))
         features = chain(embedded, window_encoder(width_mixed, embed_depth))
     elif embed_width:
         features = concatenate(features, head_embeddings(embed_width, embed_depth))
     own_width = char_width + embed_width
     if context_width:
-        features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec) + own_width))
+        features = chain(features, packed_lstm(nO=context_width, nI=_known_width(tok2vec, "context_width") + own_width))
     if hidden_width:
         # nI: the width before it where the config states it (else inferred from sample docs at initialize)
         stated = _stated_width(tok2vec)
@@ -192,13 +192,20 @@ def _stated_width(tok2vec: Model) -> int:
     return tok2vec.get_dim("nO") if tok2vec.has_dim("nO") and tok2vec.get_dim("nO") else 0
 
 
-def _known_width(tok2vec: Model) -> int:
-    """The tok2vec's output width where the config states it (its dim nO): the context LSTM is built with it."""
+#: the settings whose layers are built with the tok2vec's stated width: what each needs, and how to turn it off
+_NEEDS_WIDTH = {"context_width": ("context_width > 0", "context_width = 0"),
+                "embed_mix": ("embed_mix = true", "embed_mix = false")}
+
+
+def _known_width(tok2vec: Model, setting: str) -> int:
+    """The tok2vec's output width where the config states it (its dim nO), which the layers of ``setting``
+    (a key of :data:`_NEEDS_WIDTH`: the context LSTM, the mixed window encoder) are built with."""
     width = _stated_width(tok2vec)
     if not width:
+        needs, off = _NEEDS_WIDTH[setting]
         raise ValueError(
-            "spacy-nldm: context_width > 0 needs a tok2vec whose width the config states (dim nO, as spacy.Tok2Vec.v2 "
-            f"and spacy.Tok2VecListener.v1 have); {tok2vec.name!r} has none: set context_width = 0")
+            f"spacy-nldm: {needs} needs a tok2vec whose width the config states (dim nO, as spacy.Tok2Vec.v2 "
+            f"and spacy.Tok2VecListener.v1 have); {tok2vec.name!r} has none: set {off}")
     return width
 
 
