@@ -642,6 +642,36 @@ def test_distance_labels_learn_and_round_trip(ark):
             "nldm_tagger", distance_labels=True, distance_bias=False)})
 
 
+def test_chain_factor_learns_and_round_trips(ark):
+    """``chain_factor = true``: the loss falls, the chain's score leaves zero in training (the loss's gradient
+    reaches it through the component's update), it is saved with the model, and a reloaded pipeline predicts
+    the same tags, trees and label probabilities; decoding by the joint max is refused."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", chain_factor=True),
+                                               "store_probs": True})
+    egs = examples(nlp, ark[:3])
+    optimizer = nlp.initialize(lambda: egs)
+    losses = [nlp.update(egs, sgd=optimizer)["nldm_tagger"] for _ in range(6)]
+    assert losses[-1] < 0.95 * losses[0]
+    scorer = torch_scorer(pipe.model)
+    assert bool((scorer.A_chain != 0).any())
+    assert tuple(scorer.chain_scores().shape) == (len(pipe.labels) + 1, len(pipe.labels))
+    nlp2 = spacy.blank("en")
+    nlp2.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", chain_factor=True), "store_probs": True})
+    nlp2.from_bytes(nlp.to_bytes())
+    text = " ".join(ark[7][0])
+    a, b = nlp(text), nlp2(text)
+    assert [t.tag_ for t in a] == [t.tag_ for t in b]
+    assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
+    assert numpy.allclose(a._.nldm_probs, b._.nldm_probs, atol=1e-6)
+    assert numpy.allclose(a._.nldm_probs.sum(-1), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="chain_factor"):
+        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", chain_factor=True),
+                                                          "decode": "viterbi"})
+
+
 def test_head_embeddings_are_trained_by_the_heads_gradient(ark):
     """The head's own embeddings (embed_width) next to a listener get the head's gradient: training moves
     them, and their width must not be negative."""

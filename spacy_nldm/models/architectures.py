@@ -25,6 +25,7 @@ def build_nldm_tagger(
     distance_bias: bool = True,
     distance_prior: float = 0.0,
     distance_labels: bool = False,
+    chain_factor: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: Optional[int] = None,
@@ -49,6 +50,10 @@ def build_nldm_tagger(
     (a bilinear form over the label embeddings per direction and length; with ``emission_transition`` a
     table), starting at 0: the label interaction of an arc of length 1 (the chain's neighbours) may then
     differ from that of a longer one; false: one label interaction for every length.
+    ``chain_factor = true`` adds the linear-chain CRF's score of each pair of neighbouring labels (and of the
+    first label) to every tree's score (a bilinear form over the label embeddings, starting at 0): the tree's
+    interactions then come on top of the chain's, exactly (:mod:`spacy_nldm.structs.tree_chain`; time
+    O(n k^2 M^3) instead of O(n k^2 M^2)); it decodes by the label marginals only (``decode = "posterior"``).
     ``dropout``: rate of (inverted) dropout on the vectors at the scorer's input (the last layer's output), in
     training only and whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
     each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
@@ -73,7 +78,8 @@ def build_nldm_tagger(
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
         emission=emission, distance_bias=distance_bias, distance_prior=distance_prior,
-        distance_labels=distance_labels, dropout=dropout, char_width=char_width, embed_width=embed_width,
+        distance_labels=distance_labels, chain_factor=chain_factor, dropout=dropout, char_width=char_width,
+        embed_width=embed_width,
         embed_depth=embed_depth, embed_mix=embed_mix, context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 

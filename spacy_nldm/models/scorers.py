@@ -59,10 +59,13 @@ class Scorer(nn.Module):
     #: the label-pair score per arc direction and length (``distance_labels``): a bilinear form over the label
     #: embeddings per direction and length where the scorer has label embeddings, else a table
     distance_label_shapes: Dict[str, Shape] = {"A_dist": ("X", "K", "T", "T")}
+    #: the chain's adjacent-label score beside the tree's arcs (``chain_factor``, the tree only): a bilinear form
+    #: over the label embeddings where the scorer has them (as the CRF's transitions), else a table; at zero
+    chain_shapes: Dict[str, Shape] = {"A_chain": ("T", "T")}
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
                  distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, chain_factor: bool = False):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
@@ -74,8 +77,13 @@ class Scorer(nn.Module):
             raise ValueError(f"distance_prior = {distance_prior} needs the distance bias (distance_bias = true)")
         if distance_labels and not distance_lengths:
             raise ValueError("distance_labels = true needs the distance bias (distance_bias = true)")
+        if chain_factor and n_dirs != 2:
+            raise ValueError("chain_factor adds the chain's adjacent-label score to the tree's arcs: the tree only")
+        if chain_factor and distance_labels:
+            raise ValueError("chain_factor = true cannot be combined with distance_labels = true")
         self.distance_prior = float(distance_prior)
         self.distance_labels = bool(distance_labels)
+        self.chain_factor = bool(chain_factor)
         self.emission = emission
         self.dropout = float(dropout)
         self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0, "K": int(distance_lengths)}
@@ -98,7 +106,8 @@ class Scorer(nn.Module):
         distance = {"distance_bias": ("X", "K")} if self.sizes["K"] else {}
         if self.sizes["K"] and self.distance_labels:
             distance.update(self.distance_label_shapes)
-        return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance}
+        chain = self.chain_shapes if self.chain_factor else {}
+        return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance, **chain}
 
     def _shape(self, name: str) -> Tuple[int, ...]:
         sizes = dict(self.sizes, C=self.sizes["M"] + 1)
@@ -107,7 +116,7 @@ class Scorer(nn.Module):
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
         if name == "distance_bias":  # (X, K): column k is arc length k + 1
             return -self.distance_prior * torch.arange(shape[1], dtype=torch.float32).expand(shape).clone()
-        if name in self.distance_label_shapes:  # no label-pair distance score at the start
+        if name in self.distance_label_shapes or name in self.chain_shapes:  # no label-pair score at the start
             return torch.zeros(shape)
         return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
 
@@ -161,6 +170,15 @@ class Scorer(nn.Module):
             return self.distance_bias
         return self.distance_bias[:, :, None, None] + self.length_interaction()
 
+    def chain_scores(self) -> Optional[torch.Tensor]:
+        """(C, M): the chain's score of label c right after context a (0: the first token), ``t_a^T A_chain t_c
+        / T`` over the label embeddings (:class:`EmissionTransition`: the table ``psi_chain``); None without
+        ``chain_factor``."""
+        if not self.chain_factor:
+            return None
+        ctx, lab = self.labels()
+        return ctx @ self.A_chain @ lab.T * self._norm("T") ** 2
+
     def length_interaction(self) -> torch.Tensor:
         """(X, K, M, M): the label-pair score per arc direction and length, ``t_a^T A_dist^{x,k} t_c / T`` over
         the label embeddings (:class:`EmissionTransition`: the table ``psi_dist``)."""
@@ -190,9 +208,13 @@ class EmissionTransition(Scorer):
     zero_init = Scorer.zero_init + ("psi",)
     token_independent = True
     distance_label_shapes = {"psi_dist": ("X", "K", "M", "M")}
+    chain_shapes = {"psi_chain": ("C", "M")}
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         return self.psi
+
+    def chain_scores(self) -> Optional[torch.Tensor]:
+        return self.psi_chain if self.chain_factor else None
 
     def length_interaction(self) -> torch.Tensor:
         return self.psi_dist
@@ -287,15 +309,18 @@ SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "tri
 def make_scorer(
     edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
     distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False, dropout: float = 0.0,
+    chain_factor: bool = False,
 ) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
     gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1), and with
     ``distance_labels`` a label-pair score per direction and length, starting at 0; ``dropout`` acts on the
-    input vectors in training mode."""
+    input vectors in training mode; ``chain_factor`` gives a tree scorer the chain's adjacent-label score too
+    (:meth:`Scorer.chain_scores`), starting at 0."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths,
-                                  distance_prior=distance_prior, distance_labels=distance_labels, dropout=dropout)
+                                  distance_prior=distance_prior, distance_labels=distance_labels, dropout=dropout,
+                                  chain_factor=chain_factor)
     return SecondOrder(scorer) if order == 2 else scorer

@@ -16,6 +16,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from .. import structs
+from ..structs import tree_chain
 from .smoothing import chain_moments, tree_moments, uniform_expectation
 from .trees import canonical_heads
 
@@ -185,13 +186,19 @@ class LatentTree(Structure):
     has_tree = True
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
-                 distance_bias: Optional[Tensor] = None, token_independent: bool = False):
+                 distance_bias: Optional[Tensor] = None, token_independent: bool = False,
+                 chain: Optional[Tensor] = None):
         """``distance_bias`` (2, K): a score per arc direction and length, or (2, K, M, M) per direction,
         length and label pair (see :class:`~spacy_nldm.structs.DirectionalScores`): the scorer's parameter or
         a function of its parameters (:meth:`~.scorers.Scorer.distance_scores`), so that the loss's backward
         pass writes its gradient straight into them. ``token_independent``: F is emission + one table (the
-        scorer says so), which the compiled lane reads in that form."""
+        scorer says so), which the compiled lane reads in that form. ``chain`` (M+1, M): the chain's score of
+        each label after the previous one (row 0: the first token's), added to every tree's score
+        (:mod:`spacy_nldm.structs.tree_chain`; decoded by the label marginals only)."""
         super().__init__(budget)
+        if chain is not None and distance_bias is not None and distance_bias.dim() != 2:
+            raise ValueError("chain_factor cannot be combined with distance_labels")
+        self.chain = chain
         self.max_dist = max_dist
         self.canonical = canonical
         self.distance_bias = distance_bias
@@ -215,9 +222,17 @@ class LatentTree(Structure):
         return scores + structs.distance_bias_matrix(bias, scores.shape[1], self.max_dist)[None, :, :, None, None]
 
     def cost(self, n: int, m: int) -> int:
+        if self.chain is not None:  # (n + 1) k items of (M+1)^2 per kind (the contractions keep that size),
+            # times 4: buckets of about a quarter of the budget pad less, which the torch recurrences pay for
+            return 4 * (n + 1) * (self.max_dist or n) * (m + 1) ** 2
         return (n + 1) ** 2 * m * m
 
     def one_bucket(self, F: Tensor) -> bool:
+        if self.chain is not None:  # the torch recurrences of tree_chain: buckets of similar lengths
+            return False
+        return self._compiled_one_bucket(F)
+
+    def _compiled_one_bucket(self, F: Tensor) -> bool:
         """On the CPU log Z and the marginals run in :mod:`spacy_nldm.structs.compiled`, sentence by
         sentence, whatever the padding: one bucket, no reordering copy of F."""
         return F.device.type == "cpu" and structs.compiled.enabled and structs.compiled.available()
@@ -254,16 +269,20 @@ class LatentTree(Structure):
         """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``),
         log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET``."""
         one_label = (gold_mask.sum(-1) == 1) | ~real_tokens(gold_mask, lengths)
+        if self.chain is not None and (approx != "exact" or not bool(one_label.all())):
+            raise ValueError("chain_factor trains on fully labelled segments with the exact loss only")
         if approx != "exact" or not bool(one_label.all()):
             return super().nll(F, lengths, gold_mask, approx, smoothing)
         total = F.new_zeros(())
         for _, Fb, lens in self._buckets(F, lengths):
-            total = total + structs.log_partition(self.directional(Fb), lens, max_dist=self.max_dist).sum()
+            total = total + self._log_z(Fb, lens).sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
             labels = gold_mask[idx, : Fb.shape[1]].to(torch.uint8).argmax(-1)  # (B, N): the one allowed label
             positions = torch.cat([labels.new_zeros(labels.shape[0], 1), labels], dim=1)  # the root's label 0
             gold = self._with_bias(self.gold_arcs(Fb, labels), Fb, positions[..., None])
             log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
+            if self.chain is not None:  # given the labels the chain's score is the same in every tree
+                log_s = log_s + tree_chain.chain_gold_score(self.chain.to(Fb), labels, lens).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
         weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
         return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
@@ -271,9 +290,23 @@ class LatentTree(Structure):
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         bias = self._bias(F)
         lengths_of_bias = 0 if bias is None else bias.shape[1]
-        return uniform_expectation(
+        total = uniform_expectation(
             F, lengths, lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias), weights, bias=bias
         )
+        if self.chain is None:
+            return total
+        # uniform labels: the first token's pair has mean chain[0], each later one the mean of chain[1:]
+        chain = self.chain.to(F)
+        w = weights.to(F)
+        pairs = (lengths.to(F) - 1).clamp_min(0)
+        return total + (w * (chain[0].mean() + pairs * chain[1:].mean()) * (lengths > 0).to(F)).sum()
+
+    def _log_z(self, F: Tensor, lengths: Tensor) -> Tensor:
+        """log Z (B,) of F (B, N, 2, M+1, M): with the chain factor, the tree_chain recurrences."""
+        if self.chain is None:
+            return structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
+        return tree_chain.tree_chain_log_partition(F, self.chain.to(F), lengths, max_dist=self.max_dist,
+                                                   distance_bias=self._bias(F)).to(F.dtype)
 
     @staticmethod
     def gold_arcs(F: Tensor, labels: Tensor) -> Tensor:
@@ -288,6 +321,7 @@ class LatentTree(Structure):
         return torch.cat([arcs.new_zeros(B, N + 1, 1), arcs], dim=2)[..., None, None]  # arcs into the root: unread
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
+        # (the chain factor trains through nll's one-label path only)
         # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels
         log_z = structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
@@ -311,9 +345,11 @@ class LatentTree(Structure):
     def _decode(self, F, lengths, posterior, tree=True, probs=None) -> structs.Decoded:
         scores = self.directional(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
         mask = None
+        if self.chain is not None and not posterior:
+            raise ValueError('chain_factor decodes by the label marginals only: set decode = "posterior"')
         if posterior:
             if probs is None:
-                probs = structs.label_marginals(scores, lengths, max_dist=self.max_dist)
+                probs = self._marginals(F, lengths)
             labels = probs.argmax(-1).masked_fill(~real_tokens(probs, lengths), 0)
             if not tree:  # the labels are the marginals' arg-max: no tree search
                 return structs.Decoded(labels, None, F.new_zeros(F.shape[0]))
@@ -339,6 +375,9 @@ class LatentTree(Structure):
         return structs.Decoded(labels, heads, torch.where(possible, score, torch.full_like(score, -math.inf)))
 
     def _marginals(self, F, lengths):
+        if self.chain is not None:
+            return tree_chain.tree_chain_label_marginals(F, self.chain, lengths, max_dist=self.max_dist,
+                                                         distance_bias=self._bias(F))
         return structs.label_marginals(self.directional(F), lengths, max_dist=self.max_dist)
 
 

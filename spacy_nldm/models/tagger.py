@@ -34,6 +34,7 @@ def build_structured_tagger(
     distance_bias: bool = False,
     distance_prior: float = 0.0,
     distance_labels: bool = False,
+    chain_factor: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: Optional[int] = None,
@@ -46,6 +47,7 @@ def build_structured_tagger(
     """Shared builder. ``structure`` is "tree" (NLDM, two directions) or "chain" (CRF); ``distance_bias`` (tree
     only): one learned score per arc direction and length, starting at -``distance_prior`` * (length - 1), and
     with ``distance_labels`` one per arc direction, length and label pair beside it (starting at 0);
+    ``chain_factor`` (tree only): the chain's adjacent-label score beside the tree's arcs (starting at 0);
     ``dropout``: on the scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN
     (:mod:`.chars`) of that width, whose vectors are concatenated to the tok2vec's at the scorer's input;
     ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
@@ -79,7 +81,7 @@ def build_structured_tagger(
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
                          distance_lengths=lengths, distance_prior=distance_prior, distance_labels=distance_labels,
-                         dropout=dropout)
+                         dropout=dropout, chain_factor=chain_factor)
     head = torch_layer(scorer)
     # layers of the head's own between the tok2vec and the scorer: the tok2vec_loss scale must reach the
     # tok2vec alone, so it is applied at the tok2vec's output (else at the features' output, the same place)
@@ -112,7 +114,8 @@ def build_structured_tagger(
         layers=[features, head],
         refs=refs,
         dims={"nO": nO},
-        attrs={"structure": structure, "order": order, "max_dist": max_dist, "char_width": char_width,
+        attrs={"structure": structure, "order": order, "max_dist": max_dist, "chain_factor": chain_factor,
+               "char_width": char_width,
                "embed_width": embed_width, "embed_depth": embed_depth, "embed_mix": embed_mix,
                "context_width": context_width,
                "hidden_width": hidden_width, TOK2VEC_GRAD_SCALE: 1.0},
@@ -213,7 +216,7 @@ def get_structure(model: Model) -> Structure:
     scorer = torch_scorer(model)
     if model.attrs["structure"] == "tree":
         return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=scorer.distance_scores(),
-                          token_independent=getattr(scorer, "token_independent", False))
+                          token_independent=getattr(scorer, "token_independent", False), chain=scorer.chain_scores())
     return Chain(order=model.attrs["order"], token_independent=getattr(scorer, "token_independent", False),
                  trigram=getattr(scorer, "psi2", None))
 

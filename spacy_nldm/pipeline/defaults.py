@@ -100,6 +100,7 @@ emission = true
 distance_bias = true
 distance_prior = 0.0
 distance_labels = false
+chain_factor = false
 dropout = 0.0
 char_width = 0
 embed_width = null

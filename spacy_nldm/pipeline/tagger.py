@@ -139,6 +139,9 @@ class StructuredTagger(TrainablePipe):
             raise ValueError(f"[spacy-nldm] {name}: token_loss must be >= 0, not {token_loss}")
         if loss == "max" and model.attrs["structure"] != "tree":
             raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
+        if model.attrs.get("chain_factor") and (decode != "posterior" or loss != "exact"):
+            raise ValueError(f"[spacy-nldm] {name}: the model's chain_factor = true needs decode = 'posterior' "
+                             f"and loss = 'exact', not decode = {decode!r}, loss = {loss!r}")
         register_extensions()
         _register_fork_hook()
         self.vocab = vocab
