@@ -35,14 +35,15 @@ IMPOSSIBLE = -1e30
 
 class Items:
     """Chart items in exp space: log value = log(values) + shift[..., None, None]; values (..., C, C) float64
-    with their largest entry 1, shift (...) float64. The shifts are computed without gradient: subtracted from
-    the values and added back, they cancel, so log Z's gradient flows through the values alone."""
+    (an item made by :func:`sum_items` or :meth:`from_log` has largest entry 1), shift (...) float64. The shifts
+    are computed without gradient: subtracted from the values and added back, they cancel, so log Z's gradient
+    flows through the values alone."""
 
-    def __init__(self, values, shift):
+    def __init__(self, values: Tensor, shift: Tensor):
         self.values, self.shift = values, shift
 
     @staticmethod
-    def from_log(log_values):
+    def from_log(log_values: Tensor) -> "Items":
         with torch.no_grad():
             shift = log_values.amax((-2, -1))
         return Items((log_values - shift[..., None, None]).exp(), shift)
@@ -63,7 +64,7 @@ class Items:
         return Items(self.values.transpose(-1, -2), self.shift)
 
 
-def sum_items(terms):
+def sum_items(terms: List[Items]) -> Items:
     """Sum (log: log-sum-exp) of items of the same shape, normalised."""
     if len(terms) == 1:
         return terms[0].normalised()
@@ -73,7 +74,7 @@ def sum_items(terms):
     return Items(values, shift).normalised()
 
 
-def matmul_items(a, b):
+def matmul_items(a: Items, b: Items) -> Items:
     """Matrix product (log: log-sum-exp over the shared label) of two items."""
     return Items(torch.matmul(a.values, b.values), a.shift + b.shift)
 
