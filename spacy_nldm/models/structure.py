@@ -196,8 +196,6 @@ class LatentTree(Structure):
         each label after the previous one (row 0: the first token's), added to every tree's score
         (:mod:`spacy_nldm.structs.tree_chain`; decoded by the label marginals only)."""
         super().__init__(budget)
-        if chain is not None and distance_bias is not None and distance_bias.dim() != 2:
-            raise ValueError("chain_factor cannot be combined with distance_labels")
         self.chain = chain
         self.max_dist = max_dist
         self.canonical = canonical
@@ -228,13 +226,11 @@ class LatentTree(Structure):
         return (n + 1) ** 2 * m * m
 
     def one_bucket(self, F: Tensor) -> bool:
-        if self.chain is not None:  # the torch recurrences of tree_chain: buckets of similar lengths
-            return False
-        return self._compiled_one_bucket(F)
-
-    def _compiled_one_bucket(self, F: Tensor) -> bool:
         """On the CPU log Z and the marginals run in :mod:`spacy_nldm.structs.compiled`, sentence by
-        sentence, whatever the padding: one bucket, no reordering copy of F."""
+        sentence, whatever the padding: one bucket, no reordering copy of F. With the chain factor they run
+        in the torch recurrences of :mod:`~spacy_nldm.structs.tree_chain`: buckets of similar lengths."""
+        if self.chain is not None:
+            return False
         return F.device.type == "cpu" and structs.compiled.enabled and structs.compiled.available()
 
     def expand(self, F: Tensor) -> Tensor:
