@@ -672,6 +672,28 @@ def test_chain_factor_learns_and_round_trips(ark):
                                                           "decode": "viterbi"})
 
 
+def test_tree_smoothing_by_the_models_trees_learns(ark):
+    """``tree_smoothing = "model"``: the component's loss falls and the distance bias moves (its gradient is the
+    likelihood's); other values, and the setting on a chain, are refused with the component's name."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", distance_bias=True),
+                                               "tree_smoothing": "model"})
+    egs = examples(nlp, ark[:3])
+    optimizer = nlp.initialize(lambda: egs)
+    bias = torch_scorer(pipe.model).distance_bias.detach().clone()
+    losses = [nlp.update(egs, sgd=optimizer)["nldm_tagger"] for _ in range(6)]
+    assert losses[-1] < 0.95 * losses[0]
+    assert not torch.equal(torch_scorer(pipe.model).distance_bias.detach(), bias)
+    with pytest.raises(ValueError, match="tree_smoothing"):
+        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger"), "tree_smoothing": "x"})
+    from spacy_nldm.pipeline.tagger import StructuredTagger
+    crf = spacy.blank("en").add_pipe("crf_tagger", config={"model": small_model("crf_tagger")})
+    with pytest.raises(ValueError, match="tree_smoothing"):
+        StructuredTagger(crf.vocab, crf.model, "crf_tagger", decode="viterbi", tree_smoothing="model")
+
+
 def test_head_embeddings_are_trained_by_the_heads_gradient(ark):
     """The head's own embeddings (embed_width) next to a listener get the head's gradient: training moves
     them, and their width must not be negative."""

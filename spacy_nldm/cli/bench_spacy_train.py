@@ -92,6 +92,7 @@ STRUCTURED = ("crf_tagger", "nldm_tagger")
 #: ``embed_rows`` are not config settings but the head embeddings' tables (:func:`resolve_head_embeddings`),
 #: at the values the recorded runs were trained with
 NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_params"): False,
+                    ("component", "tree_smoothing"): "uniform",
                     ("model", "hidden_width"): 0, ("model", "distance_prior"): 0.0, ("model", "distance_labels"): False,
                     ("model", "embed_width"): 0, ("model", "embed_depth"): 0, ("model", "embed_mix"): False,
                     ("model", "chain_factor"): False, ("model", "embed_attrs"): ["NORM", "PREFIX", "SUFFIX", "SHAPE"],

@@ -31,6 +31,8 @@ GOLD_BUDGET = 1 << 24
 #: the chains step through tokens one at a time, so larger buckets pay (order 2: 2^23 is 2.2x
 #: faster than 2^21 for the loss and as fast for Viterbi)
 CHAIN_BUDGET = 1 << 23
+#: the trees of the NLDM's label smoothing target (:class:`LatentTree`)
+TREE_SMOOTHING = ("uniform", "model")
 
 
 def real_tokens(mask: Tensor, lengths: Tensor) -> Tensor:
@@ -123,7 +125,8 @@ class Structure:
                 total = total + (log_z - log_s).sum()
             else:
                 total = total + (log_z - (1.0 - weights[idx].to(log_s)) * log_s).sum()
-        return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
+                total = total - self.smoothing_in_bucket(Fb, lens, log_z, weights[idx])
+        return total if weights is None else total - self.smoothing_target(F, lengths, weights)
 
     @staticmethod
     def smoothing_weights(gold_mask: Tensor, lengths: Tensor, smoothing: float) -> Optional[Tensor]:
@@ -140,6 +143,14 @@ class Structure:
         """Sum over segments of ``weights`` times E_u[score] + constant of the uniform distribution
         (see :mod:`.smoothing`)."""
         raise NotImplementedError
+
+    def smoothing_target(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        """What :meth:`nll` subtracts for label smoothing once per batch: :meth:`uniform_expectation`."""
+        return self.uniform_expectation(F, lengths, weights)
+
+    def smoothing_in_bucket(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
+        """What :meth:`nll` subtracts for label smoothing per bucket, given its log Z (B,): nothing here."""
+        return F.new_zeros(())
 
     def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False, tree: bool = True,
                marginals: Optional[Tensor] = None) -> structs.Decoded:
@@ -187,15 +198,20 @@ class LatentTree(Structure):
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
                  distance_bias: Optional[Tensor] = None, token_independent: bool = False,
-                 chain: Optional[Tensor] = None):
+                 chain: Optional[Tensor] = None, tree_smoothing: str = "uniform"):
         """``distance_bias`` (2, K): a score per arc direction and length, or (2, K, M, M) per direction,
         length and label pair (see :class:`~spacy_nldm.structs.DirectionalScores`): the scorer's parameter or
         a function of its parameters (:meth:`~.scorers.Scorer.distance_scores`), so that the loss's backward
         pass writes its gradient straight into them. ``token_independent``: F is emission + one table (the
         scorer says so), which the compiled lane reads in that form. ``chain`` (M+1, M): the chain's score of
         each label after the previous one (row 0: the first token's), added to every tree's score
-        (:mod:`spacy_nldm.structs.tree_chain`; decoded by the label marginals only)."""
+        (:mod:`spacy_nldm.structs.tree_chain`; decoded by the label marginals only). ``tree_smoothing``: the
+        trees of label smoothing's uniform target, "uniform" (independent of the model) or "model" (the model's
+        own tree distribution, held fixed: :meth:`model_tree_expectation`)."""
+        if tree_smoothing not in TREE_SMOOTHING:
+            raise ValueError(f"tree_smoothing must be one of {TREE_SMOOTHING}, not {tree_smoothing!r}")
         super().__init__(budget)
+        self.tree_smoothing = tree_smoothing
         self.chain = chain
         self.max_dist = max_dist
         self.canonical = canonical
@@ -269,9 +285,13 @@ class LatentTree(Structure):
             raise ValueError("chain_factor trains on fully labelled segments with the exact loss only")
         if approx != "exact" or not bool(one_label.all()):
             return super().nll(F, lengths, gold_mask, approx, smoothing)
+        weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
         total = F.new_zeros(())
-        for _, Fb, lens in self._buckets(F, lengths):
-            total = total + self._log_z(Fb, lens).sum()
+        for idx, Fb, lens in self._buckets(F, lengths):
+            log_z = self._log_z(Fb, lens)
+            total = total + log_z.sum()
+            if weights is not None:
+                total = total - self.smoothing_in_bucket(Fb, lens, log_z, weights[idx])
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
             labels = gold_mask[idx, : Fb.shape[1]].to(torch.uint8).argmax(-1)  # (B, N): the one allowed label
             positions = torch.cat([labels.new_zeros(labels.shape[0], 1), labels], dim=1)  # the root's label 0
@@ -280,8 +300,17 @@ class LatentTree(Structure):
             if self.chain is not None:  # given the labels the chain's score is the same in every tree
                 log_s = log_s + tree_chain.chain_gold_score(self.chain.to(Fb), labels, lens).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
-        weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
-        return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
+        return total if weights is None else total - self.smoothing_target(F, lengths, weights)
+
+    def smoothing_target(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        if self.tree_smoothing == "model":
+            return self.uniform_labels_rest(F, lengths, weights)
+        return self.uniform_expectation(F, lengths, weights)
+
+    def smoothing_in_bucket(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
+        if self.tree_smoothing == "model":
+            return self.model_tree_expectation(F, lengths, log_z, weights)
+        return F.new_zeros(())
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         bias = self._bias(F)
@@ -289,13 +318,60 @@ class LatentTree(Structure):
         total = uniform_expectation(
             F, lengths, lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias), weights, bias=bias
         )
+        return total + self.chain_expectation(F, lengths, weights)
+
+    def model_tree_expectation(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
+        """sum_s weights_s E[score of F_s (B, N, 2, M+1, M) and the distance bias], labels uniform and the tree
+        drawn from the model's own tree distribution q_s (labels summed out), q held fixed (no gradient): the
+        arc-factored bound -log P(y) <= log Z - E_q[score(y, tree)] - H(q) with q = the model's. Uniform labels
+        give each arc the mean of its label pairs, so it needs q's arc marginals only: of token i's head being
+        the root or a token on side x (F[i, x, 0, :] and F[i, x, 1:, :]), and of the arcs per direction and
+        length (the bias); they are the gradient of log Z (``log_z`` (B,), from F and the bias). Its gradient
+        with respect to the bias cancels log Z's: the target smooths the labels, not the tree's shape."""
+        bias = self._bias(F)
+        inputs = [F] + ([] if bias is None else [bias])
+        w = weights.to(device=F.device, dtype=log_z.dtype)
+        if log_z.requires_grad and all(x.requires_grad for x in inputs):
+            grads = torch.autograd.grad((w * log_z).sum(), inputs, retain_graph=True)
+        else:  # no graph to F or the bias (the loss's value alone): log Z again, on detached inputs
+            with torch.enable_grad():
+                detached = [x.detach().requires_grad_() for x in inputs]
+                saved, self.distance_bias = self.distance_bias, (detached[1] if len(detached) > 1 else bias)
+                try:
+                    grads = torch.autograd.grad((w * self._log_z(detached[0], lengths)).sum(), detached)
+                finally:
+                    self.distance_bias = saved
+        m = F.shape[-1]
+        mu = grads[0].detach()  # (B, N, 2, M+1, M): weights_s times F's marginals
+        root = mu[..., 0, :].sum(-1) / m  # (B, N, 2): the root's arc, the dependent's label uniform
+        token = mu[..., 1:, :].sum((-1, -2)) / (m * m)  # a token's head, both labels uniform
+        total = (root * F[..., 0, :].sum(-1)).sum() + (token * F[..., 1:, :].sum((-1, -2))).sum()
+        if bias is not None:
+            counts = grads[1].detach()
+            total = total + ((counts * bias).sum() if bias.dim() == 2
+                             else (counts.sum((-1, -2)) * bias.mean((-1, -2))).sum())
+        return total
+
+    def uniform_labels_rest(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        """What :meth:`model_tree_expectation` leaves of the target's sum: the chain factor's expectation and
+        the constants (log #trees per segment, as in :meth:`uniform_expectation`)."""
+        w = weights.to(F)
+        constant = F.new_zeros(())
+        for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
+            bias = self._bias(F)
+            log_trees = tree_moments(n, F.shape[-1], self.max_dist, 0 if bias is None else bias.shape[1])[2]
+            constant = constant + w[lengths.to(F.device) == n].sum() * log_trees
+        return constant + self.chain_expectation(F, lengths, weights)
+
+    def chain_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        """sum_s weights_s E_u[chain factor's score] with uniform labels (0 without the chain factor)."""
         if self.chain is None:
-            return total
+            return F.new_zeros(())
         # uniform labels: the first token's pair has mean chain[0], each later one the mean of chain[1:]
         chain = self.chain.to(F)
         w = weights.to(F)
         pairs = (lengths.to(F) - 1).clamp_min(0)
-        return total + (w * (chain[0].mean() + pairs * chain[1:].mean()) * (lengths > 0).to(F)).sum()
+        return (w * (chain[0].mean() + pairs * chain[1:].mean()) * (lengths > 0).to(F)).sum()
 
     def _log_z(self, F: Tensor, lengths: Tensor) -> Tensor:
         """log Z (B,) of F (B, N, 2, M+1, M): with the chain factor, the tree_chain recurrences."""

@@ -21,7 +21,7 @@ COMMON = {
     "token_loss": 0.0,
     "average_params": True,
 }
-NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
+NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True, "tree_smoothing": "uniform"}
 CRF = {**COMMON, "decode": "viterbi"}
 
 

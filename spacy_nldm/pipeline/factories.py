@@ -42,13 +42,15 @@ def make_nldm_tagger(
     label_smoothing: float,
     token_loss: float,
     average_params: bool,
+    tree_smoothing: str,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
         store_probs=store_probs, store_tree=store_tree, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        label_smoothing=label_smoothing, token_loss=token_loss, average_params=average_params, scorer=scorer,
+        label_smoothing=label_smoothing, token_loss=token_loss, average_params=average_params,
+        tree_smoothing=tree_smoothing, scorer=scorer,
     )
 
 

@@ -24,6 +24,7 @@ from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 from ..models.smoothing import mixture_weight
 from ..models.token_loss import token_cross_entropy
 from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
+from ..models.structure import TREE_SMOOTHING
 from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
 from .averages import ParamAverages, average_the_pipeline, listens
 from .defaults import NLDM
@@ -101,6 +102,10 @@ class StructuredTagger(TrainablePipe):
         keeps with ``use_averages = true`` and tags and saves with it; listening to a shared ``tok2vec``,
         it turns on the optimizer's averaging (the whole pipeline's, which ``spacy train`` evaluates and
         saves). False, or an optimizer that averages already: the optimizer as configured.
+    tree_smoothing (nldm_tagger): the trees of label smoothing's uniform target: "uniform" (labels and trees
+        uniform) or "model" (labels uniform, trees from the model's own distribution, held fixed), which
+        smooths the labels only and leaves the latent tree's shape to the likelihood
+        (:meth:`~spacy_nldm.models.structure.LatentTree.model_tree_expectation`).
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
@@ -125,6 +130,7 @@ class StructuredTagger(TrainablePipe):
         label_smoothing: float = NLDM["label_smoothing"],
         token_loss: float = NLDM["token_loss"],
         average_params: bool = NLDM["average_params"],
+        tree_smoothing: str = NLDM["tree_smoothing"],
         scorer: Optional[Callable] = None,
     ):
         for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
@@ -139,6 +145,12 @@ class StructuredTagger(TrainablePipe):
             raise ValueError(f"[spacy-nldm] {name}: token_loss must be >= 0, not {token_loss}")
         if loss == "max" and model.attrs["structure"] != "tree":
             raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
+        if tree_smoothing not in TREE_SMOOTHING:
+            raise ValueError(f"[spacy-nldm] {name}: tree_smoothing must be one of {TREE_SMOOTHING}, not "
+                             f"{tree_smoothing!r}")
+        if tree_smoothing != "uniform" and model.attrs["structure"] != "tree":
+            raise ValueError(f"[spacy-nldm] {name}: tree_smoothing = {tree_smoothing!r} needs a latent tree model "
+                             "(nldm_tagger)")
         if model.attrs.get("chain_factor") and (decode != "posterior" or loss != "exact"):
             raise ValueError(f"[spacy-nldm] {name}: the model's chain_factor = true needs decode = 'posterior' "
                              f"and loss = 'exact', not decode = {decode!r}, loss = {loss!r}")
@@ -159,6 +171,7 @@ class StructuredTagger(TrainablePipe):
         self.label_smoothing = label_smoothing
         self.token_loss = token_loss
         self.average_params = average_params
+        self.tree_smoothing = tree_smoothing
         self.averages = ParamAverages()
         self._listens = listens(model)  # a listener has the optimizer average (see .averages)
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
@@ -251,7 +264,10 @@ class StructuredTagger(TrainablePipe):
         gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
         smoothing = mixture_weight(self.label_smoothing, len(self.labels))
-        loss = get_structure(self.model).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
+        structure = get_structure(self.model)
+        if structure.has_tree:
+            structure.tree_smoothing = self.tree_smoothing
+        loss = structure.nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
         if self.token_loss:
             loss = loss + self.token_loss * token_cross_entropy(F, gold, lengths, self.label_smoothing)
         if not loss.requires_grad:  # no tokens
