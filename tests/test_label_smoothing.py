@@ -192,8 +192,9 @@ def test_segments_with_unknown_labels_keep_the_plain_likelihood(name):
     assert float(structure.nll(F, lengths, nothing_known, smoothing=0.3)) == pytest.approx(0.0, abs=1e-9)
 
 
-def _joint_scores(F, n, bias):
-    """(trees, labelings) torch tensor of every joint score of one segment (F (n, 2, M+1, M)), and the trees."""
+def _joint_scores(F, n, bias, chain=None):
+    """(trees, labelings) torch tensor of every joint score of one segment (F (n, 2, M+1, M), the chain's
+    factor (M+1, M) if given), and the trees."""
     m = F.shape[-1]
     trees = _projective_trees(n, None)
     labelings = list(itertools.product(range(m), repeat=n))
@@ -207,29 +208,32 @@ def _joint_scores(F, n, bias):
                 score = score + F[d - 1, 0 if h < d else 1, a, labels[d - 1]]
                 if bias is not None and h != 0:
                     score = score + bias[0 if h < d else 1, min(abs(h - d), bias.shape[1]) - 1]
+                if chain is not None:
+                    score = score + chain[0 if d == 1 else labels[d - 2] + 1, labels[d - 1]]
             row.append(score)
         rows.append(torch.stack(row))
     return torch.stack(rows), trees
 
 
-@pytest.mark.parametrize("with_bias", [False, True])
-def test_model_trees_target_against_enumeration(with_bias):
+@pytest.mark.parametrize("with_bias,with_chain", [(False, False), (True, False), (True, True)])
+def test_model_trees_target_against_enumeration(with_bias, with_chain):
     """tree_smoothing = "model" at b = 1: log Z - E[score] - log #trees with the labels uniform and the tree drawn
-    from the model's tree distribution q(t) = sum_y P(y, t), q held fixed; its value and gradients (F and the
-    distance bias) against brute force."""
+    from the model's tree distribution q(t) = sum_y P(y, t), q held fixed; its value and gradients (F, the
+    distance bias, the chain's factor) against brute force."""
     m, n = 2, 3
     F, _, _, _ = _batch("nldm", [n], m, seed=4)
     F = F.requires_grad_()
-    bias = torch.randn(2, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(6), requires_grad=True) \
-        if with_bias else None
-    joint, trees = _joint_scores(F[0], n, bias)
+    g = torch.Generator().manual_seed(6)
+    bias = torch.randn(2, 2, dtype=torch.float64, generator=g, requires_grad=True) if with_bias else None
+    chain = torch.randn(m + 1, m, dtype=torch.float64, generator=g, requires_grad=True) if with_chain else None
+    joint, trees = _joint_scores(F[0], n, bias, chain)
     log_z = torch.logsumexp(joint.flatten(), 0)
     q = torch.softmax(torch.logsumexp(joint, 1), 0).detach()  # the model's tree distribution, held fixed
     expected = log_z - (q * joint.mean(1)).sum() - math.log(len(trees))
-    inputs = [F] + ([bias] if with_bias else [])
+    inputs = [F] + [x for x in (bias, chain) if x is not None]
     expected_grads = torch.autograd.grad(expected, inputs)
     gold = torch.nn.functional.one_hot(torch.tensor([[1, 0, 1]]), m).bool()
-    ours = LatentTree(max_dist=None, distance_bias=bias, tree_smoothing="model").nll(
+    ours = LatentTree(max_dist=None, distance_bias=bias, chain=chain, tree_smoothing="model").nll(
         F, torch.tensor([n]), gold, smoothing=1.0)
     assert float(ours) == pytest.approx(float(expected), rel=1e-9, abs=1e-9)
     for got, want in zip(torch.autograd.grad(ours, inputs), expected_grads):

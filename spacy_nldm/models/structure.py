@@ -289,9 +289,12 @@ class LatentTree(Structure):
         total = F.new_zeros(())
         for idx, Fb, lens in self._buckets(F, lengths):
             log_z = self._log_z(Fb, lens)
-            total = total + log_z.sum()
-            if weights is not None:
-                total = total - self.smoothing_in_bucket(Fb, lens, log_z, weights[idx])
+            if weights is not None and self.tree_smoothing == "model":
+                total = total + self._log_z_less_model_expectation(Fb, lens, log_z, weights[idx])
+            elif weights is not None:
+                total = total + log_z.sum() - self.smoothing_in_bucket(Fb, lens, log_z, weights[idx])
+            else:
+                total = total + log_z.sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
             labels = gold_mask[idx, : Fb.shape[1]].to(torch.uint8).argmax(-1)  # (B, N): the one allowed label
             positions = torch.cat([labels.new_zeros(labels.shape[0], 1), labels], dim=1)  # the root's label 0
@@ -334,20 +337,44 @@ class LatentTree(Structure):
         if log_z.requires_grad and all(x.requires_grad for x in inputs):
             grads = torch.autograd.grad((w * log_z).sum(), inputs, retain_graph=True)
         else:  # no graph to F or the bias (the loss's value alone): log Z again, on detached inputs
-            with torch.enable_grad():
-                detached = [x.detach().requires_grad_() for x in inputs]
-                saved, self.distance_bias = self.distance_bias, (detached[1] if len(detached) > 1 else bias)
-                try:
-                    grads = torch.autograd.grad((w * self._log_z(detached[0], lengths)).sum(), detached)
-                finally:
-                    self.distance_bias = saved
+            grads = self._log_z_gradient(inputs, lengths, w)
+        return self._expectation_from(F, bias, grads[0], grads[1] if bias is not None else None)
+
+    def _log_z_less_model_expectation(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
+        """``log_z.sum() - model_tree_expectation(...)`` for segments of equal ``weights`` (B,), with one
+        backward pass through log Z instead of two: its gradient (the marginals, which the expectation needs)
+        is taken once here and handed to the loss's backward pass as log Z's (:class:`_KnownGradient`)."""
+        bias = self._bias(F)
+        inputs = [F] + [x for x in (bias, self.chain) if x is not None]
+        if not (log_z.requires_grad and all(x.requires_grad for x in inputs)):
+            return log_z.sum() - self.model_tree_expectation(F, lengths, log_z, weights)
+        grads = torch.autograd.grad(log_z.sum(), inputs)  # log Z's graph is not needed again
+        log_z_sum = _KnownGradient.apply(log_z.detach().sum(), grads, *inputs)
+        w = weights.to(device=F.device, dtype=log_z.dtype)
+        counts = None if bias is None else grads[1] * w[0]  # (all weights equal)
+        return log_z_sum - self._expectation_from(F, bias, grads[0] * w.view(-1, 1, 1, 1, 1), counts)
+
+    def _log_z_gradient(self, inputs, lengths: Tensor, w: Tensor):
+        """The gradient of sum_s w_s log Z_s with respect to ``inputs`` (F and the bias), from detached copies."""
+        with torch.enable_grad():
+            detached = [x.detach().requires_grad_() for x in inputs]
+            saved, self.distance_bias = self.distance_bias, (detached[1] if len(detached) > 1 else None)
+            try:
+                return torch.autograd.grad((w * self._log_z(detached[0], lengths)).sum(), detached)
+            finally:
+                self.distance_bias = saved
+
+    @staticmethod
+    def _expectation_from(F: Tensor, bias: Optional[Tensor], mu: Tensor, counts: Optional[Tensor]) -> Tensor:
+        """sum <F, expected counts> + <bias, expected counts> with the labels uniform and the arcs as in the
+        (weighted) marginals ``mu`` (like F) and ``counts`` (like the bias), held fixed."""
         m = F.shape[-1]
-        mu = grads[0].detach()  # (B, N, 2, M+1, M): weights_s times F's marginals
+        mu = mu.detach()
         root = mu[..., 0, :].sum(-1) / m  # (B, N, 2): the root's arc, the dependent's label uniform
         token = mu[..., 1:, :].sum((-1, -2)) / (m * m)  # a token's head, both labels uniform
         total = (root * F[..., 0, :].sum(-1)).sum() + (token * F[..., 1:, :].sum((-1, -2))).sum()
         if bias is not None:
-            counts = grads[1].detach()
+            counts = counts.detach()
             total = total + ((counts * bias).sum() if bias.dim() == 2
                              else (counts.sum((-1, -2)) * bias.mean((-1, -2))).sum())
         return total
@@ -617,3 +644,17 @@ class _ExpandChain(torch.autograd.Function):
             dF[:, 1, 0, 1:] = d_pot[:, 1].sum(1)
         dF[:, 0, 0, 0] = d_pot[:, 0].sum((1, 2))
         return dF, None
+
+
+class _KnownGradient(torch.autograd.Function):
+    """A value computed already (``value``, detached) whose gradient with respect to ``inputs`` is known
+    (``grads``, one per input): backward returns them times the incoming gradient."""
+
+    @staticmethod
+    def forward(ctx, value: Tensor, grads, *inputs: Tensor) -> Tensor:
+        ctx.grads = grads
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, d_value: Tensor):
+        return (None, None, *(d_value * g for g in ctx.grads))

@@ -33,7 +33,8 @@ DEFAULT_CORPUS = "corpus"
 #: out of the signature at their neutral value, so those runs are found again
 SIGNATURE_NEUTRAL = {key: NEUTRAL_SETTINGS[key] for key in (("model", "distance_prior"), ("model", "embed_width"),
                                                        ("model", "embed_depth"), ("model", "distance_labels"),
-                                                       ("model", "embed_mix"), ("model", "chain_factor"))}
+                                                       ("model", "embed_mix"), ("model", "chain_factor"),
+                                                       ("component", "tree_smoothing"))}
 
 
 def default_signature(factory: str) -> str:
