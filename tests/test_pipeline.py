@@ -250,7 +250,7 @@ def test_a_loss_that_is_not_finite_is_a_clear_error(ark, monkeypatch):
     eg = examples(nlp, ark[:1])[0]
     structure = module.get_structure(pipe.model)
     monkeypatch.setattr(structure, "nll", lambda F, *args, **kwargs: (F * float("nan")).sum())
-    monkeypatch.setattr(module, "get_structure", lambda model: structure)
+    monkeypatch.setattr(module, "get_structure", lambda model, **settings: structure)
     with pytest.raises(ValueError, match="nldm_tagger: the loss is nan .*E910"):
         pipe.get_loss([eg], pipe.model.predict([eg.predicted]))
 

@@ -291,9 +291,7 @@ class LatentTree(Structure):
             log_z = self._log_z(Fb, lens)
             if weights is not None and self.tree_smoothing == "model":
                 total = total + self._log_z_less_model_expectation(Fb, lens, log_z, weights[idx])
-            elif weights is not None:
-                total = total + log_z.sum() - self.smoothing_in_bucket(Fb, lens, log_z, weights[idx])
-            else:
+            else:  # (the uniform target has nothing per bucket)
                 total = total + log_z.sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
             labels = gold_mask[idx, : Fb.shape[1]].to(torch.uint8).argmax(-1)  # (B, N): the one allowed label
@@ -382,12 +380,12 @@ class LatentTree(Structure):
     def uniform_labels_rest(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         """What :meth:`model_tree_expectation` leaves of the target's sum: the chain factor's expectation and
         the constants (log #trees per segment, as in :meth:`uniform_expectation`)."""
-        w = weights.to(F)
+        w, lens = weights.to(F), lengths.to(F.device)
+        bias = self._bias(F)
+        lengths_of_bias = 0 if bias is None else bias.shape[1]  # (the moments' cache key, as uniform_expectation's)
         constant = F.new_zeros(())
         for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
-            bias = self._bias(F)
-            log_trees = tree_moments(n, F.shape[-1], self.max_dist, 0 if bias is None else bias.shape[1])[2]
-            constant = constant + w[lengths.to(F.device) == n].sum() * log_trees
+            constant = constant + w[lens == n].sum() * tree_moments(n, F.shape[-1], self.max_dist, lengths_of_bias)[2]
         return constant + self.chain_expectation(F, lengths, weights)
 
     def chain_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:

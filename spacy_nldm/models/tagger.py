@@ -212,11 +212,13 @@ def _known_width(tok2vec: Model, setting: str) -> int:
     return width
 
 
-def get_structure(model: Model) -> Structure:
+def get_structure(model: Model, tree_smoothing: str = "uniform") -> Structure:
+    """The model's structure; ``tree_smoothing`` (the loss's setting, the tree only): see :class:`LatentTree`."""
     scorer = torch_scorer(model)
     if model.attrs["structure"] == "tree":
         return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=scorer.distance_scores(),
-                          token_independent=getattr(scorer, "token_independent", False), chain=scorer.chain_scores())
+                          token_independent=getattr(scorer, "token_independent", False), chain=scorer.chain_scores(),
+                          tree_smoothing=tree_smoothing)
     return Chain(order=model.attrs["order"], token_independent=getattr(scorer, "token_independent", False),
                  trigram=getattr(scorer, "psi2", None))
 

@@ -264,9 +264,7 @@ class StructuredTagger(TrainablePipe):
         gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
         smoothing = mixture_weight(self.label_smoothing, len(self.labels))
-        structure = get_structure(self.model)
-        if structure.has_tree:
-            structure.tree_smoothing = self.tree_smoothing
+        structure = get_structure(self.model, tree_smoothing=self.tree_smoothing)
         loss = structure.nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
         if self.token_loss:
             loss = loss + self.token_loss * token_cross_entropy(F, gold, lengths, self.label_smoothing)
