@@ -11,7 +11,7 @@ Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as 
 NLDM's tree is the canonical one of the decoded labels (:mod:`.trees`), so it does not depend on the batch.
 """
 import math
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -288,7 +288,7 @@ class LatentTree(Structure):
         weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
         total = F.new_zeros(())
         for idx, Fb, lens in self._buckets(F, lengths):
-            log_z = self._log_z(Fb, lens)
+            log_z = self._log_z(Fb, lens, self._bias(Fb))
             if weights is not None and self.tree_smoothing == "model":
                 total = total + self._log_z_less_model_expectation(Fb, lens, log_z, weights[idx])
             else:  # (the uniform target has nothing per bucket)
@@ -314,12 +314,14 @@ class LatentTree(Structure):
         return F.new_zeros(())
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
+        total = uniform_expectation(F, lengths, self._moments(F), weights, bias=self._bias(F))
+        return total + self.chain_expectation(F, lengths, weights)
+
+    def _moments(self, F: Tensor) -> Callable[[int, int], tuple]:
+        """(n, M) -> :func:`.smoothing.tree_moments` of this structure's arc limit and distance bias."""
         bias = self._bias(F)
         lengths_of_bias = 0 if bias is None else bias.shape[1]
-        total = uniform_expectation(
-            F, lengths, lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias), weights, bias=bias
-        )
-        return total + self.chain_expectation(F, lengths, weights)
+        return lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias)
 
     def model_tree_expectation(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
         """sum_s weights_s E[score of F_s (B, N, 2, M+1, M) and the distance bias], labels uniform and the tree
@@ -356,11 +358,8 @@ class LatentTree(Structure):
         """The gradient of sum_s w_s log Z_s with respect to ``inputs`` (F and the bias), from detached copies."""
         with torch.enable_grad():
             detached = [x.detach().requires_grad_() for x in inputs]
-            saved, self.distance_bias = self.distance_bias, (detached[1] if len(detached) > 1 else None)
-            try:
-                return torch.autograd.grad((w * self._log_z(detached[0], lengths)).sum(), detached)
-            finally:
-                self.distance_bias = saved
+            bias = detached[1] if len(detached) > 1 else None
+            return torch.autograd.grad((w * self._log_z(detached[0], lengths, bias)).sum(), detached)
 
     @staticmethod
     def _expectation_from(F: Tensor, bias: Optional[Tensor], mu: Tensor, counts: Optional[Tensor]) -> Tensor:
@@ -380,12 +379,10 @@ class LatentTree(Structure):
     def uniform_labels_rest(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         """What :meth:`model_tree_expectation` leaves of the target's sum: the chain factor's expectation and
         the constants (log #trees per segment, as in :meth:`uniform_expectation`)."""
-        w, lens = weights.to(F), lengths.to(F.device)
-        bias = self._bias(F)
-        lengths_of_bias = 0 if bias is None else bias.shape[1]  # (the moments' cache key, as uniform_expectation's)
+        w, lens, moments = weights.to(F), lengths.to(F.device), self._moments(F)
         constant = F.new_zeros(())
         for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
-            constant = constant + w[lens == n].sum() * tree_moments(n, F.shape[-1], self.max_dist, lengths_of_bias)[2]
+            constant = constant + w[lens == n].sum() * moments(n, F.shape[-1])[2]
         return constant + self.chain_expectation(F, lengths, weights)
 
     def chain_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
@@ -398,12 +395,14 @@ class LatentTree(Structure):
         pairs = (lengths.to(F) - 1).clamp_min(0)
         return (w * (chain[0].mean() + pairs * chain[1:].mean()) * (lengths > 0).to(F)).sum()
 
-    def _log_z(self, F: Tensor, lengths: Tensor) -> Tensor:
-        """log Z (B,) of F (B, N, 2, M+1, M): with the chain factor, the tree_chain recurrences."""
+    def _log_z(self, F: Tensor, lengths: Tensor, bias: Optional[Tensor]) -> Tensor:
+        """log Z (B,) of F (B, N, 2, M+1, M) and the distance ``bias`` (None: none; the structure's is
+        ``self._bias(F)``): with the chain factor, the tree_chain recurrences."""
         if self.chain is None:
-            return structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
+            scores = structs.DirectionalScores(F, bias, self.token_independent)
+            return structs.log_partition(scores, lengths, max_dist=self.max_dist)
         return tree_chain.tree_chain_log_partition(F, self.chain.to(F), lengths, max_dist=self.max_dist,
-                                                   distance_bias=self._bias(F)).to(F.dtype)
+                                                   distance_bias=bias).to(F.dtype)
 
     @staticmethod
     def gold_arcs(F: Tensor, labels: Tensor) -> Tensor:
