@@ -395,3 +395,63 @@ def test_distance_labels_start_at_zero_and_reach_the_structure(edge_scorer):
 def test_distance_labels_need_the_distance_bias():
     with pytest.raises(ValueError, match="distance_labels"):
         make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=0, distance_labels=True)
+
+
+def _head_side_matrix(u, n, max_dist):
+    """Definition of the head scores as arc scores, by loops: (B, n+1, n+1) [h, d] = u[b, d-1, 0] from the
+    root, u[b, d-1, 1] from a head on the left, u[b, d-1, 2] from one on the right; 0 elsewhere."""
+    extra = torch.zeros(u.shape[0], n + 1, n + 1, dtype=u.dtype)
+    for h in range(n + 1):
+        for d in range(1, n + 1):
+            if h != d and abs(h - d) <= max_dist:
+                extra[:, h, d] = u[:, d - 1, 0 if h == 0 else (1 if h < d else 2)]
+    return extra
+
+
+@pytest.mark.parametrize("edge_scorer", sorted(SCORERS))
+def test_head_scores_start_at_zero_and_score_each_tokens_head_side(edge_scorer):
+    """head_scores adds u = h V_head [root, left, right] to every arc into the token, whatever the labels: zero at
+    the start (the NLDM is the one without it); then log Z of the compact scores equals log Z of the dense arcs
+    built by the definition (the plain scorer's arcs plus u by the head's side, plus the distance bias), and
+    V_head's gradient through the loss matches finite differences; the scores are no longer token-independent."""
+    from spacy_nldm import structs
+
+    torch.manual_seed(13)
+    plain = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3).double()
+    scorer = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3, head_scores=True).double()
+    plain.resize(7, 5), scorer.resize(7, 5)
+    for p in plain.parameters():
+        torch.nn.init.normal_(p)
+    state = plain.state_dict()
+    scorer.load_state_dict({**state, "V_head": scorer.V_head.detach()})
+    assert not scorer.token_independent
+    h = torch.randn(2, 6, 7, dtype=torch.float64)
+    lengths = torch.tensor([6, 4])
+    gold = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 6)), 5).bool()
+    tree = LatentTree(3, distance_bias=scorer.distance_bias)
+    torch.testing.assert_close(tree.nll(scorer(h), lengths, gold), tree.nll(plain(h), lengths, gold))
+    with torch.no_grad():
+        scorer.V_head.normal_()
+    u = h @ scorer.V_head
+    dense = (expand_directional(plain(h).detach()) + _head_side_matrix(u.detach(), 6, 3)[..., None, None]
+             + structs.distance_bias_matrix(scorer.distance_bias.detach(), 7, 3)[None, :, :, None, None])
+    compact = structs.DirectionalScores(scorer(h).detach(), scorer.distance_bias.detach())
+    torch.testing.assert_close(structs.log_partition(compact, lengths, max_dist=3),
+                               structs.log_partition(dense, lengths, max_dist=3))
+    loss = tree.nll(scorer(h), lengths, gold)
+    (grad,) = torch.autograd.grad(loss, scorer.V_head)
+    eps = 1e-6
+    for index in [(0, 0), (3, 1), (6, 2)]:
+        with torch.no_grad():
+            scorer.V_head[index] += eps
+            up = tree.nll(scorer(h), lengths, gold)
+            scorer.V_head[index] -= 2 * eps
+            down = tree.nll(scorer(h), lengths, gold)
+            scorer.V_head[index] += eps
+        assert float(grad[index]) == pytest.approx(float(up - down) / (2 * eps), abs=1e-6)
+        assert float(grad[index]) != 0.0
+
+
+def test_head_scores_are_for_the_tree_only():
+    with pytest.raises(ValueError, match="head_scores"):
+        make_scorer("bilinear", n_dirs=1, label_dim=4, rank=6, head_scores=True)

@@ -672,6 +672,29 @@ def test_chain_factor_learns_and_round_trips(ark):
                                                           "decode": "viterbi"})
 
 
+def test_head_scores_learn_and_round_trip(ark):
+    """``head_scores = true``: the loss falls, the head scores leave zero in training, they are saved with the
+    model, and a reloaded pipeline predicts the same tags, trees and label probabilities."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    model = small_model("nldm_tagger", edge_scorer="bilinear", head_scores=True)
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
+    egs = examples(nlp, ark[:3])
+    optimizer = nlp.initialize(lambda: egs)
+    losses = [nlp.update(egs, sgd=optimizer)["nldm_tagger"] for _ in range(6)]
+    assert losses[-1] < 0.95 * losses[0]
+    assert bool((torch_scorer(pipe.model).V_head != 0).any())
+    nlp2 = spacy.blank("en")
+    nlp2.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
+    nlp2.from_bytes(nlp.to_bytes())
+    text = " ".join(ark[7][0])
+    a, b = nlp(text), nlp2(text)
+    assert [t.tag_ for t in a] == [t.tag_ for t in b]
+    assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
+    assert numpy.allclose(a._.nldm_probs, b._.nldm_probs, atol=1e-6)
+
+
 def test_tree_smoothing_by_the_models_trees_learns(ark):
     """``tree_smoothing = "model"``: the component's loss falls and the distance bias moves (its gradient is the
     likelihood's); other values, and the setting on a chain, are refused with the component's name."""

@@ -26,6 +26,7 @@ def build_nldm_tagger(
     distance_prior: float = 0.0,
     distance_labels: bool = False,
     chain_factor: bool = False,
+    head_scores: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: Optional[int] = None,
@@ -54,6 +55,10 @@ def build_nldm_tagger(
     first label) to every tree's score (a bilinear form over the label embeddings, starting at 0): the tree's
     interactions then come on top of the chain's, exactly (:mod:`spacy_nldm.structs.tree_chain`; time
     O(n k^2 M^3) instead of O(n k^2 M^2)); it decodes by the label marginals only (``decode = "posterior"``).
+    ``head_scores = true`` adds a score for where each token's head is (the root, a head on its left, a head on
+    its right), a linear layer on the token's vector starting at 0, to every arc into the token whatever the
+    labels: the latent tree then depends on the words, as a parser's does, not only on the labels and the arc
+    lengths; false: the tree's arcs read the labels (and the distance bias) only.
     ``dropout``: rate of (inverted) dropout on the vectors at the scorer's input (the last layer's output), in
     training only and whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
     each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
@@ -78,9 +83,9 @@ def build_nldm_tagger(
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
         emission=emission, distance_bias=distance_bias, distance_prior=distance_prior,
-        distance_labels=distance_labels, chain_factor=chain_factor, dropout=dropout, char_width=char_width,
-        embed_width=embed_width,
-        embed_depth=embed_depth, embed_mix=embed_mix, context_width=context_width, hidden_width=hidden_width, nO=nO,
+        distance_labels=distance_labels, chain_factor=chain_factor, head_scores=head_scores, dropout=dropout,
+        char_width=char_width, embed_width=embed_width, embed_depth=embed_depth, embed_mix=embed_mix,
+        context_width=context_width, hidden_width=hidden_width, nO=nO,
     )
 
 

@@ -13,6 +13,12 @@ depend on the tokens or labels, and with ``distance_labels`` a label-pair score 
 beside it; the structure reads them from the module (:meth:`Scorer.distance_scores`, not part of F), so their
 gradient comes from the loss directly (see :class:`~spacy_nldm.models.structure.LatentTree`).
 
+With ``head_scores`` a tree scorer adds a score for where each token's head is, read from the token's vector
+(a linear layer ``h_d V``, (..., 3): the root, a head on the left, a head on the right), the same for every
+label pair: the latent tree then depends on the words, not only on the labels and the arc lengths. It goes
+into F (``F[t, 0, 0] += u_root``, ``F[t, 0, 1:] += u_left``, ``F[t, 1, 1:] += u_right``), so the structure
+reads it like any other token-dependent interaction.
+
 All scores depend on the dependent's vector only (``h_d``), so F is linear in the tokens and the
 (S, N+1, N+1, M, M) arc tensor is built from it only where the structured algorithms need it
 (:mod:`spacy_nldm.models.structure`).
@@ -62,10 +68,13 @@ class Scorer(nn.Module):
     #: the chain's adjacent-label score beside the tree's arcs (``chain_factor``, the tree only): a bilinear form
     #: over the label embeddings where the scorer has them (as the CRF's transitions), else a table; at zero
     chain_shapes: Dict[str, Shape] = {"A_chain": ("T", "T")}
+    #: the head-position score per token (``head_scores``, the tree only): [root, head on the left, head on the
+    #: right] from the token's vector, at zero
+    head_shapes: Dict[str, Shape] = {"V_head": ("I", 3)}
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
                  distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False,
-                 dropout: float = 0.0, chain_factor: bool = False):
+                 dropout: float = 0.0, chain_factor: bool = False, head_scores: bool = False):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
@@ -81,6 +90,11 @@ class Scorer(nn.Module):
             raise ValueError("chain_factor adds the chain's adjacent-label score to the tree's arcs: the tree only")
         if chain_factor and distance_labels:
             raise ValueError("chain_factor = true cannot be combined with distance_labels = true")
+        if head_scores and n_dirs != 2:
+            raise ValueError("head_scores scores where each token's head is in the latent tree: the tree only")
+        self.head_scores = bool(head_scores)
+        if self.head_scores:  # F then depends on the token beyond its emission (see token_independent)
+            self.token_independent = False
         self.distance_prior = float(distance_prior)
         self.distance_labels = bool(distance_labels)
         self.chain_factor = bool(chain_factor)
@@ -107,7 +121,8 @@ class Scorer(nn.Module):
         if self.sizes["K"] and self.distance_labels:
             distance.update(self.distance_label_shapes)
         chain = self.chain_shapes if self.chain_factor else {}
-        return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance, **chain}
+        head = self.head_shapes if self.head_scores else {}
+        return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance, **chain, **head}
 
     def _shape(self, name: str) -> Tuple[int, ...]:
         sizes = dict(self.sizes, C=self.sizes["M"] + 1)
@@ -116,8 +131,8 @@ class Scorer(nn.Module):
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
         if name == "distance_bias":  # (X, K): column k is arc length k + 1
             return -self.distance_prior * torch.arange(shape[1], dtype=torch.float32).expand(shape).clone()
-        if name in self.distance_label_shapes or name in self.chain_shapes:  # no label-pair score at the start
-            return torch.zeros(shape)
+        if name in self.distance_label_shapes or name in self.chain_shapes or name in self.head_shapes:
+            return torch.zeros(shape)  # no label-pair or head score at the start
         return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
 
     def _norm(self, symbol: str) -> float:
@@ -193,7 +208,19 @@ class Scorer(nn.Module):
             F = F.expand(*h.shape[:-1], *F.shape)
         if self.emission:
             F = F + (h @ self.W + self.b)[..., None, None, :]
+        if self.head_scores:
+            F = F + self.head_position_scores(h)[..., None]
         return F
+
+    def head_position_scores(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., X, C): the head score of each token in F's layout, ``u = h V_head`` (..., 3) [root, left,
+        right] spread over the contexts: [x = 0, a = 0] the root's arc, [x = 0, a >= 1] a head on the left,
+        [x = 1, a >= 1] a head on the right ([x = 1, a = 0] is never read: the root is on the left)."""
+        u = h @ self.V_head
+        labels = self.sizes["M"]
+        left = torch.cat([u[..., :1], u[..., 1:2].expand(*u.shape[:-1], labels)], -1)  # (..., C)
+        right = u[..., 2:3].expand(*u.shape[:-1], labels + 1)
+        return torch.stack([left, right], -2)
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         """(..., X, C, M), or (X, C, M) when it does not depend on the token."""
@@ -309,18 +336,19 @@ SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "tri
 def make_scorer(
     edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
     distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False, dropout: float = 0.0,
-    chain_factor: bool = False,
+    chain_factor: bool = False, head_scores: bool = False,
 ) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
     gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1), and with
     ``distance_labels`` a label-pair score per direction and length, starting at 0; ``dropout`` acts on the
     input vectors in training mode; ``chain_factor`` gives a tree scorer the chain's adjacent-label score too
-    (:meth:`Scorer.chain_scores`), starting at 0."""
+    (:meth:`Scorer.chain_scores`), starting at 0; ``head_scores`` gives a tree scorer a score per token for
+    where its head is (:meth:`Scorer.head_position_scores`), starting at 0."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths,
                                   distance_prior=distance_prior, distance_labels=distance_labels, dropout=dropout,
-                                  chain_factor=chain_factor)
+                                  chain_factor=chain_factor, head_scores=head_scores)
     return SecondOrder(scorer) if order == 2 else scorer

@@ -101,6 +101,7 @@ distance_bias = true
 distance_prior = 0.0
 distance_labels = false
 chain_factor = false
+head_scores = false
 dropout = 0.0
 char_width = 0
 embed_width = null
