@@ -9,6 +9,17 @@ from spacy_nldm.models.scorers import SCORERS, make_scorer
 from spacy_nldm.models.structure import Chain, LatentTree, length_buckets
 
 
+def central_difference(loss, param, index, eps=1e-6):
+    """(loss() at param[index] + eps − loss() at param[index] − eps) / (2 eps); ``param`` is left as it was."""
+    with torch.no_grad():
+        param[index] += eps
+        up = loss()
+        param[index] -= 2 * eps
+        down = loss()
+        param[index] += eps
+    return float(up - down) / (2 * eps)
+
+
 def band(N, k):
     pos = torch.arange(N + 1)
     dist = (pos[:, None] - pos[None, :]).abs()
@@ -378,17 +389,10 @@ def test_distance_labels_start_at_zero_and_reach_the_structure(edge_scorer):
     param = getattr(scorer, name)
     with torch.no_grad():
         param.normal_()
-    loss = LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)
-    (grad,) = torch.autograd.grad(loss, param)
-    eps = 1e-6
+    loss = lambda: LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)  # noqa: E731
+    (grad,) = torch.autograd.grad(loss(), param)
     for index in [(0, 0, 1, 2), (1, 2, 0, 0), (1, 0, 3, 1)]:
-        with torch.no_grad():
-            param[index] += eps
-            up = LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)
-            param[index] -= 2 * eps
-            down = LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)
-            param[index] += eps
-        assert float(grad[index]) == pytest.approx(float(up - down) / (2 * eps), abs=1e-6)
+        assert float(grad[index]) == pytest.approx(central_difference(loss, param, index), abs=1e-6)
     assert bool((grad != 0).any())
 
 
@@ -438,17 +442,10 @@ def test_head_scores_start_at_zero_and_score_each_tokens_head_side(edge_scorer):
     compact = structs.DirectionalScores(scorer(h).detach(), scorer.distance_bias.detach())
     torch.testing.assert_close(structs.log_partition(compact, lengths, max_dist=3),
                                structs.log_partition(dense, lengths, max_dist=3))
-    loss = tree.nll(scorer(h), lengths, gold)
-    (grad,) = torch.autograd.grad(loss, scorer.V_head)
-    eps = 1e-6
+    loss = lambda: tree.nll(scorer(h), lengths, gold)  # noqa: E731
+    (grad,) = torch.autograd.grad(loss(), scorer.V_head)
     for index in [(0, 0), (3, 1), (6, 2)]:
-        with torch.no_grad():
-            scorer.V_head[index] += eps
-            up = tree.nll(scorer(h), lengths, gold)
-            scorer.V_head[index] -= 2 * eps
-            down = tree.nll(scorer(h), lengths, gold)
-            scorer.V_head[index] += eps
-        assert float(grad[index]) == pytest.approx(float(up - down) / (2 * eps), abs=1e-6)
+        assert float(grad[index]) == pytest.approx(central_difference(loss, scorer.V_head, index), abs=1e-6)
         assert float(grad[index]) != 0.0
 
 

@@ -642,30 +642,37 @@ def test_distance_labels_learn_and_round_trip(ark):
             "nldm_tagger", distance_labels=True, distance_bias=False)})
 
 
-def test_chain_factor_learns_and_round_trips(ark):
-    """``chain_factor = true``: the loss falls, the chain's score leaves zero in training (the loss's gradient
-    reaches it through the component's update), it is saved with the model, and a reloaded pipeline predicts
-    the same tags, trees and label probabilities; decoding by the joint max is refused."""
-    from spacy_nldm.models.tagger import torch_scorer
-
+def learns_and_reloads(ark, model):
+    """Train an nldm_tagger with this ``model`` block for 6 updates on 3 tweets and assert that its loss falls,
+    then that a pipeline loaded from its bytes predicts the same tags, trees and label probabilities on another
+    tweet. Returns the trained component and its Doc of that tweet."""
     nlp = spacy.blank("en")
-    pipe = nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", chain_factor=True),
-                                               "store_probs": True})
+    pipe = nlp.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
     egs = examples(nlp, ark[:3])
     optimizer = nlp.initialize(lambda: egs)
     losses = [nlp.update(egs, sgd=optimizer)["nldm_tagger"] for _ in range(6)]
     assert losses[-1] < 0.95 * losses[0]
-    scorer = torch_scorer(pipe.model)
-    assert bool((scorer.A_chain != 0).any())
-    assert tuple(scorer.chain_scores().shape) == (len(pipe.labels) + 1, len(pipe.labels))
     nlp2 = spacy.blank("en")
-    nlp2.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", chain_factor=True), "store_probs": True})
+    nlp2.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
     nlp2.from_bytes(nlp.to_bytes())
     text = " ".join(ark[7][0])
     a, b = nlp(text), nlp2(text)
     assert [t.tag_ for t in a] == [t.tag_ for t in b]
     assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
     assert numpy.allclose(a._.nldm_probs, b._.nldm_probs, atol=1e-6)
+    return pipe, a
+
+
+def test_chain_factor_learns_and_round_trips(ark):
+    """``chain_factor = true``: the loss falls, the chain's score leaves zero in training (the loss's gradient
+    reaches it through the component's update), it is saved with the model, and a reloaded pipeline predicts
+    the same tags, trees and label probabilities; decoding by the joint max is refused."""
+    from spacy_nldm.models.tagger import torch_scorer
+
+    pipe, a = learns_and_reloads(ark, small_model("nldm_tagger", chain_factor=True))
+    scorer = torch_scorer(pipe.model)
+    assert bool((scorer.A_chain != 0).any())
+    assert tuple(scorer.chain_scores().shape) == (len(pipe.labels) + 1, len(pipe.labels))
     assert numpy.allclose(a._.nldm_probs.sum(-1), 1.0, atol=1e-5)
     with pytest.raises(ValueError, match="chain_factor"):
         spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", chain_factor=True),
@@ -677,22 +684,8 @@ def test_head_scores_learn_and_round_trip(ark):
     model, and a reloaded pipeline predicts the same tags, trees and label probabilities."""
     from spacy_nldm.models.tagger import torch_scorer
 
-    model = small_model("nldm_tagger", edge_scorer="bilinear", head_scores=True)
-    nlp = spacy.blank("en")
-    pipe = nlp.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
-    egs = examples(nlp, ark[:3])
-    optimizer = nlp.initialize(lambda: egs)
-    losses = [nlp.update(egs, sgd=optimizer)["nldm_tagger"] for _ in range(6)]
-    assert losses[-1] < 0.95 * losses[0]
+    pipe, _ = learns_and_reloads(ark, small_model("nldm_tagger", edge_scorer="bilinear", head_scores=True))
     assert bool((torch_scorer(pipe.model).V_head != 0).any())
-    nlp2 = spacy.blank("en")
-    nlp2.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
-    nlp2.from_bytes(nlp.to_bytes())
-    text = " ".join(ark[7][0])
-    a, b = nlp(text), nlp2(text)
-    assert [t.tag_ for t in a] == [t.tag_ for t in b]
-    assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
-    assert numpy.allclose(a._.nldm_probs, b._.nldm_probs, atol=1e-6)
 
 
 def test_tree_smoothing_by_the_models_trees_learns(ark):
