@@ -398,6 +398,55 @@ def test_distance_labels_need_the_distance_bias():
         make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=0, distance_labels=True)
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_tied_directions_score_neighbours_alike_whichever_is_the_head(tie):
+    """tie_directions gives both arc directions one label-pair table read in text order: F's head-on-the-right
+    block is the head-on-the-left one transposed (A^1 = (A^0)^T). A sentence of two tokens has three latent
+    trees (1 heads 2, 2 heads 1, both on the root); with the root's label embedding at 0 the NLDM then gives
+    labels (a, c) the probability exp(e) (2 exp(pair[a, c]) + 1) / Z, where e is the emissions' sum and pair the
+    table's score of a left label a before a right label c. With a table per direction (``tie = False``, random
+    values) the NLDM is not that. The tied table's gradient through the loss of longer sentences matches finite
+    differences."""
+    torch.manual_seed(14)
+    scorer = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, tie_directions=tie).double()
+    scorer.resize(7, 5)
+    assert tuple(scorer.A.shape) == ((1, 4, 4) if tie else (2, 4, 4))
+    with torch.no_grad():
+        for p in scorer.parameters():
+            p.normal_()
+        scorer.label_emb[0] = 0.0  # the root's arc scores the emission only
+    h = torch.randn(3, 2, 7, dtype=torch.float64)
+    lengths = torch.tensor([2, 2, 2])
+    labels = torch.randint(0, 5, (3, 2))
+    gold = torch.nn.functional.one_hot(labels, 5).bool()
+    F = scorer(h)
+    emission = h @ scorer.W + scorer.b  # (3, 2, M)
+    pair = torch.einsum("at,tu,cu->ac", scorer.label_emb[1:], scorer.A[0], scorer.label_emb[1:]) / 4
+    if tie:  # a head on the left reads (head, dependent), one on the right (dependent, head): the same table
+        torch.testing.assert_close(F[:, :, 0, 1:], emission[:, :, None, :] + pair)
+        torch.testing.assert_close(F[:, :, 1, 1:], emission[:, :, None, :] + pair.T)
+    # log of exp(e) (2 exp(pair) + 1) for every label pair (a, c): (3, M, M)
+    log_weight = (emission[:, 0, :, None] + emission[:, 1, None, :]
+                  + torch.logaddexp(pair + torch.log(torch.tensor(2.0, dtype=pair.dtype)), torch.zeros_like(pair)))
+    expected = -(log_weight[torch.arange(3), labels[:, 0], labels[:, 1]] - log_weight.flatten(1).logsumexp(-1)).sum()
+    nll = LatentTree(2).nll(F, lengths, gold)
+    assert torch.allclose(nll, expected) == tie
+    if tie:
+        h = torch.randn(2, 6, 7, dtype=torch.float64)
+        lengths = torch.tensor([6, 4])
+        gold = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 6)), 5).bool()
+        loss = lambda: LatentTree(3).nll(scorer(h), lengths, gold)  # noqa: E731
+        (grad,) = torch.autograd.grad(loss(), scorer.A)
+        for index in [(0, 0, 1), (0, 2, 3), (0, 3, 3)]:
+            assert float(grad[index]) == pytest.approx(central_difference(loss, scorer.A, index), abs=1e-6)
+
+
+def test_tied_directions_are_for_the_bilinear_tree_only():
+    for name, n_dirs in (("bilinear", 1), ("emission_transition", 2), ("trilinear", 2)):
+        with pytest.raises(ValueError, match="tie_directions"):
+            make_scorer(name, n_dirs=n_dirs, label_dim=4, rank=6, tie_directions=True)
+
+
 def _head_side_matrix(u, n, max_dist):
     """Definition of the head scores as arc scores, by loops: (B, n+1, n+1) [h, d] = u[b, d-1, 0] from the
     root, u[b, d-1, 1] from a head on the left, u[b, d-1, 2] from one on the right; 0 elsewhere."""

@@ -96,6 +96,7 @@ NEUTRAL_SETTINGS = {("component", "token_loss"): 0.0, ("component", "average_par
                     ("model", "hidden_width"): 0, ("model", "distance_prior"): 0.0, ("model", "distance_labels"): False,
                     ("model", "embed_width"): 0, ("model", "embed_depth"): 0, ("model", "embed_mix"): False,
                     ("model", "chain_factor"): False, ("model", "head_scores"): False,
+                    ("model", "tie_directions"): False,
                     ("model", "embed_attrs"): ["NORM", "PREFIX", "SUFFIX", "SHAPE"],
                     ("model", "embed_rows"): [10000, 2000, 5000, 5000]}
 

@@ -27,6 +27,7 @@ def build_nldm_tagger(
     distance_labels: bool = False,
     chain_factor: bool = False,
     head_scores: bool = False,
+    tie_directions: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: Optional[int] = None,
@@ -59,6 +60,10 @@ def build_nldm_tagger(
     its right), a linear layer on the token's vector starting at 0, to every arc into the token whatever the
     labels: the latent tree then depends on the words, as a parser's does, not only on the labels and the arc
     lengths; false: the tree's arcs read the labels (and the distance bias) only.
+    ``tie_directions = true`` (bilinear scorer only) gives an arc one label-pair score for its two labels in
+    text order, the left one first, whatever the arc's direction (with ``distance_labels``, per length too): one
+    table where false gives one per direction. The arcs of length 1 then score neighbouring labels exactly as a
+    first-order CRF's transitions do, whichever of the two is the head.
     ``dropout``: rate of (inverted) dropout on the vectors at the scorer's input (the last layer's output), in
     training only and whatever the loop's ``drop`` (0: none). ``char_width`` > 0 gives the head a character CNN of its own over
     each token's text (Ma and Hovy's; filters of 3 characters over 30-dimensional embeddings, max-pooled),
@@ -83,7 +88,8 @@ def build_nldm_tagger(
     return build_structured_tagger(
         tok2vec, structure="tree", edge_scorer=edge_scorer, label_dim=label_dim, rank=rank, max_dist=max_dist,
         emission=emission, distance_bias=distance_bias, distance_prior=distance_prior,
-        distance_labels=distance_labels, chain_factor=chain_factor, head_scores=head_scores, dropout=dropout,
+        distance_labels=distance_labels, chain_factor=chain_factor, head_scores=head_scores,
+        tie_directions=tie_directions, dropout=dropout,
         char_width=char_width, embed_width=embed_width, embed_depth=embed_depth, embed_mix=embed_mix,
         context_width=context_width, hidden_width=hidden_width, nO=nO,
     )

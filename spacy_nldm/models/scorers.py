@@ -13,6 +13,12 @@ depend on the tokens or labels, and with ``distance_labels`` a label-pair score 
 beside it; the structure reads them from the module (:meth:`Scorer.distance_scores`, not part of F), so their
 gradient comes from the loss directly (see :class:`~spacy_nldm.models.structure.LatentTree`).
 
+With ``tie_directions`` (the bilinear scorer of the tree) an arc's label-pair score reads the two labels in
+text order, the left one first, whatever the arc's direction: one table serves both directions (and with
+``distance_labels`` one per length), ``A^1 = (A^0)^T``. The NLDM whose arcs are all of length 1 is then the
+first-order CRF on that table (up to the root's arc), as it is with one table per direction only where they
+happen to agree.
+
 With ``head_scores`` a tree scorer adds a score for where each token's head is, read from the token's vector
 (a linear layer ``h_d V``, (..., 3): the root, a head on the left, a head on the right), the same for every
 label pair: the latent tree then depends on the words, not only on the labels and the arc lengths. It goes
@@ -34,7 +40,8 @@ import torch
 from torch import nn
 
 # A parameter's shape is a tuple of symbols: I input width, M labels, C = M + 1 contexts
-# (root/start first), T label embedding size, R rank, X directions, or an int.
+# (root/start first), T label embedding size, R rank, X directions, D label-pair tables over the
+# directions (X, or 1 with tie_directions), or an int.
 Shape = Tuple
 
 
@@ -64,7 +71,7 @@ class Scorer(nn.Module):
     zero_init: Tuple[str, ...] = ("W", "b")
     #: the label-pair score per arc direction and length (``distance_labels``): a bilinear form over the label
     #: embeddings per direction and length where the scorer has label embeddings, else a table
-    distance_label_shapes: Dict[str, Shape] = {"A_dist": ("X", "K", "T", "T")}
+    distance_label_shapes: Dict[str, Shape] = {"A_dist": ("D", "K", "T", "T")}
     #: the chain's adjacent-label score beside the tree's arcs (``chain_factor``, the tree only): a bilinear form
     #: over the label embeddings where the scorer has them (as the CRF's transitions), else a table; at zero
     chain_shapes: Dict[str, Shape] = {"A_chain": ("T", "T")}
@@ -74,7 +81,8 @@ class Scorer(nn.Module):
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
                  distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False,
-                 dropout: float = 0.0, chain_factor: bool = False, head_scores: bool = False):
+                 dropout: float = 0.0, chain_factor: bool = False, head_scores: bool = False,
+                 tie_directions: bool = False):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
@@ -92,6 +100,10 @@ class Scorer(nn.Module):
             raise ValueError("chain_factor = true cannot be combined with distance_labels = true")
         if head_scores and n_dirs != 2:
             raise ValueError("head_scores scores where each token's head is in the latent tree: the tree only")
+        if tie_directions and (n_dirs != 2 or not self.can_tie_directions):
+            raise ValueError("tie_directions reads one label-pair table in both directions of the tree's arcs: "
+                             "the tree with edge_scorer = \"bilinear\" only")
+        self.tie_directions = bool(tie_directions)
         self.head_scores = bool(head_scores)
         if self.head_scores:  # F then depends on the token beyond its emission (see token_independent)
             self.token_independent = False
@@ -100,10 +112,13 @@ class Scorer(nn.Module):
         self.chain_factor = bool(chain_factor)
         self.emission = emission
         self.dropout = float(dropout)
-        self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0, "K": int(distance_lengths)}
+        self.sizes = {"X": n_dirs, "D": 1 if tie_directions else n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0,
+                      "K": int(distance_lengths)}
         self.resize(nI, nO)
 
     can_drop_emission = False
+    #: whether the scorer has label-pair tables that ``tie_directions`` can share between the directions
+    can_tie_directions = False
     #: whether the interaction is the same for every token (it reads no token vector): F is then
     #: emission + one (X, C, M) table, and a first-order chain can run on structs.ChainScores
     token_independent = False
@@ -198,7 +213,15 @@ class Scorer(nn.Module):
         """(X, K, M, M): the label-pair score per arc direction and length, ``t_a^T A_dist^{x,k} t_c / T`` over
         the label embeddings (:class:`EmissionTransition`: the table ``psi_dist``)."""
         lab = self.labels()[1]
-        return torch.einsum("at,xktu,cu->xkac", lab, self.A_dist, lab) * self._norm("T") ** 2
+        return torch.einsum("at,xktu,cu->xkac", lab, self.directed(self.A_dist), lab) * self._norm("T") ** 2
+
+    def directed(self, table: torch.Tensor) -> torch.Tensor:
+        """A label-pair table (D, ..., T, T) [head label, dependent label] as one per direction (X, ..., T, T):
+        itself, or with ``tie_directions`` the one table for a head on the left and its transpose for a head on
+        the right (the left label, then the dependent, is read first either way)."""
+        if not self.tie_directions:
+            return table
+        return torch.stack([table[0], table[0].transpose(-1, -2)])
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., nI) -> (..., X, C, M)
         if self.dropout and self.training:  # thinc sets training mode in begin_update, eval in predict
@@ -250,13 +273,14 @@ class EmissionTransition(Scorer):
 class Bilinear(Scorer):
     """emission(h_d)[c] + t_a^T A^dir t_c: a bilinear transition over label embeddings."""
 
-    shapes = {"label_emb": ("C", "T"), "A": ("X", "T", "T")}
+    shapes = {"label_emb": ("C", "T"), "A": ("D", "T", "T")}
     zero_init = Scorer.zero_init + ("A",)
     token_independent = True
+    can_tie_directions = True
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         ctx, lab = self.labels()
-        return torch.einsum("at,xtu,cu->xac", ctx, self.A, lab) * self._norm("T") ** 2  # (X, C, M)
+        return torch.einsum("at,xtu,cu->xac", ctx, self.directed(self.A), lab) * self._norm("T") ** 2  # (X, C, M)
 
 
 class Trilinear(Scorer):
@@ -336,19 +360,21 @@ SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "tri
 def make_scorer(
     edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
     distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False, dropout: float = 0.0,
-    chain_factor: bool = False, head_scores: bool = False,
+    chain_factor: bool = False, head_scores: bool = False, tie_directions: bool = False,
 ) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
     gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1), and with
     ``distance_labels`` a label-pair score per direction and length, starting at 0; ``dropout`` acts on the
     input vectors in training mode; ``chain_factor`` gives a tree scorer the chain's adjacent-label score too
     (:meth:`Scorer.chain_scores`), starting at 0; ``head_scores`` gives a tree scorer a score per token for
-    where its head is (:meth:`Scorer.head_position_scores`), starting at 0."""
+    where its head is (:meth:`Scorer.head_position_scores`), starting at 0; ``tie_directions`` (bilinear tree
+    scorer) one label-pair table for both arc directions, read in text order (:meth:`Scorer.directed`)."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths,
                                   distance_prior=distance_prior, distance_labels=distance_labels, dropout=dropout,
-                                  chain_factor=chain_factor, head_scores=head_scores)
+                                  chain_factor=chain_factor, head_scores=head_scores,
+                                  tie_directions=tie_directions)
     return SecondOrder(scorer) if order == 2 else scorer

@@ -36,6 +36,7 @@ def build_structured_tagger(
     distance_labels: bool = False,
     chain_factor: bool = False,
     head_scores: bool = False,
+    tie_directions: bool = False,
     dropout: float = 0.0,
     char_width: int = 0,
     embed_width: Optional[int] = None,
@@ -50,6 +51,7 @@ def build_structured_tagger(
     with ``distance_labels`` one per arc direction, length and label pair beside it (starting at 0);
     ``chain_factor`` (tree only): the chain's adjacent-label score beside the tree's arcs (starting at 0);
     ``head_scores`` (tree only): a score per token for where its head is, from its vector (starting at 0);
+    ``tie_directions`` (tree only, bilinear): one label-pair table for both arc directions, in text order;
     ``dropout``: on the scorer's input vectors while training; ``char_width`` > 0: the head's own character CNN
     (:mod:`.chars`) of that width, whose vectors are concatenated to the tok2vec's at the scorer's input;
     ``embed_width`` > 0: the head's own hash embeddings of that width (:func:`head_embeddings`), concatenated
@@ -83,7 +85,8 @@ def build_structured_tagger(
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
     scorer = make_scorer(edge_scorer, n_dirs=n_dirs, label_dim=label_dim, rank=rank, order=order, emission=emission,
                          distance_lengths=lengths, distance_prior=distance_prior, distance_labels=distance_labels,
-                         dropout=dropout, chain_factor=chain_factor, head_scores=head_scores)
+                         dropout=dropout, chain_factor=chain_factor, head_scores=head_scores,
+                         tie_directions=tie_directions)
     head = torch_layer(scorer)
     # layers of the head's own between the tok2vec and the scorer: the tok2vec_loss scale must reach the
     # tok2vec alone, so it is applied at the tok2vec's output (else at the features' output, the same place)

@@ -102,6 +102,7 @@ distance_prior = 0.0
 distance_labels = false
 chain_factor = false
 head_scores = false
+tie_directions = false
 dropout = 0.0
 char_width = 0
 embed_width = null
