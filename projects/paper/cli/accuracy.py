@@ -34,7 +34,8 @@ DEFAULT_CORPUS = "corpus"
 SIGNATURE_NEUTRAL = {key: NEUTRAL_SETTINGS[key] for key in (("model", "distance_prior"), ("model", "embed_width"),
                                                        ("model", "embed_depth"), ("model", "distance_labels"),
                                                        ("model", "embed_mix"), ("model", "chain_factor"),
-                                                       ("model", "head_scores"), ("component", "tree_smoothing"))}
+                                                       ("model", "head_scores"), ("model", "tie_directions"),
+                                                       ("component", "tree_smoothing"))}
 
 
 def default_signature(factory: str) -> str:
