@@ -15,9 +15,8 @@ gradient comes from the loss directly (see :class:`~spacy_nldm.models.structure.
 
 With ``tie_directions`` (the bilinear scorer of the tree) an arc's label-pair score reads the two labels in
 text order, the left one first, whatever the arc's direction: one table serves both directions (and with
-``distance_labels`` one per length), ``A^1 = (A^0)^T``. The NLDM whose arcs are all of length 1 is then the
-first-order CRF on that table (up to the root's arc), as it is with one table per direction only where they
-happen to agree.
+``distance_labels`` one per length), ``A^1 = (A^0)^T``. An arc between neighbours then scores its labels as a
+first-order CRF's transition on that table does, whichever of the two is the head.
 
 With ``head_scores`` a tree scorer adds a score for where each token's head is, read from the token's vector
 (a linear layer ``h_d V``, (..., 3): the root, a head on the left, a head on the right), the same for every
