@@ -1,7 +1,8 @@
 """Checks of a shipped config, shared by the library's tests (configs/*.cfg, tests/test_shipped_configs.py) and
 the study's (projects/paper/configs/*.cfg, projects/paper/tests/test_study_configs.py): the config built as
 `spacy train` builds it and trained a few steps on fixture tweets gives the same predictions whatever the
-batch, passes empty input through every method, and learns a tiny learnable task."""
+batch, passes empty input through every method, and learns a tiny learnable task
+(:class:`ShippedConfigChecks`)."""
 from pathlib import Path
 from typing import List
 
@@ -63,39 +64,44 @@ def predictions(nlp, docs, batch_size):
     return out
 
 
-def check_predictions_do_not_depend_on_the_batch(nlp):
-    docs = lambda: (Doc(nlp.vocab, words=w) for w in TEST)  # noqa: E731
-    want = predictions(nlp, docs(), 64)
-    assert len(want) == 64 and all(tags for tags, _, _ in want)
-    for batch_size in (1, 7):
-        got = predictions(nlp, docs(), batch_size)
-        assert [(tags, tree) for tags, tree, _ in got] == [(tags, tree) for tags, tree, _ in want], batch_size
-        for (_, _, score), (_, _, wanted) in zip(got, want):
-            assert score == pytest.approx(wanted, rel=1e-5, abs=1e-4)
+class ShippedConfigChecks:
+    """The checks of a trained config, as test methods: a test module subclasses this as ``Test...`` beside a
+    module-scoped ``shipped`` fixture that returns :func:`train_shipped` of each of its configs."""
 
+    def test_predictions_do_not_depend_on_the_batch(self, shipped):
+        nlp = shipped[0]
+        docs = lambda: (Doc(nlp.vocab, words=w) for w in TEST)  # noqa: E731
+        want = predictions(nlp, docs(), 64)
+        assert len(want) == 64 and all(tags for tags, _, _ in want)
+        for batch_size in (1, 7):
+            got = predictions(nlp, docs(), batch_size)
+            assert [(tags, tree) for tags, tree, _ in got] == [(tags, tree) for tags, tree, _ in want], batch_size
+            for (_, _, score), (_, _, wanted) in zip(got, want):
+                assert score == pytest.approx(wanted, rel=1e-5, abs=1e-4)
 
-def check_empty_docs_and_examples_pass_through_every_method(nlp, name):
-    pipe = nlp.get_pipe(name)
-    empty = lambda: Doc(nlp.vocab, words=[])  # noqa: E731
-    assert len(nlp("")) == 0 and len(nlp(empty())) == 0
-    docs = list(nlp.pipe(["", "", "I love it", "", ""], batch_size=2))  # a batch of only empty docs, and a mixed one
-    assert [len(d) for d in docs] == [0, 0, 3, 0, 0] and all(t.tag_ for t in docs[2])
-    for batch in ([], [empty()], [empty(), empty()]):
-        pipe.set_annotations(batch, pipe.predict(batch))
-    empty_egs = [Example.from_dict(empty(), {}) for _ in range(2)]
-    real = Example.from_dict(Doc(nlp.vocab, words=TRAIN[0][0]), {"tags": TRAIN[0][1]})
-    if isinstance(pipe, StructuredTagger):  # spaCy's tagger never runs its model without tokens (nor can
-        # spacy-transformers' listener); ours answers with no scores
-        loss, d_scores = pipe.get_loss(empty_egs, pipe.model.predict([eg.predicted for eg in empty_egs]))
-        assert loss == 0.0 and d_scores.shape[0] == 0
-    optimizer = nlp.resume_training()
-    assert nlp.update(empty_egs, sgd=optimizer)[name] == 0.0
-    assert nlp.update(empty_egs + [real], sgd=optimizer)[name] > 0.0
-    # empty examples count for nothing: the accuracy is the real example's alone
-    assert nlp.evaluate(empty_egs + [real])["tag_acc"] == nlp.evaluate([real])["tag_acc"]
-    nlp.evaluate(empty_egs)
+    def test_empty_docs_and_examples_pass_through_every_method(self, shipped):
+        nlp, name, _ = shipped
+        pipe = nlp.get_pipe(name)
+        empty = lambda: Doc(nlp.vocab, words=[])  # noqa: E731
+        assert len(nlp("")) == 0 and len(nlp(empty())) == 0
+        docs = list(nlp.pipe(["", "", "I love it", "", ""], batch_size=2))  # a batch of only empty docs, and a mixed one
+        assert [len(d) for d in docs] == [0, 0, 3, 0, 0] and all(t.tag_ for t in docs[2])
+        for batch in ([], [empty()], [empty(), empty()]):
+            pipe.set_annotations(batch, pipe.predict(batch))
+        empty_egs = [Example.from_dict(empty(), {}) for _ in range(2)]
+        real = Example.from_dict(Doc(nlp.vocab, words=TRAIN[0][0]), {"tags": TRAIN[0][1]})
+        if isinstance(pipe, StructuredTagger):  # spaCy's tagger never runs its model without tokens (nor can
+            # spacy-transformers' listener); ours answers with no scores
+            loss, d_scores = pipe.get_loss(empty_egs, pipe.model.predict([eg.predicted for eg in empty_egs]))
+            assert loss == 0.0 and d_scores.shape[0] == 0
+        optimizer = nlp.resume_training()
+        assert nlp.update(empty_egs, sgd=optimizer)[name] == 0.0
+        assert nlp.update(empty_egs + [real], sgd=optimizer)[name] > 0.0
+        # empty examples count for nothing: the accuracy is the real example's alone
+        assert nlp.evaluate(empty_egs + [real])["tag_acc"] == nlp.evaluate([real])["tag_acc"]
+        nlp.evaluate(empty_egs)
 
-
-def check_derived_config_builds_as_spacy_train_builds_it(path: Path):
-    nlp = load_model_from_config(load_config(path), auto_fill=True, validate=True)
-    assert nlp.pipe_names == ["transformer", load_config(path)["nlp"]["pipeline"][-1]]
+    def test_ten_steps_on_a_tiny_task_lift_the_accuracy_above_a_floor(self, shipped):
+        """The untrained pipeline is below the floor on the tiny learnable task; ten steps on it lift it above."""
+        _, _, (untrained, learned) = shipped
+        assert untrained < FLOOR < learned, (untrained, learned)

@@ -5,8 +5,7 @@ learns (a tiny learnable task lifts its accuracy from below a floor to above it)
 import pytest
 from spacy.util import load_model_from_config
 
-from config_checks import (FLOOR, check_empty_docs_and_examples_pass_through_every_method,
-                           check_predictions_do_not_depend_on_the_batch, derived, train_shipped)
+from config_checks import ShippedConfigChecks, derived, train_shipped
 from nldm_fixtures import ROOT
 
 STUDY_CONFIGS = ROOT / "projects" / "paper" / "configs"
@@ -26,18 +25,8 @@ def shipped(request):
     return train_shipped(request.param)
 
 
-def test_predictions_do_not_depend_on_the_batch(shipped):
-    check_predictions_do_not_depend_on_the_batch(shipped[0])
-
-
-def test_empty_docs_and_examples_pass_through_every_method(shipped):
-    check_empty_docs_and_examples_pass_through_every_method(*shipped[:2])
-
-
-def test_ten_steps_on_a_tiny_task_lift_the_accuracy_above_a_floor(shipped):
-    """The untrained pipeline is below the floor on the tiny learnable task; ten steps on it lift it above."""
-    _, _, (untrained, learned) = shipped
-    assert untrained < FLOOR < learned, (untrained, learned)
+class TestShippedConfigs(ShippedConfigChecks):
+    """config_checks.ShippedConfigChecks on each config in configs/."""
 
 
 ALL_CONFIGS = sorted([*(ROOT / "configs").rglob("*.cfg"), *STUDY_CONFIGS.rglob("*.cfg")])
