@@ -93,13 +93,13 @@ def test_table_means_differences_and_average():
     assert "| 1/2 | 2/2 | 2/2 |" in lines[-1]
 
 
-def _tiny_corpus(root):
+def _tiny_corpus(root, folder="twitter"):
     nlp = spacy.blank("en")
     words = [["I", "love", "it", "!"], ["you", "are", "so", "funny"], ["we", "like", "this", "song"]]
     tags = [["O", "V", "O", ","], ["O", "V", "R", "A"], ["O", "V", "D", "N"]]
     docs = [Doc(nlp.vocab, words=w, tags=t) for w, t in zip(words, tags)]
     for split in ("train", "dev", "test"):
-        path = root / "twitter" / f"{split}.spacy"
+        path = root / folder / f"{split}.spacy"
         path.parent.mkdir(parents=True, exist_ok=True)
         DocBin(docs=docs).to_disk(path)
 
@@ -190,3 +190,19 @@ def test_the_head_embeddings_tables_are_part_of_a_runs_key(monkeypatch):
     own = generate_config("crf_tagger", "own", "en")
     own["components"]["crf_tagger"]["model"]["tok2vec"]["embed"]["rows"] = [10000, 2000, 5000, 5000]
     assert run_key("tw", own.to_str(), 0) == keys["own"]
+
+
+def test_held_out_datasets_are_accepted_but_not_run_by_default(tmp_path):
+    from spacy_nldm.cli.bench_spacy_train import DATASETS, HELD_OUT
+
+    assert not set(HELD_OUT) & set(DATASETS)
+    args = ["bench", "spacy-train", "--datasets", "it", "--systems", "crf_tagger", "--settings", "own",
+            "--seeds", "0", "--corpus", str(tmp_path / "corpus"), "--results", str(tmp_path / "runs.jsonl"),
+            "--dry-run"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0 and "heldout/it/train.spacy: no such corpus file" in res.output
+    assert "convert-heldout" in res.output
+    _tiny_corpus(tmp_path / "corpus", folder="heldout/it")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "1 runs to do" in res.output and "it crf_tagger own seed 0" in res.output

@@ -275,3 +275,56 @@ def test_ark_token_with_an_ascii_space_is_kept_with_a_warning(tmp_path):
     res = _cli("ark", path, "--output", tmp_path / "x.spacy")
     assert res.returncode == 0 and f"warning: {path}:2: token 'New York' contains an ASCII space" in res.stderr
     assert "Wrote 1 sentences, 2 tokens" in res.stdout
+
+
+# ------------------------------------------------------------------------------------------------- split
+@pytest.mark.parametrize("n, share", [(2, 0.5), (3, 0.5), (10, 0.15), (671, 0.15), (7, 0.01), (100, 0.45)])
+def test_split_dev_partitions_in_order_and_spreads_dev(n, share):
+    from spacy_nldm.corpora.docbins import split_dev
+
+    train, dev = split_dev(list(range(n)), share)
+    assert sorted(train + dev) == list(range(n)) and train == sorted(train) and dev == sorted(dev)
+    assert len(dev) == max(1, int(n * share)) and train
+    # one dev document in each of len(dev) equal stretches: spread through the file, not a block at the end
+    stretch = n / len(dev)
+    assert all(k * stretch <= i < (k + 1) * stretch for k, i in enumerate(dev)) and dev[-1] == n - 1
+    assert split_dev(list(range(n)), share) == (train, dev)
+
+
+@pytest.mark.parametrize("n, share", [(5, 0.0), (5, 0.6), (5, 1.0), (5, -0.1), (1, 0.5), (0, 0.2)])
+def test_split_dev_refuses_what_cannot_give_both_parts(n, share):
+    from spacy_nldm.corpora.docbins import split_dev
+
+    with pytest.raises(ValueError):
+        split_dev(list(range(n)), share)
+
+
+def test_split_cli_round_trip_keeps_every_sentence_and_tag(tmp_path):
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    whole = tmp_path / "whole.spacy"
+    assert _cli("ark", ARK, "--output", whole).returncode == 0
+    train, dev = tmp_path / "train.spacy", tmp_path / "dev.spacy"
+    res = _cli("split", whole, "--train", train, "--dev", dev, "--dev-share", "0.34")
+    assert res.returncode == 0, res.stderr
+    assert "Split 3 sentences" in res.stdout and f"{dev}: 1 sentences" in res.stdout
+
+    def read(path):
+        return [[(t.text, t.tag_) for t in doc] for doc in DocBin().from_disk(path).get_docs(Vocab())]
+
+    both = read(train) + read(dev)
+    assert sorted(both) == sorted(read(whole)) and len(read(dev)) == 1
+
+
+def test_split_cli_errors_name_the_file_and_problem(tmp_path):
+    whole = tmp_path / "whole.spacy"
+    assert _cli("ark", ARK, "--output", whole).returncode == 0
+    out = ["--train", tmp_path / "a.spacy", "--dev", tmp_path / "b.spacy"]
+    res = _cli("split", tmp_path / "none.spacy", *out)
+    assert res.returncode == 1 and f"error: {tmp_path / 'none.spacy'}: file not found" in res.stderr
+    res = _cli("split", whole, *out, "--dev-share", "1.5")
+    assert res.returncode == 1 and f"error: {whole}: dev share must be above 0 and at most 0.5" in res.stderr
+    res = _cli("split", whole, "--train", whole, "--dev", tmp_path / "b.spacy")
+    assert res.returncode == 1 and "the input would be overwritten" in res.stderr
+    assert "Traceback" not in res.stderr and not (tmp_path / "a.spacy").exists()

@@ -1,4 +1,5 @@
-"""``python -m spacy_nldm convert ...``: corpus converters (ARK Twitter POS, CoNLL-U, Tweebank v1).
+"""``python -m spacy_nldm convert ...``: corpus converters (ARK Twitter POS, CoNLL-U, Tweebank v1), and a
+train/dev split of a DocBin.
 
 Malformed input stops the command with ``error: FILE:LINE: problem`` on stderr and exit status 1 (no
 traceback); input that is kept but looks wrong is reported as ``warning: FILE:LINE: problem``. On success
@@ -135,3 +136,28 @@ def convert_tweebank_v1(
     with _reported():
         docs, per_file = tweebank_v1_to_docs(inputs)
     _finish(docs, per_file, output)
+
+
+@convert_app.command("split")
+def convert_split(
+    input: Path = typer.Argument(..., help="DocBin file (.spacy) to split"),
+    train: Path = typer.Option(..., "--train", help="Output .spacy file of the training part"),
+    dev: Path = typer.Option(..., "--dev", help="Output .spacy file of the development part"),
+    dev_share: float = typer.Option(0.15, "--dev-share", help="Share of the documents that go to dev, in (0, 0.5]"),
+) -> None:
+    """Split a DocBin into train and dev, for a corpus that ships without one of them: one document in each
+    of floor(n * dev share) equal stretches goes to dev (spread evenly, the same split on every run)."""
+    from ..corpora.docbins import read_docbin, split_dev, write_docbin
+
+    if input.resolve() in (train.resolve(), dev.resolve()):
+        _fail(f"{input}: the input would be overwritten; give --train and --dev other paths")
+    with _reported():
+        docs = read_docbin(input)
+    try:
+        train_docs, dev_docs = split_dev(docs, dev_share)
+    except ValueError as err:
+        _fail(f"{input}: {err}")
+    for part, path in ((train_docs, train), (dev_docs, dev)):
+        write_docbin(part, path)
+        typer.echo(f"  {path}: {len(part)} sentences, {sum(len(doc) for doc in part)} tokens")
+    typer.secho(f"Split {len(docs)} sentences of {input} into train and dev", fg=typer.colors.GREEN)

@@ -48,3 +48,20 @@ def summary(per_file: List[Counts], output: PathLike) -> List[str]:
     total_t = sum(t for _, _, t in per_file)
     lines.append(f"Wrote {total_s} sentences, {total_t} tokens to {output}")
     return lines
+
+
+def split_dev(docs: Sequence, dev_share: float) -> Tuple[list, list]:
+    """(train, dev), both in the input's order. With n documents and d = floor(n * dev_share) (at least 1), dev
+    takes the documents at index floor(k * n / d) - 1 for k = 1..d: one in each stretch of n / d documents, the
+    file's last document among them, so dev is spread evenly through the file and the split is the same on
+    every run. ValueError unless 0 < dev_share <= 0.5 and n >= 2."""
+    if not 0.0 < dev_share <= 0.5:
+        raise ValueError(f"dev share must be above 0 and at most 0.5, not {dev_share}")
+    n = len(docs)
+    if n < 2:
+        raise ValueError(f"{n} document(s) cannot be split into train and dev")
+    n_dev = max(1, int(n * dev_share))
+    dev_index = {(k + 1) * n // n_dev - 1 for k in range(n_dev)}
+    train = [doc for i, doc in enumerate(docs) if i not in dev_index]
+    dev = [doc for i, doc in enumerate(docs) if i in dev_index]
+    return train, dev
