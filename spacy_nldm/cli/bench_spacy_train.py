@@ -54,9 +54,10 @@ DATASETS: Dict[str, Tuple[str, str]] = {
     "mt": ("ud/mt", "xx"),  # spaCy has no Maltese language class
     "sv": ("ud/sv", "sv"),
 }
-#: held-out datasets, never used to choose a default (not in --datasets' default): corpora that ship without a
-#: train split, trained on their dev split cut into train and dev (`python -m spacy project run
-#: convert-heldout`, 85 / 15), tested on their test split. PoSTWITA (Italian tweets), Russian GSD, Tweebank v1.
+#: held-out datasets, never used to choose a default (not in --datasets' default), made by `python -m spacy
+#: project run convert-heldout`: PoSTWITA (Italian tweets) and Russian GSD, whose train files are missing,
+#: trained on their dev file cut into train and dev (85 / 15); Tweebank v1, which has no dev file, on its train
+#: file cut the same way. Each is tested on its own test file.
 HELD_OUT: Dict[str, Tuple[str, str]] = {
     "it": ("heldout/it", "it"),
     "ru": ("heldout/ru", "ru"),
