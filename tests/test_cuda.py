@@ -22,6 +22,7 @@ from spacy_nldm.structs import (
     marginals,
     viterbi,
 )
+from spacy_nldm.structs.tree_chain import tree_chain_label_marginals, tree_chain_log_partition
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 
@@ -97,6 +98,54 @@ def test_directional_tree_on_cuda_matches_cpu(max_dist, scale):
     assert torch.equal(gl, cl)
 
 
+@pytest.mark.parametrize("per_label_pair", [False, True])
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_tree_with_distance_scores_on_cuda_matches_cpu_with_gradients(per_label_pair, scale):
+    """The distance score the NLDM trains with (``distance_bias``, and per label pair with
+    ``distance_labels``): log Z, its gradients with respect to F and the distance score, and the label
+    marginals."""
+    m, n, k = 4, max(LENGTHS), 3
+    gen = torch.Generator().manual_seed(23 + int(scale) + per_label_pair)
+    F = scale * torch.randn(len(LENGTHS), n, 2, m + 1, m, generator=gen)
+    bias = torch.randn(*((2, k, m, m) if per_label_pair else (2, k)), generator=gen)
+    lengths = torch.tensor(LENGTHS)
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves = [F.to(device).requires_grad_(True), bias.to(device).requires_grad_(True)]
+        dl = lengths.to(device)
+        log_z = log_partition(DirectionalScores(*leaves), dl, max_dist=k)
+        grads = torch.autograd.grad(log_z.sum(), leaves)
+        labels = marginals(DirectionalScores(*(leaf.detach() for leaf in leaves)), dl, max_dist=k).labels
+        results.append([t.detach().cpu() for t in (log_z, *grads, labels)])
+    (cz, *cpu_rest), (gz, *gpu_rest) = results
+    _close(gz, cz, scale)
+    for gpu, cpu in zip(gpu_rest, cpu_rest):  # marginals and expected counts of arcs: probabilities, sums of them
+        torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("max_dist", [None, 3])
+def test_tree_with_the_chain_factor_on_cuda_matches_cpu(max_dist):
+    """``chain_factor``: the NLDM times the chain's adjacent-label factor (structs.tree_chain)."""
+    m, n = 4, max(LENGTHS)
+    gen = torch.Generator().manual_seed(31 + (max_dist or 0))
+    F = 3 * torch.randn(len(LENGTHS), n, 2, m + 1, m, generator=gen)
+    trans, bias = torch.randn(m + 1, m, generator=gen), torch.randn(2, 3, generator=gen)
+    lengths = torch.tensor([length or 1 for length in LENGTHS])  # the chain's loop takes lengths >= 1
+    results = []
+    for device in ("cpu", "cuda"):
+        leaves = [F.to(device).requires_grad_(True), trans.to(device).requires_grad_(True)]
+        log_z = tree_chain_log_partition(*leaves, lengths.to(device), max_dist=max_dist,
+                                         distance_bias=bias.to(device))
+        grads = torch.autograd.grad(log_z.sum(), leaves)
+        labels = tree_chain_label_marginals(*(leaf.detach() for leaf in leaves), lengths.to(device),
+                                            max_dist=max_dist, distance_bias=bias.to(device))
+        results.append([t.detach().cpu() for t in (log_z, *grads, labels)])
+    (cz, *cpu_rest), (gz, *gpu_rest) = results
+    _close(gz, cz, 3.0)
+    for gpu, cpu in zip(gpu_rest, cpu_rest):
+        torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-4)
+
+
 def _tweets(name: str, limit: int):
     from spacy_nldm.corpora.ark import read_ark
 
@@ -115,12 +164,16 @@ def on_gpu():
     require_cpu()
 
 
-@pytest.mark.parametrize("factory, model", [
-    ("nldm_tagger", {"max_dist": 3}),
-    ("crf_tagger", {"order": 1}),
-    ("crf_tagger", {"order": 2}),
+@pytest.mark.parametrize("factory, model, settings", [
+    ("nldm_tagger", {"max_dist": 3}, {}),
+    ("nldm_tagger", {"distance_labels": True, "tie_directions": True}, {"tree_smoothing": "model"}),
+    ("nldm_tagger", {"chain_factor": True}, {}),
+    ("nldm_tagger", {"head_scores": True}, {"loss": "max"}),
+    ("crf_tagger", {"order": 1}, {}),
+    ("crf_tagger", {"order": 2}, {}),
 ])
-def test_component_trained_on_gpu_learns_and_tags_alike_on_the_cpu(on_gpu, factory, model):
+def test_component_trained_on_gpu_learns_and_tags_alike_on_the_cpu(on_gpu, factory, model, settings):
+    """The default components, and the NLDM's other settings (``model``: architecture, ``settings``: component)."""
     import spacy
     from spacy.tokens import Doc
     from spacy.training import Example
@@ -129,7 +182,7 @@ def test_component_trained_on_gpu_learns_and_tags_alike_on_the_cpu(on_gpu, facto
     train, held_out = _tweets("oct27.train", 60), _tweets("oct27.test", 30)
     fix_random_seed(0)
     nlp = spacy.blank("en")
-    nlp.add_pipe(factory, config={"model": model})
+    nlp.add_pipe(factory, config={"model": model, **settings})
     examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in train]
     nlp.initialize(lambda: examples)
     assert "Cupy" in type(nlp.get_pipe(factory).model.ops).__name__
@@ -147,7 +200,7 @@ def test_component_trained_on_gpu_learns_and_tags_alike_on_the_cpu(on_gpu, facto
     require_cpu()
     try:
         on_cpu = spacy.blank("en")
-        on_cpu.add_pipe(factory, config={"model": model})
+        on_cpu.add_pipe(factory, config={"model": model, **settings})
         on_cpu.from_bytes(data)
         cpu_tags = [[t.tag_ for t in doc] for doc in on_cpu.pipe([Doc(on_cpu.vocab, words=w) for w, _ in held_out])]
     finally:
