@@ -8,7 +8,7 @@ from spacy.tokens import Doc, DocBin
 from typer.testing import CliRunner
 
 from spacy_nldm.cli import app
-from spacy_nldm.cli.bench_spacy_train import Run, _apply, generate_config, route_table, run_key
+from spacy_nldm.cli.bench_spacy_train import Run, _apply, generate_config, machine_of, route_table, run_key
 
 
 def test_own_setting_is_what_init_config_writes():
@@ -206,3 +206,17 @@ def test_held_out_datasets_are_accepted_but_not_run_by_default(tmp_path):
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "1 runs to do" in res.output and "it crf_tagger own seed 0" in res.output
+
+
+def test_training_seconds_come_from_one_machine():
+    """Runs made on another machine (or under another load of the same one) count in the accuracy, and only
+    the timing machine's runs in the seconds."""
+    here = "2 CPUs, x86_64, Python 3.11.7, torch 2.13.0+cpu"
+    row = lambda acc, secs, machine: {"test_tag_acc": acc, "train_seconds": secs, "machine": machine}  # noqa: E731
+    assert machine_of(row(0, 0, here + ", 2 runs at a time")) == here
+    assert machine_of(row(0, 0, here + " (runs at a time not recorded)")) == here
+    cells = {("a", "tagger"): [row(90, 100.0, here + ", 2 runs at a time"), row(92, 60.0, "16 CPUs, 16 runs at a time")],
+             ("a", "crf_tagger"): [row(91, 300.0, here + " (runs at a time not recorded)"), row(93, 200.0, "16 CPUs")]}
+    timed = route_table(cells, ["a"], ["tagger", "crf_tagger"], timing_machine=here)
+    assert timed[2] == "| a | 91.00 ± 1.41 (n=2) | 92.00 ± 1.41 (n=2) | +1.00 | 100 | 300 |"
+    assert route_table(cells, ["a"], ["tagger", "crf_tagger"])[2].endswith("| 80 | 250 |")

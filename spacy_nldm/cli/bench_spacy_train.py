@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -229,6 +230,12 @@ def this_machine(jobs: int) -> str:
     return f"{_host()}, torch {torch.__version__}, {jobs} runs at a time"
 
 
+def machine_of(row: dict) -> str:
+    """The machine of a run without its load ("N runs at a time"): runs of one machine share their timing."""
+    machine = row.get("machine") or "not recorded"
+    return re.sub(r"(, \d+ runs at a time| \(runs at a time not recorded\))$", "", machine)
+
+
 def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str) -> dict:
     """Train and evaluate one run in a subprocess each (``spacy train``, ``spacy evaluate``); the row."""
     folder, lang = ALL_DATASETS[run.dataset]
@@ -280,10 +287,12 @@ def load_rows(results: Path) -> Dict[str, dict]:
     return rows
 
 
-def route_table(cells: Dict[Tuple[str, str], List[dict]], datasets: List[str], systems: List[str]) -> List[str]:
+def route_table(cells: Dict[Tuple[str, str], List[dict]], datasets: List[str], systems: List[str],
+                timing_machine: Optional[str] = None) -> List[str]:
     """Markdown: per dataset the systems' test accuracy (mean ± sd over seeds), each structured system's
-    difference to ``tagger``, nldm − crf, and mean training seconds; then the average over the datasets
-    complete for every system."""
+    difference to ``tagger``, nldm − crf, and mean training seconds (of the runs made on ``timing_machine``,
+    as :func:`machine_of` names it, where given: seconds from different machines do not compare); then the
+    average over the datasets complete for every system."""
     ours = [s for s in systems if s != "tagger"]
     pairs = [(s, "tagger") for s in ours if "tagger" in systems]
     if "crf_tagger" in ours and "nldm_tagger" in ours:
@@ -295,7 +304,8 @@ def route_table(cells: Dict[Tuple[str, str], List[dict]], datasets: List[str], s
     wins = {p: 0 for p in pairs}
     for dataset in datasets:
         accs = {s: [r["test_tag_acc"] for r in cells.get((dataset, s), [])] for s in systems}
-        secs = {s: [r["train_seconds"] for r in cells.get((dataset, s), [])] for s in systems}
+        secs = {s: [r["train_seconds"] for r in cells.get((dataset, s), [])
+                    if timing_machine is None or machine_of(r) == timing_machine] for s in systems}
         row = [dataset] + [mean_sd(accs[s]) + (f" (n={len(accs[s])})" if 0 < len(accs[s]) < 3 else "")
                            for s in systems]
         for a, b in pairs:
@@ -421,12 +431,17 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, var
                + (f" --results {results}" if Path(results) != DEFAULT_RESULTS else ""))
     used = {run.key: done[run.key] for _, run in plan if run.key in done}  # a run may fill cells of both settings
     machines = Counter(row.get("machine") or "not recorded" for row in used.values())
+    hosts = Counter(machine_of(row) for row in used.values())
+    timing = hosts.most_common(1)[0][0] if hosts else None
+    timing_note = (f"training wall seconds at one torch thread, of the runs made on {timing} (runs made at the "
+                   "same time compare; others only roughly)" if len(hosts) > 1 else
+                   "training wall seconds at one torch thread (runs made at the same time compare; others only "
+                   "roughly)")
     parts = [f"Written {time.strftime('%Y-%m-%d')} on {_host()}; runs as listed in the runs file, made on: "
              + "; ".join(f"{name} ({count} runs)" for name, count in sorted(machines.items())) + ".\n",
              f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
-             "(gold_preproc = true); training wall seconds at one torch thread (runs made at the same time on "
-             "one machine compare; others only roughly).\n",
+             f"(gold_preproc = true); {timing_note}.\n",
              f"Command: `{command}`\n"]
     for mode in modes:
         cells: Dict[Tuple[str, str], List[dict]] = {}
@@ -436,5 +451,5 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, var
         title = {"own": "each config as `spacy init config -p SYSTEM` writes it",
                  "shared": "our component listening to the `tok2vec` of `spacy init config -p tagger`"}[mode]
         parts.append(f"### Setting `{mode}`: {title}\n")
-        parts.append("\n".join(route_table(cells, sets, names)) + "\n")
+        parts.append("\n".join(route_table(cells, sets, names, timing if len(hosts) > 1 else None)) + "\n")
     return "\n".join(parts)
