@@ -26,18 +26,19 @@ if not __package__:  # run by path: the repository root on sys.path (for spacy_n
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 from spacy_nldm.cli.bench_spacy_train import (  # noqa: E402
-    DATASETS, DEFAULT_RESULTS, _apply, generate_config, labels_with_bang, load_rows, run_key,
+    ALL_DATASETS, DATASETS, DEFAULT_RESULTS, _apply, generate_config, labels_with_bang, load_rows, run_key,
 )
 
 Pairs = Dict[Tuple[str, int], float]
 
 
 def paired_differences(a: str, b: str, a_set: List[str], b_set: List[str], setting: str, seeds: List[int],
-                       corpus: Path, results: Path) -> Tuple[Pairs, int]:
+                       corpus: Path, results: Path, datasets: List[str] = tuple(DATASETS)) -> Tuple[Pairs, int]:
     """{(dataset, seed): test accuracy of A − B} over the pairs with both runs, and the number of pairs missing."""
     done = load_rows(results)
     pairs, missing = {}, 0
-    for dataset, (folder, lang) in DATASETS.items():
+    for dataset in datasets:
+        folder, lang = ALL_DATASETS[dataset]
         bang = labels_with_bang(corpus / folder / "train.spacy")
         texts = [_apply(generate_config(system, setting, lang, labels_with_bang=bang), sets, system).to_str()
                  for system, sets in ((a, a_set), (b, b_set))]
@@ -80,19 +81,25 @@ def main(
     b_set: str = typer.Option("", help="B's config overrides."),
     setting: str = typer.Option("own", help="Encoder setting: own or shared."),
     seeds: str = typer.Option("0,1,2", help="Seeds, comma-separated."),
+    datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(ALL_DATASETS)}."),
     leave_out: str = typer.Option("te", help="Datasets to leave out in a second test, comma-separated ('' none)."),
     corpus: Path = typer.Option(Path("corpus"), help="Converted corpora (`spacy project run corpora`)."),
     results: Path = typer.Option(DEFAULT_RESULTS, help="bench spacy-train's runs file."),
 ) -> None:
     split = lambda text, sep: [part.strip() for part in text.split(sep) if part.strip()]  # noqa: E731
+    names = split(datasets, ",")
+    unknown = [name for name in names if name not in ALL_DATASETS]
+    if unknown or not names:
+        raise typer.BadParameter(f"unknown dataset(s) {', '.join(unknown) or '(none given)'}; "
+                                 f"choose from {', '.join(ALL_DATASETS)}", param_hint="--datasets")
     pairs, missing = paired_differences(a, b, split(a_set, ";"), split(b_set, ";"), setting,
-                                        [int(s) for s in split(seeds, ",")], corpus, results)
+                                        [int(s) for s in split(seeds, ",")], corpus, results, names)
     if not pairs:
         raise typer.BadParameter(f"no pair has both runs in {results} ({missing} missing): run bench spacy-train")
     typer.echo(f"A = {a} {a_set or '(defaults)'}; B = {b} {b_set or '(defaults)'}; setting {setting}, seeds {seeds}"
                f"; {len(pairs)} pairs, {missing} missing\n")
     typer.echo("| dataset | A − B, mean | sd over seeds | pairs |\n|---|---|---|---|")
-    for dataset in DATASETS:
+    for dataset in names:
         values = [v for (d, _), v in pairs.items() if d == dataset]
         if values:
             spread = statistics.stdev(values) if len(values) > 1 else 0.0

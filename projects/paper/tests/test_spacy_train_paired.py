@@ -23,3 +23,16 @@ def test_sign_flip_p_is_the_exact_share_of_sign_patterns():
     agreeing = {(d, s): 0.3 for d in "abcdefgh" for s in range(2)}
     assert sign_flip_p(agreeing, draws=4000) < 0.002  # exact: 2 / 2^16
     assert sign_flip_p({("a", 0): 0.3, ("a", 1): -0.3}, draws=100) == 1.0
+
+
+def test_an_unknown_dataset_is_named_in_the_error():
+    import typer
+    from typer.testing import CliRunner
+
+    from projects.paper.scripts.spacy_train_paired import main
+
+    app = typer.Typer()
+    app.command()(main)
+    result = CliRunner().invoke(app, ["--datasets", "it,xx"])
+    assert result.exit_code == 2
+    assert "unknown dataset(s) xx" in result.output and "tb1" in result.output
