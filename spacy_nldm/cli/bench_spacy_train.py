@@ -432,16 +432,14 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, var
     used = {run.key: done[run.key] for _, run in plan if run.key in done}  # a run may fill cells of both settings
     machines = Counter(row.get("machine") or "not recorded" for row in used.values())
     hosts = Counter(machine_of(row) for row in used.values())
-    timing = hosts.most_common(1)[0][0] if hosts else None
-    timing_note = (f"training wall seconds at one torch thread, of the runs made on {timing} (runs made at the "
-                   "same time compare; others only roughly)" if len(hosts) > 1 else
-                   "training wall seconds at one torch thread (runs made at the same time compare; others only "
-                   "roughly)")
+    timing = hosts.most_common(1)[0][0] if len(hosts) > 1 else None  # seconds from one machine only
     parts = [f"Written {time.strftime('%Y-%m-%d')} on {_host()}; runs as listed in the runs file, made on: "
              + "; ".join(f"{name} ({count} runs)" for name, count in sorted(machines.items())) + ".\n",
              f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
-             f"(gold_preproc = true); {timing_note}.\n",
+             "(gold_preproc = true); training wall seconds at one torch thread"
+             + (f", of the runs made on {timing}" if timing else "")
+             + " (runs made at the same time on one machine compare; others only roughly).\n",
              f"Command: `{command}`\n"]
     for mode in modes:
         cells: Dict[Tuple[str, str], List[dict]] = {}
@@ -451,5 +449,5 @@ def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, var
         title = {"own": "each config as `spacy init config -p SYSTEM` writes it",
                  "shared": "our component listening to the `tok2vec` of `spacy init config -p tagger`"}[mode]
         parts.append(f"### Setting `{mode}`: {title}\n")
-        parts.append("\n".join(route_table(cells, sets, names, timing if len(hosts) > 1 else None)) + "\n")
+        parts.append("\n".join(route_table(cells, sets, names, timing)) + "\n")
     return "\n".join(parts)
