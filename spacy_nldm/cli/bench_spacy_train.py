@@ -28,7 +28,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import typer
 
@@ -332,6 +332,15 @@ def _split(text: str) -> List[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def choose(text: str, allowed: Iterable[str], what: str) -> List[str]:
+    """The comma-separated names in ``text``; a usage error names the first one not in ``allowed``."""
+    names, allowed = _split(text), list(allowed)
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        raise typer.BadParameter(f"unknown {what} {unknown[0]!r}; choose from {', '.join(allowed)}")
+    return names
+
+
 @bench_app.command("spacy-train")
 def bench_spacy_train(
     datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(DATASETS)}; or the held-out {', '.join(HELD_OUT)} (`spacy project run convert-heldout`)."),
@@ -355,11 +364,9 @@ def bench_spacy_train(
     to tagger, training time. Resumable: finished runs are read from --results."""
     from .. import about
 
-    names, sets, modes = _split(systems), _split(datasets), _split(settings)
-    for value, allowed, what in ((names, SYSTEMS, "system"), (sets, ALL_DATASETS, "dataset"), (modes, SETTINGS, "setting")):
-        unknown = [v for v in value if v not in allowed]
-        if unknown:
-            raise typer.BadParameter(f"unknown {what} {unknown[0]!r}; choose from {', '.join(allowed)}")
+    names = choose(systems, SYSTEMS, "system")
+    sets = choose(datasets, ALL_DATASETS, "dataset")
+    modes = choose(settings, SETTINGS, "setting")
     seed_list = [int(s) for s in _split(seeds)]
     for d in sets:
         for split in ("train", "dev", "test"):

@@ -18,7 +18,7 @@ import random
 import statistics
 import sys
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import typer
 
@@ -26,14 +26,15 @@ if not __package__:  # run by path: the repository root on sys.path (for spacy_n
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 from spacy_nldm.cli.bench_spacy_train import (  # noqa: E402
-    ALL_DATASETS, DATASETS, DEFAULT_RESULTS, _apply, generate_config, labels_with_bang, load_rows, run_key,
+    ALL_DATASETS, DATASETS, DEFAULT_RESULTS, _apply, choose, generate_config, labels_with_bang, load_rows,
+    run_key,
 )
 
 Pairs = Dict[Tuple[str, int], float]
 
 
 def paired_differences(a: str, b: str, a_set: List[str], b_set: List[str], setting: str, seeds: List[int],
-                       corpus: Path, results: Path, datasets: List[str] = tuple(DATASETS)) -> Tuple[Pairs, int]:
+                       corpus: Path, results: Path, datasets: Sequence[str] = tuple(DATASETS)) -> Tuple[Pairs, int]:
     """{(dataset, seed): test accuracy of A − B} over the pairs with both runs, and the number of pairs missing."""
     done = load_rows(results)
     pairs, missing = {}, 0
@@ -87,11 +88,7 @@ def main(
     results: Path = typer.Option(DEFAULT_RESULTS, help="bench spacy-train's runs file."),
 ) -> None:
     split = lambda text, sep: [part.strip() for part in text.split(sep) if part.strip()]  # noqa: E731
-    names = split(datasets, ",")
-    unknown = [name for name in names if name not in ALL_DATASETS]
-    if unknown or not names:
-        raise typer.BadParameter(f"unknown dataset(s) {', '.join(unknown) or '(none given)'}; "
-                                 f"choose from {', '.join(ALL_DATASETS)}", param_hint="--datasets")
+    names = choose(datasets, ALL_DATASETS, "dataset")
     pairs, missing = paired_differences(a, b, split(a_set, ";"), split(b_set, ";"), setting,
                                         [int(s) for s in split(seeds, ",")], corpus, results, names)
     if not pairs:
