@@ -33,6 +33,24 @@ def _close(gpu: torch.Tensor, cpu: torch.Tensor, scale: float) -> None:
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5, atol=1e-4 * max(1.0, scale))
 
 
+def _alike_on_cuda(parts, scale: float, log_z_of, labels_of=None, devices=("cpu", "cuda")) -> None:
+    """log Z of ``parts`` (each a leaf on the device), its gradients with respect to them and (``labels_of``)
+    the label marginals, on the CPU and on CUDA: log Z to :func:`_close` at ``scale``, the gradients and
+    marginals (probabilities, and sums of them) to 1e-4. ``log_z_of(leaves, device)`` and
+    ``labels_of(detached leaves, device)`` compute them."""
+    results = []
+    for device in devices:
+        leaves = [part.to(device).requires_grad_(True) for part in parts]
+        log_z = log_z_of(leaves, device)
+        grads = torch.autograd.grad(log_z.sum(), leaves)
+        labels = [labels_of([leaf.detach() for leaf in leaves], device)] if labels_of else []
+        results.append([t.detach().cpu() for t in (log_z, *grads, *labels)])
+    (cpu_z, *cpu_rest), (gpu_z, *gpu_rest) = results
+    _close(gpu_z, cpu_z, scale)
+    for gpu, cpu in zip(gpu_rest, cpu_rest):
+        torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("scale", [1.0, 30.0, 300.0])
 def test_chain_on_cuda_matches_cpu(order, scale):
@@ -61,16 +79,7 @@ def test_factored_chain_on_cuda_matches_cpu_with_gradients(scale):
     parts = [scale * torch.randn(len(LENGTHS), n, m, generator=gen), scale * torch.randn(m, m, generator=gen),
              scale * torch.randn(m, generator=gen), scale * torch.randn(m, generator=gen)]
     lengths = torch.tensor(LENGTHS)
-    results = []
-    for device in ("cpu", "cuda"):
-        leaves = [p.to(device).requires_grad_(True) for p in parts]
-        log_z = crf_log_partition(ChainScores(*leaves), lengths.to(device))
-        grads = torch.autograd.grad(log_z.sum(), leaves)
-        results.append((log_z.detach().cpu(), [g.cpu() for g in grads]))
-    (cpu_z, cpu_grads), (gpu_z, gpu_grads) = results
-    _close(gpu_z, cpu_z, scale)
-    for gpu_grad, cpu_grad in zip(gpu_grads, cpu_grads):  # marginals: probabilities (sums of them for W)
-        torch.testing.assert_close(gpu_grad, cpu_grad, rtol=1e-4, atol=1e-4)
+    _alike_on_cuda(parts, scale, lambda leaves, device: crf_log_partition(ChainScores(*leaves), lengths.to(device)))
 
 
 @pytest.mark.parametrize("max_dist", [None, 3])
@@ -109,18 +118,10 @@ def test_tree_with_distance_scores_on_cuda_matches_cpu_with_gradients(per_label_
     F = scale * torch.randn(len(LENGTHS), n, 2, m + 1, m, generator=gen)
     bias = torch.randn(*((2, k, m, m) if per_label_pair else (2, k)), generator=gen)
     lengths = torch.tensor(LENGTHS)
-    results = []
-    for device in ("cpu", "cuda"):
-        leaves = [F.to(device).requires_grad_(True), bias.to(device).requires_grad_(True)]
-        dl = lengths.to(device)
-        log_z = log_partition(DirectionalScores(*leaves), dl, max_dist=k)
-        grads = torch.autograd.grad(log_z.sum(), leaves)
-        labels = marginals(DirectionalScores(*(leaf.detach() for leaf in leaves)), dl, max_dist=k).labels
-        results.append([t.detach().cpu() for t in (log_z, *grads, labels)])
-    (cz, *cpu_rest), (gz, *gpu_rest) = results
-    _close(gz, cz, scale)
-    for gpu, cpu in zip(gpu_rest, cpu_rest):  # marginals and expected counts of arcs: probabilities, sums of them
-        torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-4)
+    _alike_on_cuda(
+        [F, bias], scale,
+        lambda leaves, device: log_partition(DirectionalScores(*leaves), lengths.to(device), max_dist=k),
+        lambda leaves, device: marginals(DirectionalScores(*leaves), lengths.to(device), max_dist=k).labels)
 
 
 @pytest.mark.parametrize("max_dist", [None, 3])
@@ -131,19 +132,12 @@ def test_tree_with_the_chain_factor_on_cuda_matches_cpu(max_dist):
     F = 3 * torch.randn(len(LENGTHS), n, 2, m + 1, m, generator=gen)
     trans, bias = torch.randn(m + 1, m, generator=gen), torch.randn(2, 3, generator=gen)
     lengths = torch.tensor([length or 1 for length in LENGTHS])  # the chain's loop takes lengths >= 1
-    results = []
-    for device in ("cpu", "cuda"):
-        leaves = [F.to(device).requires_grad_(True), trans.to(device).requires_grad_(True)]
-        log_z = tree_chain_log_partition(*leaves, lengths.to(device), max_dist=max_dist,
-                                         distance_bias=bias.to(device))
-        grads = torch.autograd.grad(log_z.sum(), leaves)
-        labels = tree_chain_label_marginals(*(leaf.detach() for leaf in leaves), lengths.to(device),
-                                            max_dist=max_dist, distance_bias=bias.to(device))
-        results.append([t.detach().cpu() for t in (log_z, *grads, labels)])
-    (cz, *cpu_rest), (gz, *gpu_rest) = results
-    _close(gz, cz, 3.0)
-    for gpu, cpu in zip(gpu_rest, cpu_rest):
-        torch.testing.assert_close(gpu, cpu, rtol=1e-4, atol=1e-4)
+    _alike_on_cuda(
+        [F, trans], 3.0,
+        lambda leaves, device: tree_chain_log_partition(*leaves, lengths.to(device), max_dist=max_dist,
+                                                        distance_bias=bias.to(device)),
+        lambda leaves, device: tree_chain_label_marginals(*leaves, lengths.to(device), max_dist=max_dist,
+                                                          distance_bias=bias.to(device)))
 
 
 def _tweets(name: str, limit: int):
