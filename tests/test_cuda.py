@@ -33,13 +33,13 @@ def _close(gpu: torch.Tensor, cpu: torch.Tensor, scale: float) -> None:
     torch.testing.assert_close(gpu.cpu(), cpu, rtol=1e-5, atol=1e-4 * max(1.0, scale))
 
 
-def _alike_on_cuda(parts, scale: float, log_z_of, labels_of=None, devices=("cpu", "cuda")) -> None:
+def _alike_on_cuda(parts, scale: float, log_z_of, labels_of=None) -> None:
     """log Z of ``parts`` (each a leaf on the device), its gradients with respect to them and (``labels_of``)
     the label marginals, on the CPU and on CUDA: log Z to :func:`_close` at ``scale``, the gradients and
     marginals (probabilities, and sums of them) to 1e-4. ``log_z_of(leaves, device)`` and
     ``labels_of(detached leaves, device)`` compute them."""
     results = []
-    for device in devices:
+    for device in ("cpu", "cuda"):
         leaves = [part.to(device).requires_grad_(True) for part in parts]
         log_z = log_z_of(leaves, device)
         grads = torch.autograd.grad(log_z.sum(), leaves)
