@@ -25,8 +25,8 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -388,9 +388,11 @@ class TaggerActor:
 
 # ---------------------------------------------------------------------------------------------- output
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` through ``write(tmp)`` on a temporary file beside it, then ``os.replace``: readers see
+    the old file or the whole new one. The writer creates the file, so its mode follows the umask, as any
+    other file's (``mkstemp`` would make it 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = str(path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
         write(Path(tmp))
         os.replace(tmp, path)

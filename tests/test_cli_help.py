@@ -87,3 +87,22 @@ def test_bracketed_text_of_the_help_texts_is_printed(name, path, command):
 def test_known_bracketed_strings_survive(name, path, text):
     assert text in flat(rendered_help(name, path))
 
+
+
+@pytest.mark.parametrize("name,path,command", COMMANDS, ids=IDS)
+def test_help_shows_no_type_placeholders_and_groups_list_whole_descriptions(name, path, command):
+    """A user reads metavars that say what to type (not click's ``<int range>``, not ``""`` for an empty
+    default), and a group's list of commands gives each one's first sentence whole, not cut with "..."."""
+    out = rendered_help(name, path)
+    assert "range>" not in out and '""' not in out, out
+    if hasattr(command, "commands"):
+        listed = flat(out.split("Commands:", 1)[1])
+        for sub in command.commands.values():
+            assert flat(sub.get_short_help_str(limit=10_000)) in listed
+
+
+@pytest.mark.parametrize("name", sorted(APPS))
+def test_without_a_command_the_help_is_printed_and_the_exit_status_is_0(name):
+    result = runner.invoke(APPS[name], [])
+    assert result.exit_code == 0, result.output
+    assert "Commands:" in result.output

@@ -66,6 +66,13 @@ def check_rows(rows, texts, expected, probs=False):
                                           marginals, atol=1e-5)
 
 
+def assert_mode_follows_umask(path):
+    """An output file gets the mode any new file gets under the process's umask (not mkstemp's 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask, oct(path.stat().st_mode)
+
+
 def write_inputs(folder):
     """a.jsonl: the texts with ids, a bad JSON line (line 5), a record without text (line 9), a blank line;
     sub/b.txt: one text a line; c.parquet: the texts in two row groups, a null text at row 3."""
@@ -123,6 +130,8 @@ def test_jsonl_text_parquet_tagged_as_nlp_pipe(pipeline, ray_local, expected, tm
     assert not (tmp_path / "out" / "_errors" / "sub").exists()
     assert any("a.jsonl: line 5: bad JSON" in w for w in warnings)
     assert not [p for p in (tmp_path / "out").rglob("*.tmp")]
+    for path in (tmp_path / "out" / "a.parquet", tmp_path / "out" / "_errors" / "a.jsonl"):
+        assert_mode_follows_umask(path)
 
 
 @needs_ray
@@ -229,6 +238,7 @@ def test_docbin_output(pipeline, ray_local, expected, tmp_path):
     summary = tag_corpus(str(tmp_path / "in.txt"), tmp_path / "out", str(pipeline), workers=1, out_format="docbin",
                          log=lambda _: None)
     assert summary.done == 1
+    assert_mode_follows_umask(tmp_path / "out" / "in.spacy")
     nlp = spacy.load(pipeline)
     docs = list(DocBin().from_disk(tmp_path / "out" / "in.spacy").get_docs(nlp.vocab))
     texts = [t for t in TEXTS if t]

@@ -14,10 +14,10 @@ from typing import List, Optional
 
 import typer
 
-from . import MARKUP, app
+from . import MARKUP, FullHelpGroup, app
 
 convert_app = typer.Typer(
-    help="Convert corpora to spaCy DocBin files (.spacy), checking the input.", no_args_is_help=True,
+    help="Convert corpora to spaCy DocBin files (.spacy), checking the input.", cls=FullHelpGroup,
     rich_markup_mode=MARKUP,
 )
 app.add_typer(convert_app, name="convert")

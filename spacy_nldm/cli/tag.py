@@ -47,7 +47,7 @@ def tag(
     num_cpus: Optional[int] = typer.Option(None, "--num-cpus",
                                            help="CPUs of the local Ray instance (default: all); not with "
                                                 "--address"),
-    retries: int = typer.Option(2, "--retries", min=0,
+    retries: int = typer.Option(2, "--retries", min=0, metavar="N",
                                 help="If the run fails (a worker or node lost), run the unfinished shards "
                                      "again this many times"),
 ) -> None:

@@ -4,13 +4,13 @@ Sub-commands register themselves on :data:`app` when their module is imported be
 """
 import typer
 
-from spacy_nldm.cli import MARKUP
+from spacy_nldm.cli import MARKUP, FullHelpGroup
 
 app = typer.Typer(
     name="projects.paper",
     help="The paper study: hyper-parameter search, GloVe and MiniLM seed runs, the arc-length sweep, the plain-loop "
          "accuracy comparison and the synthetic data.",
-    no_args_is_help=True,
+    cls=FullHelpGroup,
     add_completion=False,
     rich_markup_mode=MARKUP,
 )
