@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import re
 import sys
@@ -31,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-RAY_MISSING = 'Ray Data is not installed; install it with: pip install "spacy-nldm[ray]"'
+RAY_MISSING = ('Ray Data is not installed; install it with: pip install "spacy-nldm[ray]" (in a checkout, with the '
+               'pinned versions: pip install -c constraints.txt torch==2.13.0 -e ".[ray]")')
 INPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text", ".parquet": "parquet"}
 OUTPUT_SUFFIXES = {"parquet": ".parquet", "docbin": ".spacy"}
 ERRORS_DIR = "_errors"
@@ -556,10 +558,12 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
     ray = require_ray()
     started = not ray.is_initialized()
     if started:
-        init = {"address": address, "log_to_driver": True}
+        init = {"address": address, "log_to_driver": True, "logging_level": logging.WARNING}
         if address is None:
             init.update(num_cpus=num_cpus, include_dashboard=False)
+            _quiet_local_ray()
         ray.init(**{k: v for k, v in init.items() if v is not None or k == "address"})
+        _quiet_ray_data()
     t0 = time.perf_counter()
     try:
         actor_kwargs = dict(model=str(Path(model).resolve()) if Path(model).is_dir() else model, text_key=text_key,
@@ -591,6 +595,18 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
         if started:
             ray.shutdown()
     return summary
+
+
+def _quiet_local_ray() -> None:
+    """For a local Ray instance started by this command (no cluster of the user's): no token authentication
+    (nothing else connects to it; Ray would print a warning and write a token to ~/.ray). A variable the user
+    has set is left as it is."""
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data's progress report (every 10 s, at INFO) is left out: this command prints a line per shard."""
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
 
 
 def _from_user_code(ray, err: BaseException) -> bool:
