@@ -24,18 +24,23 @@ class AveragingPyTorchShim(PyTorchShim):
         super().__init__(*args, **kwargs)
         self.id = ("pytorch", self.id)
 
-    @contextlib.contextmanager
-    def use_params(self, params):
+    def load_params(self, params) -> bool:
+        """Load the weights of ``params`` keyed ``(self.id, name)`` into the module; whether there were any."""
         state = {
             key[1]: xp2torch(value, device=self.device)
             for key, value in params.items()
             if isinstance(key, tuple) and len(key) == 2 and key[0] == self.id
         }
-        if not state:
+        if state:
+            self._model.load_state_dict({**self._model.state_dict(), **state})
+        return bool(state)
+
+    @contextlib.contextmanager
+    def use_params(self, params):
+        backup = {k: v.clone() for k, v in self._model.state_dict().items()}
+        if not self.load_params(params):
             yield
             return
-        backup = {k: v.clone() for k, v in self._model.state_dict().items()}
-        self._model.load_state_dict({**backup, **state})
         try:
             yield
         finally:
