@@ -351,3 +351,35 @@ def test_the_scorer_gives_its_tables_beside_the_scores(order):
     plain = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6)
     plain.resize(7, 5)
     assert plain(h, tables=True)[1] == {}
+
+
+@pytest.mark.parametrize("label_dim,rank", [(3, 5), (7, 2)])
+def test_label_dim_and_rank_are_the_sizes_the_interactions_contract(label_dim, rank):
+    """``label_dim`` D_t is the label embeddings' size (the root/start context first), the bilinear form is
+    D_t x D_t per direction, and ``rank`` D_r is the trilinear form's rank: a rank-D_r interaction, so the
+    (contexts x labels) block of one token and direction has rank at most D_r."""
+    bilinear = make_scorer("bilinear", n_dirs=2, label_dim=label_dim, rank=rank)
+    bilinear.resize(4, 6)
+    assert tuple(bilinear.label_emb.shape) == (7, label_dim) and tuple(bilinear.A.shape) == (2, label_dim, label_dim)
+    trilinear = make_scorer("trilinear", n_dirs=2, label_dim=label_dim, rank=rank, emission=False).double()
+    trilinear.resize(4, 6)
+    F = trilinear(torch.randn(3, 4, dtype=torch.float64))  # (3, X, C, M)
+    assert tuple(trilinear.U1.shape) == (4, rank)
+    assert int(torch.linalg.matrix_rank(F[0, 0])) == min(rank, label_dim, 6)
+
+
+def test_structure_and_smoothing_do_not_import_each_other():
+    """No import cycle between the structures and label smoothing (both read models/layout.py)."""
+    import ast
+    import inspect
+
+    from spacy_nldm.models import smoothing, structure
+
+    def imported(module):
+        names = set()
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.ImportFrom):
+                names.add((node.module or "").split(".")[-1])
+        return names
+
+    assert "structure" not in imported(smoothing) and "smoothing" in imported(structure)

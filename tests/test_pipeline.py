@@ -678,3 +678,78 @@ def test_distance_bias_is_the_nldms_only():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="distance_bias"):
         nlp.add_pipe("crf_tagger", config={"model": {"distance_bias": True}})
+
+
+def lookup_tok2vec(width: int = 6, rows: int = 64):
+    """A tok2vec of one table: each token's vector is row ``orth % rows`` of the parameter E (rows, width)."""
+    from thinc.api import Model
+
+    def ids(docs):
+        return [numpy.array([t.orth % rows for t in doc], dtype="int64") for doc in docs]
+
+    def forward(model, docs, is_train):
+        E = model.get_param("E")
+        rows_of = ids(docs)
+
+        def backprop(d_vecs):
+            dE = numpy.zeros_like(E)
+            for i, d in zip(rows_of, d_vecs):
+                numpy.add.at(dE, i, d)
+            model.inc_grad("E", dE)
+            return []
+
+        return [E[i] for i in rows_of], backprop
+
+    def init(model, X=None, Y=None):
+        model.set_param("E", numpy.random.default_rng(0).normal(size=(rows, width)).astype("float32"))
+
+    return Model("lookup", forward, init=init, dims={"nO": width}, params={"E": None})
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+@pytest.mark.parametrize("tok2vec_loss", ["sum", "mean"])
+def test_the_tok2vecs_gradient_is_that_of_the_intended_loss(ark, factory, tok2vec_loss):
+    """The gradient that one update sends the tok2vec (its table E) is the autograd gradient, in float64, of
+    the component's loss summed over the batch's tokens ("sum") or its mean per token ("mean"): the scorer run
+    on E's rows, the structure's negative log-likelihood with the component's label smoothing."""
+    import copy
+
+    from spacy_nldm.models.smoothing import mixture_weight
+    from spacy_nldm.models.tagger import get_structure, torch_scorer
+    from spacy_nldm.pipeline import StructuredTagger
+
+    nlp = spacy.blank("en")
+    tok2vec = lookup_tok2vec()
+    model = architecture(factory, tok2vec, **({"order": 2} if factory == "crf_tagger" else {}))
+    decode = "posterior" if factory == "nldm_tagger" else "viterbi"
+    pipe = StructuredTagger(nlp.vocab, model, factory, decode=decode, tok2vec_loss=tok2vec_loss,
+                            average_params=False)
+    egs = examples(nlp, [(w[:9], t[:9]) for w, t in ark[:4]])
+    pipe.initialize(lambda: egs)
+    scorer = torch_scorer(model)
+    with torch.no_grad():  # every score at work (at their start the interactions and the emission are zero)
+        torch.manual_seed(0)
+        for param in scorer.parameters():
+            param.normal_()
+    pipe.update(egs)
+    got = tok2vec.get_grad("E")
+
+    E = torch.tensor(tok2vec.get_param("E"), dtype=torch.float64, requires_grad=True)
+    double = copy.deepcopy(scorer).double()
+    docs = [eg.predicted for eg in egs]
+    lengths = torch.tensor([len(doc) for doc in docs])
+    rows = [torch.tensor([t.orth % E.shape[0] for t in doc]) for doc in docs]
+    per_doc = [double(E[r], tables=True) for r in rows]
+    F = torch.nn.utils.rnn.pad_sequence([f for f, _ in per_doc], batch_first=True)
+    labels = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor([pipe.labels.index(t.tag_) for t in eg.reference]) for eg in egs], batch_first=True)
+    gold = torch.nn.functional.one_hot(labels, len(pipe.labels)).bool()
+    structure = get_structure(model, per_doc[0][1])
+    loss = structure.nll(F, lengths, gold, approx=pipe.loss,
+                         smoothing=mixture_weight(pipe.label_smoothing, len(pipe.labels)))
+    if tok2vec_loss == "mean":
+        loss = loss / float(lengths.sum())
+    (want,) = torch.autograd.grad(loss, E)
+    want = want.numpy()
+    assert numpy.abs(want).max() > 0
+    numpy.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * float(numpy.abs(want).max()))
