@@ -49,7 +49,7 @@ class AveragingPyTorchShim(PyTorchShim):
 
 def torch_layer(module: nn.Module, convert_inputs=None, convert_outputs=None):
     """``PyTorchWrapper_v2(module, convert_inputs, convert_outputs)`` whose shim applies averaged parameters
-    in ``use_params`` (the edge scorer, the packed BiLSTM, the character CNN)."""
+    in ``use_params`` (the edge scorer, the packed BiLSTM)."""
     model = PyTorchWrapper_v2(module, convert_inputs=convert_inputs, convert_outputs=convert_outputs)
     model.shims[0] = AveragingPyTorchShim(module)
     return model

@@ -11,7 +11,7 @@ Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as 
 NLDM's tree is the canonical one of the decoded labels (:mod:`.trees`), so it does not depend on the batch.
 """
 import math
-from typing import Callable, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 

@@ -16,7 +16,7 @@ from spacy.tokens import Doc
 from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats2d
 
-from .segments import ScoreGradient, SegmentScores, TokenScores  # noqa: F401  (SegmentScores: re-exported)
+from .segments import ScoreGradient, TokenScores
 from .shim import torch_layer
 from .structure import Chain, LatentTree, Structure
 

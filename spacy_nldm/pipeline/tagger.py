@@ -86,8 +86,8 @@ class StructuredTagger(TrainablePipe):
     tok2vec_loss: the loss whose gradient reaches the tok2vec (or, through a listener, the shared one):
         "sum" over the batch's tokens, as spaCy's ``tagger`` sends it, "mean" per token, or None: the
         head's (``normalize_loss``), as before this setting existed (the paper's ``spacy train``
-        configs keep that). The head's gradient (its own layers' too: characters, context LSTM, hidden
-        layer) follows ``normalize_loss`` either way. With the default per-token head and summed tok2vec
+        configs keep that). The head's gradient (its own embeddings' too) follows ``normalize_loss``
+        either way. With the default per-token head and summed tok2vec
         gradient, spaCy's clipping acts on the encoder at almost every step (as for its ``tagger``) and not
         on the head (projects/paper/results/diagnosis.md section 20).
     label_smoothing: as spaCy's ``tagger`` setting (each token's target keeps 1 - a on the gold label):
@@ -403,6 +403,18 @@ class StructuredTagger(TrainablePipe):
         serialize = {"cfg": lambda p: srsly.write_json(p, self.cfg), "vocab": lambda p: self.vocab.to_disk(p, exclude=exclude),
                      "model": model.to_disk}
         util.to_disk(util.ensure_path(path), serialize, exclude)
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        """As spaCy's; the loaded weights are what the component tags with (averaging starts again)."""
+        super().from_bytes(bytes_data, exclude=exclude)
+        self.averages = ParamAverages()
+        return self
+
+    def from_disk(self, path, *, exclude=tuple()):
+        """As spaCy's; the loaded weights are what the component tags with (averaging starts again)."""
+        super().from_disk(path, exclude=exclude)
+        self.averages = ParamAverages()
+        return self
 
     def score(self, examples: Iterable[Example], **kwargs):
         """The scorer's figures for ``attr`` (spaCy passes ``cfg`` to it; our settings live apart)."""
