@@ -22,6 +22,8 @@ from .structure import Chain, LatentTree, Structure
 
 #: arc lengths with a bias of their own without max_dist (longer arcs share the last one)
 DISTANCE_BIAS_LENGTHS = 10
+#: the model's attrs of the head's embeddings where it has none of its own
+NO_EMBEDDINGS = {"embed_width": 0, "embed_depth": 0, "embed_mix": False}
 
 
 def build_structured_tagger(tok2vec: Model[List[Doc], List[Floats2d]], scorer: torch.nn.Module,
@@ -37,9 +39,6 @@ def build_structured_tagger(tok2vec: Model[List[Doc], List[Floats2d]], scorer: t
     embeddings = dict(head_layers.attrs) if head_layers is not None else NO_EMBEDDINGS
     return Model(f"nldm-{attrs['structure']}-tagger", forward, init=init, layers=layers,
                  refs={"tok2vec": tok2vec, "head": head}, dims={"nO": nO}, attrs={**attrs, **embeddings})
-
-
-NO_EMBEDDINGS = {"embed_width": 0, "embed_depth": 0, "embed_mix": False}
 
 
 def head_features(tok2vec: Model, embed_width: Optional[int], embed_depth: Optional[int],
@@ -81,8 +80,8 @@ def head_features(tok2vec: Model, embed_width: Optional[int], embed_depth: Optio
 
 
 def _features_init(model: Model, X=None, Y=None) -> None:
-    """Initialize the embeddings on the docs of ``X`` (docs, tok2vec vectors), then the window encoder on
-    what it reads."""
+    """Initialize the embeddings on the docs of ``X`` (docs, tok2vec vectors or None without a mixed window
+    encoder), then the window encoder on what it reads."""
     if X is None:
         for layer in model.layers:
             layer.initialize()
@@ -179,8 +178,8 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
     tok2vec, own = model.get_ref("tok2vec"), model.layers[1] if len(model.layers) == 3 else None
     if X is not None:
         tok2vec.initialize(X=X)
-        if own is not None:
-            own.initialize(X=(X, tok2vec.predict(X)))
+        if own is not None:  # (the mixed window encoder reads the tok2vec's vectors: its width from them)
+            own.initialize(X=(X, tok2vec.predict(X) if len(own.layers) > 1 else None))
     else:
         try:
             for layer in model.layers[:-1]:
