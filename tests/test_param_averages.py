@@ -131,14 +131,16 @@ def test_a_listener_leaves_the_optimizer_alone_when_off():
 def test_threads_tagging_at_once_with_a_pipeline_trained_in_the_process_tag_as_one_thread():
     """Tagging reads the averages without touching the model that trains: four threads tagging the same texts
     at once with a freshly trained (not reloaded) pipeline get exactly the tags, trees and probabilities of
-    serial tagging, and the model's weights are the same after as before."""
+    serial tagging, and the model's weights are the same after as before. The scorer has dropout, which no
+    prediction may apply (whatever another thread's prediction does to the torch module's mode)."""
     from nldm_fixtures import TWITTER
     from spacy_nldm.corpora.ark import read_ark
+    from spacy_nldm.models.tagger import torch_scorer
 
     tweets = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:40]
     fix_random_seed(0)
     nlp = spacy.blank("en")
-    pipe = nlp.add_pipe("nldm_tagger", config={"store_probs": True})
+    pipe = nlp.add_pipe("nldm_tagger", config={"store_probs": True, "model": {"dropout": 0.3}})
     examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in tweets[:24]]
     optimizer = nlp.initialize(lambda: examples)
     for _ in range(4):
@@ -156,3 +158,5 @@ def test_threads_tagging_at_once_with_a_pipeline_trained_in_the_process_tag_as_o
         together = [job.result() for job in [pool.submit(tag) for _ in range(4)]]
     assert all(result == serial for result in together)
     assert pipe.model.to_bytes() == weights
+    # a prediction leaves the scorer in eval mode (no dropout) for any prediction running beside it
+    assert not torch_scorer(pipe.averages.tagging_model(pipe.model)).training

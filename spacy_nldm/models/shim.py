@@ -4,10 +4,12 @@ thinc 8.3's ``PyTorchShim`` stores a parameter's running average under the key `
 name)`` (``finish_update``) but ``use_params`` looks for string keys ``"pytorch_<id>_<name>"``, so
 ``nlp.use_params(optimizer.averages)`` (what ``spacy train`` evaluates and saves with
 ``use_averages = true``) swaps in the averaged tok2vec and leaves the torch head at its last
-weights. :class:`AveragingPyTorchShim` reads the keys ``finish_update`` writes.
+weights. :class:`AveragingPyTorchShim` reads the keys ``finish_update`` writes, and its predictions change
+no state of the module (threads may predict at once).
 """
 import contextlib
 
+import torch
 from thinc.api import ArgsKwargs, PyTorchWrapper_v2, torch2xp, xp2torch
 from thinc.shims import PyTorchShim
 from torch import nn
@@ -23,6 +25,14 @@ class AveragingPyTorchShim(PyTorchShim):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.id = ("pytorch", self.id)
+
+    def predict(self, inputs: ArgsKwargs):
+        """As thinc's, but the module stays in eval mode after it (``begin_update`` sets training mode again):
+        thinc's sets training mode on the way out, which a prediction running at the same time in another
+        thread would then run in (with its dropout)."""
+        self._model.eval()
+        with torch.no_grad(), torch.autocast("cuda", enabled=self._mixed_precision):
+            return self._model(*inputs.args, **inputs.kwargs)
 
     def load_params(self, params) -> bool:
         """Load the weights of ``params`` keyed ``(self.id, name)`` into the module; whether there were any."""
