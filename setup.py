@@ -56,11 +56,10 @@ setup(
             "crf_tagger = spacy_nldm.pipeline.factories:make_crf_tagger",
         ],
         "spacy_architectures": [
-            "spacy-nldm.NLDMTagger.v1 = spacy_nldm.models:build_nldm_tagger",
-            "spacy-nldm.CRFTagger.v1 = spacy_nldm.models:build_crf_tagger",
+            "spacy-nldm.NLDMTagger.v2 = spacy_nldm.models:build_nldm_tagger",
+            "spacy-nldm.CRFTagger.v2 = spacy_nldm.models:build_crf_tagger",
             "spacy-nldm.BiLSTMEncoder.v1 = spacy_nldm.models:build_bilstm_encoder",
             "spacy-nldm.TorchBiLSTMEncoder.v1 = spacy_nldm.models:build_torch_bilstm_encoder",
-            "spacy-nldm.HashCharEmbed.v1 = spacy_nldm.models:build_hash_char_embed",
             "spacy-nldm.WordDropoutHashEmbed.v1 = spacy_nldm.models:build_word_dropout_hash_embed",
         ],
         "spacy_misc": [

@@ -18,16 +18,14 @@ STRUCTURES = {
     "crf2": lambda bias: Chain(order=2),
     "nldm": lambda bias: LatentTree(max_dist=None, distance_bias=bias),
     "nldm_k2": lambda bias: LatentTree(max_dist=2, distance_bias=bias),
-    "nldm_pairs": lambda bias: LatentTree(max_dist=None, distance_bias=bias),  # a label-pair bias (2, K, M, M)
-    "nldm_k2_pairs": lambda bias: LatentTree(max_dist=2, distance_bias=bias),
 }
 
 
 def _random_bias(name, k, m, **kw):
-    """The bias the tests give a structure: None for the chains, (2, k) for the NLDM, (2, k, m, m) for *_pairs."""
+    """The bias the tests give a structure: None for the chains, (2, k) for the NLDM."""
     if not name.startswith("nldm"):
         return None
-    return torch.randn(2, k, *((m, m) if name.endswith("_pairs") else ()), dtype=torch.float64, **kw)
+    return torch.randn(2, k, dtype=torch.float64, **kw)
 
 
 def _shape(name: str, m: int):
@@ -99,8 +97,7 @@ def _enumerate_uniform_ce(name, F, n, bias, max_dist):
                     a = 0 if h == 0 else labels[h - 1] + 1
                     score += float(F[d - 1, 0 if h < d else 1, a, labels[d - 1]])
                     if bias is not None and h != 0:
-                        value = bias[0 if h < d else 1, min(abs(h - d), bias.shape[1]) - 1]
-                        score += float(value if bias.dim() == 2 else value[labels[h - 1], labels[d - 1]])
+                        score += float(bias[0 if h < d else 1, min(abs(h - d), bias.shape[1]) - 1])
                 total += score
         expected = total / (m ** n * len(trees))
         return float(log_z) - expected - math.log(len(trees))
@@ -190,88 +187,3 @@ def test_segments_with_unknown_labels_keep_the_plain_likelihood(name):
     assert float(smoothed) == pytest.approx(float(smoothed_first + plain_second), rel=1e-10)
     nothing_known = torch.ones_like(mask)
     assert float(structure.nll(F, lengths, nothing_known, smoothing=0.3)) == pytest.approx(0.0, abs=1e-9)
-
-
-def _joint_scores(F, n, bias, chain=None):
-    """(trees, labelings) torch tensor of every joint score of one segment (F (n, 2, M+1, M), the chain's
-    factor (M+1, M) if given), and the trees."""
-    m = F.shape[-1]
-    trees = _projective_trees(n, None)
-    labelings = list(itertools.product(range(m), repeat=n))
-    rows = []
-    for heads in trees:
-        row = []
-        for labels in labelings:
-            score = F.new_zeros(())
-            for d, h in enumerate(heads, start=1):
-                a = 0 if h == 0 else labels[h - 1] + 1
-                score = score + F[d - 1, 0 if h < d else 1, a, labels[d - 1]]
-                if bias is not None and h != 0:
-                    score = score + bias[0 if h < d else 1, min(abs(h - d), bias.shape[1]) - 1]
-                if chain is not None:
-                    score = score + chain[0 if d == 1 else labels[d - 2] + 1, labels[d - 1]]
-            row.append(score)
-        rows.append(torch.stack(row))
-    return torch.stack(rows), trees
-
-
-@pytest.mark.parametrize("with_bias,with_chain", [(False, False), (True, False), (True, True)])
-def test_model_trees_target_against_enumeration(with_bias, with_chain):
-    """tree_smoothing = "model" at b = 1: log Z - E[score] - log #trees with the labels uniform and the tree drawn
-    from the model's tree distribution q(t) = sum_y P(y, t), q held fixed; its value and gradients (F, the
-    distance bias, the chain's factor) against brute force."""
-    m, n = 2, 3
-    F, _, _, _ = _batch("nldm", [n], m, seed=4)
-    F = F.requires_grad_()
-    g = torch.Generator().manual_seed(6)
-    bias = torch.randn(2, 2, dtype=torch.float64, generator=g, requires_grad=True) if with_bias else None
-    chain = torch.randn(m + 1, m, dtype=torch.float64, generator=g, requires_grad=True) if with_chain else None
-    joint, trees = _joint_scores(F[0], n, bias, chain)
-    log_z = torch.logsumexp(joint.flatten(), 0)
-    q = torch.softmax(torch.logsumexp(joint, 1), 0).detach()  # the model's tree distribution, held fixed
-    expected = log_z - (q * joint.mean(1)).sum() - math.log(len(trees))
-    inputs = [F] + [x for x in (bias, chain) if x is not None]
-    expected_grads = torch.autograd.grad(expected, inputs)
-    gold = torch.nn.functional.one_hot(torch.tensor([[1, 0, 1]]), m).bool()
-    ours = LatentTree(max_dist=None, distance_bias=bias, chain=chain, tree_smoothing="model").nll(
-        F, torch.tensor([n]), gold, smoothing=1.0)
-    assert float(ours) == pytest.approx(float(expected), rel=1e-9, abs=1e-9)
-    for got, want in zip(torch.autograd.grad(ours, inputs), expected_grads):
-        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
-
-
-@pytest.mark.parametrize("max_dist", [None, 2])
-def test_model_trees_leave_the_tree_shape_to_the_likelihood(max_dist):
-    """With the model's own trees in the target, the distance bias gets (1 - b) times the plain likelihood's
-    gradient (the target smooths labels only; a segment with an unknown label keeps its plain one); without label
-    interactions or bias the model's trees are uniform, and the loss is the uniform target's."""
-    m, b = 3, 0.3
-    F, lengths, mask, _ = _batch("nldm", [4, 2, 3], m, seed=7)
-    mask[2, 1] = True
-    bias = torch.randn(2, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(8), requires_grad=True)
-    smoothed = LatentTree(max_dist=max_dist, distance_bias=bias, tree_smoothing="model").nll(
-        F, lengths, mask, smoothing=b)
-    plain = LatentTree(max_dist=max_dist, distance_bias=bias)
-    labelled = torch.autograd.grad(plain.nll(F[:2], lengths[:2], mask[:2]), bias)[0]
-    unsmoothed = torch.autograd.grad(plain.nll(F[2:], lengths[2:], mask[2:]), bias)[0]  # an unknown label
-    torch.testing.assert_close(torch.autograd.grad(smoothed, bias)[0], (1 - b) * labelled + unsmoothed,
-                               rtol=1e-10, atol=1e-12)
-    flat, _, flat_mask, _ = _batch("nldm", [4, 2, 3], m, seed=7, interactions=False)
-    zero = torch.zeros(2, 3, dtype=torch.float64, requires_grad=True)
-    losses = []
-    for trees in ("uniform", "model"):
-        X = flat.clone().requires_grad_()
-        loss = LatentTree(max_dist=max_dist, distance_bias=zero, tree_smoothing=trees).nll(X, lengths, flat_mask,
-                                                                                          smoothing=b)
-        losses.append((loss, *torch.autograd.grad(loss, [X, zero])))
-    for uniform, model in zip(*losses):
-        torch.testing.assert_close(model, uniform, rtol=1e-10, atol=1e-12)
-    with torch.no_grad():  # the value alone (no graph) is the same
-        again = LatentTree(max_dist=max_dist, distance_bias=bias, tree_smoothing="model").nll(
-            F, lengths, mask, smoothing=b)
-    assert float(again) == pytest.approx(float(smoothed), rel=1e-12)
-
-
-def test_tree_smoothing_is_checked():
-    with pytest.raises(ValueError, match="tree_smoothing"):
-        LatentTree(tree_smoothing="labels")

@@ -58,15 +58,12 @@ def all_labelings(n, m):
 
 #: a distance bias (2, K): arcs of length 1, 2 and longer, head on the left / on the right
 BIAS = torch.tensor([[0.7, -1.2, 0.3], [0.4, 2.0, -0.5]], dtype=torch.float64)
-#: a label-pair distance bias (2, K, M, M) for 3 labels: each direction, length and (head, dependent) label pair
-PAIRS = torch.randn(2, 3, 3, 3, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
 
 
 @pytest.mark.parametrize(
     "structure,shape",
     [(LatentTree(None), (2, 4)), (LatentTree(1), (2, 4)), (LatentTree(2), (2, 4)), (Chain(1), (1, 4)), (Chain(2), (4, 4)),
-     (LatentTree(None, distance_bias=BIAS), (2, 4)), (LatentTree(2, distance_bias=BIAS[:, :2]), (2, 4)),
-     (LatentTree(None, distance_bias=PAIRS), (2, 4)), (LatentTree(2, distance_bias=PAIRS[:, :2]), (2, 4))],
+     (LatentTree(None, distance_bias=BIAS), (2, 4)), (LatentTree(2, distance_bias=BIAS[:, :2]), (2, 4))],
 )
 def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structure, shape):
     torch.manual_seed(1)
@@ -96,15 +93,15 @@ def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structu
 
 
 @pytest.mark.parametrize("k", [None, 2])
-@pytest.mark.parametrize("with_bias", [False, True, "labels"])
+@pytest.mark.parametrize("with_bias", [False, True])
 def test_gold_label_loss_equals_the_per_bucket_restricted_loss(k, with_bias):
     """The fully labelled fast path (log S on gathered gold arcs, whole batch) against the general one,
-    for F and the distance bias (per length, or per length and label pair)."""
+    for F and the distance bias."""
     from spacy_nldm.models.structure import Structure
 
     torch.manual_seed(4)
     F = torch.randn(4, 6, 2, 5, 4, dtype=torch.float64, requires_grad=True)
-    start = BIAS if with_bias != "labels" else torch.randn(2, 3, 4, 4, dtype=torch.float64)
+    start = BIAS
     bias = start.clone().requires_grad_(True)
     lengths = torch.tensor([6, 2, 0, 4])
     gold = torch.nn.functional.one_hot(torch.randint(0, 4, (4, 6)), 4).bool()
@@ -120,9 +117,7 @@ def test_gold_label_loss_equals_the_per_bucket_restricted_loss(k, with_bias):
         # against finite differences
         moved = start.clone()
         loss = lambda: LatentTree(max_dist=k, distance_bias=moved).nll(F.detach(), lengths, gold)  # noqa: E731
-        pairs = [(1, 2), (3, 0), (2, 2)] if with_bias == "labels" else [()]
-        for index in itertools.product(range(2), range(3), pairs):
-            index = index[:2] + index[2]
+        for index in itertools.product(range(2), range(3)):
             assert float(grad[index]) == pytest.approx(central_difference(loss, moved, index), abs=1e-6)
         assert bool((grad != 0).any())
 
@@ -337,164 +332,54 @@ def test_optimizer_averages_reach_the_torch_head():
     torch.testing.assert_close(scorer.W.detach(), last)
 
 
-def test_distance_prior_is_where_the_bias_starts_and_it_cancels_there():
-    """distance_prior p starts the bias at -p * (length - 1) in both directions; with the label interactions
-    at their zero start the NLDM is still the softmax tagger (the bias cancels), whatever p."""
-    torch.manual_seed(9)
-    for p in (0.0, 1.5):
-        scorer = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=3, distance_prior=p)
-        scorer.resize(7, 5)
-        expected = torch.tensor([[0.0, -p, -2 * p]] * 2)
-        assert torch.equal(scorer.distance_bias.detach(), expected)
-        scorer = scorer.double()
-        with torch.no_grad():
-            torch.nn.init.normal_(scorer.W), torch.nn.init.normal_(scorer.b)  # the interaction A stays at zero
-        h = torch.randn(2, 5, 7, dtype=torch.float64)
-        lengths = torch.tensor([5, 3])
-        tree = LatentTree(3, distance_bias=scorer.distance_bias)
-        marg = tree.label_marginals(scorer(h), lengths)
-        real = torch.arange(5)[None, :] < lengths[:, None]
-        torch.testing.assert_close(marg[real], (h @ scorer.W + scorer.b).softmax(-1)[real])
-
-
-def test_distance_prior_needs_the_distance_bias():
-    with pytest.raises(ValueError, match="distance_prior"):
-        make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=0, distance_prior=1.0)
-
-
-@pytest.mark.parametrize("edge_scorer", ["bilinear", "emission_transition", "trilinear"])
-def test_distance_labels_start_at_zero_and_reach_the_structure(edge_scorer):
-    """distance_labels gives the tree a label-pair score per direction and length (X, K, M, M) beside the bias:
-    zero at the start (the NLDM is the one without it), then a function of its parameters whose gradient the
-    loss writes (against finite differences of the loss in the parameters)."""
-    torch.manual_seed(12)
-    plain = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3).double()
-    scorer = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3, distance_labels=True)
-    scorer = scorer.double()
-    plain.resize(7, 5), scorer.resize(7, 5)
-    scorer.load_state_dict({**plain.state_dict(), **{k: v for k, v in scorer.state_dict().items()
-                                                     if k not in plain.state_dict()}})
-    h = torch.randn(2, 5, 7, dtype=torch.float64)
-    lengths = torch.tensor([5, 3])
-    gold = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 5)), 5).bool()
-    scores = scorer.distance_scores()
-    assert tuple(scores.shape) == (2, 3, 5, 5)
-    torch.testing.assert_close(scores, plain.distance_scores()[:, :, None, None].expand(2, 3, 5, 5))
-    same = [LatentTree(3, distance_bias=s.distance_scores()).nll(s(h), lengths, gold) for s in (plain, scorer)]
-    torch.testing.assert_close(same[0], same[1])
-    name = "psi_dist" if edge_scorer == "emission_transition" else "A_dist"
-    param = getattr(scorer, name)
-    with torch.no_grad():
-        param.normal_()
-    loss = lambda: LatentTree(3, distance_bias=scorer.distance_scores()).nll(scorer(h), lengths, gold)  # noqa: E731
-    (grad,) = torch.autograd.grad(loss(), param)
-    for index in [(0, 0, 1, 2), (1, 2, 0, 0), (1, 0, 3, 1)]:
-        assert float(grad[index]) == pytest.approx(central_difference(loss, param, index), abs=1e-6)
-    assert bool((grad != 0).any())
-
-
-def test_distance_labels_need_the_distance_bias():
-    with pytest.raises(ValueError, match="distance_labels"):
-        make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=0, distance_labels=True)
-
-
-@pytest.mark.parametrize("tie", [True, False])
-def test_tied_directions_score_neighbours_alike_whichever_is_the_head(tie):
-    """tie_directions gives both arc directions one label-pair table read in text order: F's head-on-the-right
-    block is the head-on-the-left one transposed (A^1 = (A^0)^T). A sentence of two tokens has three latent
-    trees (1 heads 2, 2 heads 1, both on the root); with the root's label embedding at 0 the NLDM then gives
-    labels (a, c) the probability exp(e) (2 exp(pair[a, c]) + 1) / Z, where e is the emissions' sum and pair the
-    table's score of a left label a before a right label c. With a table per direction (``tie = False``, random
-    values) the NLDM is not that. The tied table's gradient through the loss of longer sentences matches finite
-    differences."""
-    torch.manual_seed(14)
-    scorer = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, tie_directions=tie).double()
+@pytest.mark.parametrize("order", [1, 2])
+def test_the_scorer_gives_its_tables_beside_the_scores(order):
+    """With ``tables`` the scorer returns (F, its tables by name): the tree's distance bias (2, K), starting at
+    zero, or the second-order chain's trigram table, the parameters themselves (the loss's gradient reaches
+    them through them); F is the same either way."""
+    scorer = make_scorer("bilinear", n_dirs=1 if order == 2 else 2, label_dim=4, rank=6, order=order,
+                         distance_lengths=0 if order == 2 else 3)
     scorer.resize(7, 5)
-    assert tuple(scorer.A.shape) == ((1, 4, 4) if tie else (2, 4, 4))
-    with torch.no_grad():
-        for p in scorer.parameters():
-            p.normal_()
-        scorer.label_emb[0] = 0.0  # the root's arc scores the emission only
-    h = torch.randn(3, 2, 7, dtype=torch.float64)
-    lengths = torch.tensor([2, 2, 2])
-    labels = torch.randint(0, 5, (3, 2))
-    gold = torch.nn.functional.one_hot(labels, 5).bool()
-    F = scorer(h)
-    emission = h @ scorer.W + scorer.b  # (3, 2, M)
-    pair = torch.einsum("at,tu,cu->ac", scorer.label_emb[1:], scorer.A[0], scorer.label_emb[1:]) / 4
-    if tie:  # a head on the left reads (head, dependent), one on the right (dependent, head): the same table
-        torch.testing.assert_close(F[:, :, 0, 1:], emission[:, :, None, :] + pair)
-        torch.testing.assert_close(F[:, :, 1, 1:], emission[:, :, None, :] + pair.T)
-    # log of exp(e) (2 exp(pair) + 1) for every label pair (a, c): (3, M, M)
-    log_weight = (emission[:, 0, :, None] + emission[:, 1, None, :]
-                  + torch.logaddexp(pair + torch.log(torch.tensor(2.0, dtype=pair.dtype)), torch.zeros_like(pair)))
-    expected = -(log_weight[torch.arange(3), labels[:, 0], labels[:, 1]] - log_weight.flatten(1).logsumexp(-1)).sum()
-    nll = LatentTree(2).nll(F, lengths, gold)
-    assert torch.allclose(nll, expected) == tie
-    if tie:
-        h = torch.randn(2, 6, 7, dtype=torch.float64)
-        lengths = torch.tensor([6, 4])
-        gold = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 6)), 5).bool()
-        loss = lambda: LatentTree(3).nll(scorer(h), lengths, gold)  # noqa: E731
-        (grad,) = torch.autograd.grad(loss(), scorer.A)
-        for index in [(0, 0, 1), (0, 2, 3), (0, 3, 3)]:
-            assert float(grad[index]) == pytest.approx(central_difference(loss, scorer.A, index), abs=1e-6)
+    h = torch.randn(2, 3, 7)
+    F, tables = scorer(h, tables=True)
+    assert torch.equal(F, scorer(h))
+    if order == 2:
+        assert list(tables) == ["trigram"] and tables["trigram"] is scorer.psi2
+    else:
+        assert list(tables) == ["distance_bias"] and tables["distance_bias"] is scorer.distance_bias
+        assert torch.equal(scorer.distance_bias.detach(), torch.zeros(2, 3))
+    plain = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6)
+    plain.resize(7, 5)
+    assert plain(h, tables=True)[1] == {}
 
 
-def test_tied_directions_are_for_the_bilinear_tree_only():
-    for name, n_dirs in (("bilinear", 1), ("emission_transition", 2), ("trilinear", 2)):
-        with pytest.raises(ValueError, match="tie_directions"):
-            make_scorer(name, n_dirs=n_dirs, label_dim=4, rank=6, tie_directions=True)
+@pytest.mark.parametrize("label_dim,rank", [(3, 5), (7, 2)])
+def test_label_dim_and_rank_are_the_sizes_the_interactions_contract(label_dim, rank):
+    """``label_dim`` D_t is the label embeddings' size (the root/start context first), the bilinear form is
+    D_t x D_t per direction, and ``rank`` D_r is the trilinear form's rank: a rank-D_r interaction, so the
+    (contexts x labels) block of one token and direction has rank at most D_r."""
+    bilinear = make_scorer("bilinear", n_dirs=2, label_dim=label_dim, rank=rank)
+    bilinear.resize(4, 6)
+    assert tuple(bilinear.label_emb.shape) == (7, label_dim) and tuple(bilinear.A.shape) == (2, label_dim, label_dim)
+    trilinear = make_scorer("trilinear", n_dirs=2, label_dim=label_dim, rank=rank, emission=False).double()
+    trilinear.resize(4, 6)
+    F = trilinear(torch.randn(3, 4, dtype=torch.float64))  # (3, X, C, M)
+    assert tuple(trilinear.U1.shape) == (4, rank)
+    assert int(torch.linalg.matrix_rank(F[0, 0])) == min(rank, label_dim, 6)
 
 
-def _head_side_matrix(u, n, max_dist):
-    """Definition of the head scores as arc scores, by loops: (B, n+1, n+1) [h, d] = u[b, d-1, 0] from the
-    root, u[b, d-1, 1] from a head on the left, u[b, d-1, 2] from one on the right; 0 elsewhere."""
-    extra = torch.zeros(u.shape[0], n + 1, n + 1, dtype=u.dtype)
-    for h in range(n + 1):
-        for d in range(1, n + 1):
-            if h != d and abs(h - d) <= max_dist:
-                extra[:, h, d] = u[:, d - 1, 0 if h == 0 else (1 if h < d else 2)]
-    return extra
+def test_structure_and_smoothing_do_not_import_each_other():
+    """No import cycle between the structures and label smoothing (both read models/layout.py)."""
+    import ast
+    import inspect
 
+    from spacy_nldm.models import smoothing, structure
 
-@pytest.mark.parametrize("edge_scorer", sorted(SCORERS))
-def test_head_scores_start_at_zero_and_score_each_tokens_head_side(edge_scorer):
-    """head_scores adds u = h V_head [root, left, right] to every arc into the token, whatever the labels: zero at
-    the start (the NLDM is the one without it); then log Z of the compact scores equals log Z of the dense arcs
-    built by the definition (the plain scorer's arcs plus u by the head's side, plus the distance bias), and
-    V_head's gradient through the loss matches finite differences; the scores are no longer token-independent."""
-    from spacy_nldm import structs
+    def imported(module):
+        names = set()
+        for node in ast.walk(ast.parse(inspect.getsource(module))):
+            if isinstance(node, ast.ImportFrom):
+                names.add((node.module or "").split(".")[-1])
+        return names
 
-    torch.manual_seed(13)
-    plain = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3).double()
-    scorer = make_scorer(edge_scorer, n_dirs=2, label_dim=4, rank=6, distance_lengths=3, head_scores=True).double()
-    plain.resize(7, 5), scorer.resize(7, 5)
-    for p in plain.parameters():
-        torch.nn.init.normal_(p)
-    state = plain.state_dict()
-    scorer.load_state_dict({**state, "V_head": scorer.V_head.detach()})
-    assert not scorer.token_independent
-    h = torch.randn(2, 6, 7, dtype=torch.float64)
-    lengths = torch.tensor([6, 4])
-    gold = torch.nn.functional.one_hot(torch.randint(0, 5, (2, 6)), 5).bool()
-    tree = LatentTree(3, distance_bias=scorer.distance_bias)
-    torch.testing.assert_close(tree.nll(scorer(h), lengths, gold), tree.nll(plain(h), lengths, gold))
-    with torch.no_grad():
-        scorer.V_head.normal_()
-    u = h @ scorer.V_head
-    dense = (expand_directional(plain(h).detach()) + _head_side_matrix(u.detach(), 6, 3)[..., None, None]
-             + structs.distance_bias_matrix(scorer.distance_bias.detach(), 7, 3)[None, :, :, None, None])
-    compact = structs.DirectionalScores(scorer(h).detach(), scorer.distance_bias.detach())
-    torch.testing.assert_close(structs.log_partition(compact, lengths, max_dist=3),
-                               structs.log_partition(dense, lengths, max_dist=3))
-    loss = lambda: tree.nll(scorer(h), lengths, gold)  # noqa: E731
-    (grad,) = torch.autograd.grad(loss(), scorer.V_head)
-    for index in [(0, 0), (3, 1), (6, 2)]:
-        assert float(grad[index]) == pytest.approx(central_difference(loss, scorer.V_head, index), abs=1e-6)
-        assert float(grad[index]) != 0.0
-
-
-def test_head_scores_are_for_the_tree_only():
-    with pytest.raises(ValueError, match="head_scores"):
-        make_scorer("bilinear", n_dirs=1, label_dim=4, rank=6, head_scores=True)
+    assert "structure" not in imported(smoothing) and "smoothing" in imported(structure)

@@ -1,7 +1,10 @@
 """The components' own weight averages (component setting ``average_params``, spacy_nldm.pipeline.averages):
-they are the averages spaCy's optimizer keeps with ``use_averages``, the component tags and saves with them,
-and it keeps none when the optimizer averages or when the setting is off; listening to a shared tok2vec, it
-has the optimizer average the whole pipeline."""
+they are the averages spaCy's optimizer keeps with ``use_averages``, the component tags and saves with them
+(without changing the model that trains, so threads may tag at once), and it keeps none when the optimizer
+averages or when the setting is off; listening to a shared tok2vec, it has the optimizer average the whole
+pipeline."""
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy
 import pytest
 import spacy
@@ -14,12 +17,20 @@ DATA = [(["the", "cat", "sat"], ["D", "N", "V"]), (["a", "dog", "ran", "fast"], 
 PROBE = ["the", "dog", "sat", "fast"]
 
 
-def _trained(factory, average_params, optimizer_averages, steps=15, context_width=0):
+#: the paper's encoder: a torch layer (spaCy's TorchBiLSTMEncoder on packed docs) besides the torch scorer
+TORCH_TOK2VEC = {"@architectures": "spacy.Tok2Vec.v2",
+                 "embed": {"@architectures": "spacy.MultiHashEmbed.v2", "width": 16, "attrs": ["NORM"], "rows": [100],
+                           "include_static_vectors": False},
+                 "encode": {"@architectures": "spacy-nldm.TorchBiLSTMEncoder.v1", "width": 16, "depth": 1,
+                            "dropout": 0.0}}
+
+
+def _trained(factory, average_params, optimizer_averages, steps=15, torch_encoder=False):
     fix_random_seed(0)
     nlp = spacy.blank("en")
     config = {"average_params": average_params}
-    if context_width:  # a torch layer of the head's own besides the scorer
-        config["model"] = {"context_width": context_width}
+    if torch_encoder:
+        config["model"] = {"tok2vec": TORCH_TOK2VEC}
     nlp.add_pipe(factory, name="tagger", config=config)
     examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in DATA]
     nlp.initialize(lambda: examples)
@@ -39,12 +50,12 @@ def _marginals(nlp):
     return nlp(Doc(nlp.vocab, words=PROBE))._.nldm_probs
 
 
-@pytest.mark.parametrize("factory,context_width", [("nldm_tagger", 0), ("crf_tagger", 0), ("nldm_tagger", 8)])
-def test_the_components_averages_are_the_optimizers(factory, context_width):
+@pytest.mark.parametrize("factory,torch_encoder", [("nldm_tagger", False), ("crf_tagger", False), ("nldm_tagger", True)])
+def test_the_components_averages_are_the_optimizers(factory, torch_encoder):
     """Trained alike, a component averaging its own weights under an optimizer that keeps no averages tags
     as the same component does under spaCy's ``use_params(optimizer.averages)`` with an averaging one."""
-    reference, optimizer = _trained(factory, False, True, context_width=context_width)
-    ours, _ = _trained(factory, True, False, context_width=context_width)
+    reference, optimizer = _trained(factory, False, True, torch_encoder=torch_encoder)
+    ours, _ = _trained(factory, True, False, torch_encoder=torch_encoder)
     with reference.use_params(optimizer.averages):
         expected = _marginals(reference)
     numpy.testing.assert_allclose(_marginals(ours), expected, atol=1e-6)
@@ -54,8 +65,8 @@ def test_the_components_averages_are_the_optimizers(factory, context_width):
 
 def test_saved_with_the_averages(tmp_path):
     nlp, _ = _trained("nldm_tagger", True, False)
-    with nlp.get_pipe("tagger").averages.applied(nlp.get_pipe("tagger").model):
-        averaged = _scores(nlp)
+    pipe = nlp.get_pipe("tagger")
+    averaged = pipe.averages.tagging_model(pipe.model).predict([Doc(nlp.vocab, words=PROBE)]).scores
     last = _scores(nlp)
     assert numpy.abs(last - averaged).max() > 1e-3
     nlp.to_disk(tmp_path / "pipeline")
@@ -115,3 +126,37 @@ def test_a_listener_leaves_the_optimizer_alone_when_off():
     for _ in range(2):
         nlp.update(examples, sgd=optimizer)
     assert optimizer.averages is None and not nlp.get_pipe("tagger").averages
+
+
+def test_threads_tagging_at_once_with_a_pipeline_trained_in_the_process_tag_as_one_thread():
+    """Tagging reads the averages without touching the model that trains: four threads tagging the same texts
+    at once with a freshly trained (not reloaded) pipeline get exactly the tags, trees and probabilities of
+    serial tagging, and the model's weights are the same after as before. The scorer has dropout, which no
+    prediction may apply (whatever another thread's prediction does to the torch module's mode)."""
+    from nldm_fixtures import TWITTER
+    from spacy_nldm.corpora.ark import read_ark
+    from spacy_nldm.models.tagger import torch_scorer
+
+    tweets = [(s.words, s.tags) for s in read_ark(TWITTER / "oct27.train")][:40]
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    pipe = nlp.add_pipe("nldm_tagger", config={"store_probs": True, "model": {"dropout": 0.3}})
+    examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in tweets[:24]]
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(4):
+        nlp.update(examples, sgd=optimizer)
+    assert pipe.averages  # the component tags with its own averages
+    texts = [" ".join(w) for w, _ in tweets]
+
+    def tag():
+        return [([t.tag_ for t in doc], [t._.nldm_head for t in doc], doc._.nldm_probs.tolist())
+                for doc in nlp.pipe(texts, batch_size=4)]
+
+    weights = pipe.model.to_bytes()
+    serial = tag()
+    with ThreadPoolExecutor(4) as pool:
+        together = [job.result() for job in [pool.submit(tag) for _ in range(4)]]
+    assert all(result == serial for result in together)
+    assert pipe.model.to_bytes() == weights
+    # a prediction leaves the scorer in eval mode (no dropout) for any prediction running beside it
+    assert not torch_scorer(pipe.averages.tagging_model(pipe.model)).training

@@ -248,9 +248,9 @@ def test_a_loss_that_is_not_finite_is_a_clear_error(ark, monkeypatch):
 
     nlp, pipe = trained("nldm_tagger", ark[:4], steps=1)
     eg = examples(nlp, ark[:1])[0]
-    structure = module.get_structure(pipe.model)
+    structure = module.get_structure(pipe.model, {})
     monkeypatch.setattr(structure, "nll", lambda F, *args, **kwargs: (F * float("nan")).sum())
-    monkeypatch.setattr(module, "get_structure", lambda model, **settings: structure)
+    monkeypatch.setattr(module, "get_structure", lambda model, tables: structure)
     with pytest.raises(ValueError, match="nldm_tagger: the loss is nan .*E910"):
         pipe.get_loss([eg], pipe.model.predict([eg.predicted]))
 
@@ -301,10 +301,7 @@ def test_without_the_tree_the_labels_are_the_same(ark):
         ("nldm_tagger", {"max_dist": None, "edge_scorer": "bilinear"}, {"store_probs": True}),
         ("nldm_tagger", {"max_dist": 3, "edge_scorer": "emission_transition"}, {"loss": "max"}),
         ("crf_tagger", {"order": 2}, {"store_probs": True}),
-        ("crf_tagger", {"char_width": 8}, {}),
-        ("nldm_tagger", {"char_width": 8, "context_width": 16}, {"store_probs": True}),
-        ("crf_tagger", {"char_width": 8, "hidden_width": 24}, {"store_probs": True}),
-        ("nldm_tagger", {"embed_width": 8, "distance_prior": 1.0}, {"store_probs": True}),
+        ("nldm_tagger", {"embed_width": 8}, {"store_probs": True}),
         ("crf_tagger", {"embed_width": 8, "embed_depth": 2}, {"store_probs": True}),
         ("nldm_tagger", {"embed_width": 8, "embed_depth": 1, "embed_mix": True}, {"store_probs": True}),
     ],
@@ -380,11 +377,11 @@ def test_invalid_settings_are_errors():
 
 
 def test_listener_shares_a_tok2vec_component(ark):
-    """A listener to a shared tok2vec, beside the head's own character CNN."""
+    """A listener to a shared tok2vec, beside the head's own embeddings."""
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
-    nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", tok2vec=listener, char_width=8)})
+    nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", tok2vec=listener, embed_width=8)})
     tok2vec = nlp.get_pipe("tok2vec")
     egs = examples(nlp, ark[:10])
     optimizer = nlp.initialize(lambda: egs)
@@ -399,20 +396,13 @@ def test_listener_shares_a_tok2vec_component(ark):
 
 
 @pytest.mark.parametrize("factory,layers,width", [
-    ("nldm_tagger", {"context_width": 16}, 16),
-    ("crf_tagger", {"context_width": 16}, 16),
-    ("nldm_tagger", {"hidden_width": 12}, 12),
-    ("crf_tagger", {"context_width": 16, "hidden_width": 12}, 12),
     ("nldm_tagger", {"embed_width": 8}, 40),
     ("crf_tagger", {"embed_width": 8, "embed_depth": 1}, 40),
     ("nldm_tagger", {"embed_width": 8, "embed_depth": 1, "embed_mix": True}, 40),
-    ("crf_tagger", {"char_width": 6, "embed_width": 8, "hidden_width": 12}, 12),
-    ("crf_tagger", {"embed_width": 8, "context_width": 16}, 16),
 ])
 def test_head_layers_on_a_listener_learn_and_tag_each_doc_as_alone(ark, factory, layers, width):
-    """context_width (the head's BiLSTM), hidden_width (its hidden layer, last before the scorer) and
-    embed_width (its own hash embeddings, beside the listener's vectors; with embed_depth, window context
-    over them, or with embed_mix over them and the listener's vectors together) read a listener's vectors;
+    """embed_width (the head's own hash embeddings, beside the listener's vectors; with embed_depth, window
+    context over them, or with embed_mix over them and the listener's vectors together) reads a listener's vectors;
     training fits the training sentences (an untrained head does not:
     the tiny learnable task), the scorer reads the last layer's width, and a doc's tags and probabilities do not depend on its batch."""
     nlp = spacy.blank("en")
@@ -436,12 +426,12 @@ def test_head_layers_on_a_listener_learn_and_tag_each_doc_as_alone(ark, factory,
         numpy.testing.assert_allclose(alone._.nldm_probs, doc._.nldm_probs, atol=1e-5)
 
 
-@pytest.mark.parametrize("layers", [{"hidden_width": 12}, {"char_width": 6, "context_width": 8, "hidden_width": 12},
+@pytest.mark.parametrize("layers", [{"embed_width": 8, "embed_depth": 1},
                                     {"embed_width": 8, "embed_depth": 1, "embed_mix": True}])
 def test_tok2vec_loss_scales_the_tok2vecs_gradient_and_not_the_heads_own_layers(ark, layers):
     """tok2vec_loss "sum" against "mean" (the head's loss per token either way): the tok2vec's gradient is
-    the number of tokens times larger; the head's own layers (characters, context LSTM, hidden layer) get
-    the same gradient."""
+    the number of tokens times larger; the head's own layers (its embeddings and window layers) get the same
+    gradient."""
     from spacy_nldm.models.tagger import torch_scorer
 
     grads = {}
@@ -470,27 +460,26 @@ def test_tok2vec_loss_scales_the_tok2vecs_gradient_and_not_the_heads_own_layers(
         numpy.testing.assert_allclose(summed, want, rtol=1e-4, atol=1e-5 * numpy.abs(want).max())
 
 
-def test_a_hidden_layer_on_a_tok2vec_of_unknown_width_needs_sample_docs():
+def architecture(factory, tok2vec, **overrides):
+    """The factory's registered architecture called with its default settings (``overrides`` changed)."""
+    from spacy.util import registry
+
+    from spacy_nldm.pipeline import defaults
+
+    block = defaults.NLDM_MODEL if factory == "nldm_tagger" else defaults.CRF_MODEL
+    settings = {k: v for k, v in block.items() if k not in ("@architectures", "tok2vec")}
+    return registry.architectures.get(block["@architectures"])(tok2vec, **{**settings, **overrides})
+
+
+def test_head_embeddings_on_a_tok2vec_of_unknown_width_need_sample_docs():
     """Without sample docs and a stated tok2vec width, initialize says what is missing (not a thinc dim error)."""
     from spacy.ml.models.tok2vec import MultiHashEmbed
     from thinc.api import Maxout, chain, with_array
 
-    from spacy_nldm.models import build_crf_tagger
-
     unstated = chain(MultiHashEmbed(width=16, attrs=["NORM"], rows=[100], include_static_vectors=False),
                      with_array(Maxout(nO=None, nP=2)))
     with pytest.raises(ValueError, match="cannot infer the tok2vec width without sample docs"):
-        build_crf_tagger(unstated, hidden_width=8, nO=3).initialize()
-
-
-def test_context_width_errors_name_the_setting():
-    nlp = spacy.blank("en")
-    with pytest.raises(ValueError, match="context_width must be even"):
-        nlp.add_pipe("crf_tagger", config={"model": small_model("crf_tagger", context_width=15)})
-    with pytest.raises(ValueError, match="context_width must be >= 0"):
-        nlp.add_pipe("crf_tagger", config={"model": small_model("crf_tagger", context_width=-2)})
-    with pytest.raises(ValueError, match="hidden_width must be >= 0"):
-        nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", hidden_width=-1)})
+        architecture("crf_tagger", unstated, embed_width=8, nO=3).initialize()
 
 
 def test_render_tree_draws_the_latent_tree(ark):
@@ -527,7 +516,11 @@ def test_normalized_loss_is_the_summed_loss_per_token(ark, factory):
     total, d_total = pipe.get_loss(egs, scores)
     tokens = sum(len(eg.predicted) for eg in egs)
     assert total > 0 and mean == pytest.approx(total / tokens, rel=1e-5)
-    numpy.testing.assert_allclose(d_mean, d_total / tokens, rtol=1e-4, atol=1e-8)
+    numpy.testing.assert_allclose(d_mean.scores, d_total.scores / tokens, rtol=1e-4, atol=1e-8)
+    assert d_mean.tables.keys() == d_total.tables.keys() == scores.tables.keys()
+    for name, d_table in d_mean.tables.items():  # (sums of cancelling float32 terms: an error of the largest's)
+        expected = d_total.tables[name] / tokens
+        numpy.testing.assert_allclose(d_table, expected, rtol=1e-4, atol=1e-3 * float(numpy.abs(expected).max()))
 
 
 def _gradients_of_one_update(pipe, egs):
@@ -567,7 +560,6 @@ def test_tok2vec_loss_scales_only_the_encoders_gradient(ark, factory):
         pipe.normalize_loss, pipe.tok2vec_loss = normalize_loss, tok2vec_loss
         grads = _gradients_of_one_update(pipe, egs)
         assert grads.keys() == reference.keys()
-        assert pipe.model.attrs["tok2vec_grad_scale"] == 1.0  # reset after the update
         summed_for_tok2vec = tok2vec_loss == "sum" or (tok2vec_loss is None and not normalize_loss)
         for key, g in grads.items():
             factor = tokens if (summed_for_tok2vec if key[0] == "tok2vec" else not normalize_loss) else 1
@@ -587,16 +579,16 @@ def test_distance_bias_learns_and_round_trips(ark):
     """The NLDM's default distance bias gets its gradient from the loss (it leaves zero), is saved with
     the model, and a reloaded pipeline predicts the same tags, trees and scores."""
     from spacy_nldm.models.tagger import torch_scorer
-    from spacy_nldm.pipeline.factories import DEFAULT_NLDM_MODEL
+    from spacy_nldm.pipeline import defaults
 
     nlp, pipe = trained("nldm_tagger", ark[:6], steps=4)
     bias = torch_scorer(pipe.model).distance_bias
-    assert tuple(bias.shape) == (2, DEFAULT_NLDM_MODEL["max_dist"]) and bool((bias != 0).any())
+    assert tuple(bias.shape) == (2, defaults.NLDM_MODEL["max_dist"]) and bool((bias != 0).any())
     nlp2 = spacy.blank("en")
     nlp2.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger")})
     nlp2.from_bytes(nlp.to_bytes())
-    with pipe.averages.applied(pipe.model):  # what the component tags and saves with (average_params)
-        saved = torch_scorer(pipe.model).distance_bias.detach().clone()
+    # what the component tags and saves with (average_params)
+    saved = torch_scorer(pipe.averages.tagging_model(pipe.model)).distance_bias.detach().clone()
     torch.testing.assert_close(torch_scorer(nlp2.get_pipe("nldm_tagger").model).distance_bias, saved)
     text = " ".join(ark[7][0])
     a, b = nlp(text), nlp2(text)
@@ -605,128 +597,21 @@ def test_distance_bias_learns_and_round_trips(ark):
     assert a._.nldm_tree_score == pytest.approx(b._.nldm_tree_score)
 
 
-def test_distance_prior_reaches_the_bias_from_the_config(ark):
-    """``distance_prior`` in the model block is where the NLDM's bias starts (length 1 at 0), and training
-    moves it from there."""
-    from spacy_nldm.models.tagger import torch_scorer
-
-    start = torch.tensor([[0.0, -0.5, -1.0, -1.5]] * 2)
-    for steps in (0, 1):
-        _, pipe = trained("nldm_tagger", ark[:6], steps=steps, distance_prior=0.5, max_dist=4)
-        assert torch.equal(torch_scorer(pipe.model).distance_bias.detach(), start) == (steps == 0)
-    with pytest.raises(ValueError, match="distance_prior"):
-        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model(
-            "nldm_tagger", distance_prior=0.5, distance_bias=False)})
-
-
-def test_distance_labels_learn_and_round_trip(ark):
-    """``distance_labels = true``: the label-pair distance score leaves zero in training (the loss's gradient
-    reaches it through the component's update), is saved with the model, and a reloaded pipeline predicts
-    the same tags, trees and scores."""
-    from spacy_nldm.models.tagger import torch_scorer
-
-    nlp, pipe = trained("nldm_tagger", ark[:6], steps=4, distance_labels=True)
-    scorer = torch_scorer(pipe.model)
-    assert bool((scorer.A_dist != 0).any())
-    assert tuple(scorer.distance_scores().shape) == (2, 3, len(pipe.labels), len(pipe.labels))
-    nlp2 = spacy.blank("en")
-    nlp2.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", distance_labels=True)})
-    nlp2.from_bytes(nlp.to_bytes())
-    text = " ".join(ark[7][0])
-    a, b = nlp(text), nlp2(text)
-    assert [t.tag_ for t in a] == [t.tag_ for t in b]
-    assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
-    assert a._.nldm_tree_score == pytest.approx(b._.nldm_tree_score)
-    with pytest.raises(ValueError, match="distance_labels"):
-        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model(
-            "nldm_tagger", distance_labels=True, distance_bias=False)})
-
-
-def learns_and_reloads(ark, model):
-    """Train an nldm_tagger with this ``model`` block for 6 updates on 3 tweets and assert that its loss falls,
-    then that a pipeline loaded from its bytes predicts the same tags, trees and label probabilities on another
-    tweet. Returns the trained component and its Doc of that tweet."""
-    nlp = spacy.blank("en")
-    pipe = nlp.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
-    egs = examples(nlp, ark[:3])
-    optimizer = nlp.initialize(lambda: egs)
-    losses = [nlp.update(egs, sgd=optimizer)["nldm_tagger"] for _ in range(6)]
-    assert losses[-1] < 0.95 * losses[0]
-    nlp2 = spacy.blank("en")
-    nlp2.add_pipe("nldm_tagger", config={"model": model, "store_probs": True})
-    nlp2.from_bytes(nlp.to_bytes())
-    text = " ".join(ark[7][0])
-    a, b = nlp(text), nlp2(text)
-    assert [t.tag_ for t in a] == [t.tag_ for t in b]
-    assert [t._.nldm_head for t in a] == [t._.nldm_head for t in b]
-    assert numpy.allclose(a._.nldm_probs, b._.nldm_probs, atol=1e-6)
-    return pipe, a
-
-
-def test_chain_factor_learns_and_round_trips(ark):
-    """``chain_factor = true``: the loss falls, the chain's score leaves zero in training (the loss's gradient
-    reaches it through the component's update), it is saved with the model, and a reloaded pipeline predicts
-    the same tags, trees and label probabilities; decoding by the joint max is refused."""
-    from spacy_nldm.models.tagger import torch_scorer
-
-    pipe, a = learns_and_reloads(ark, small_model("nldm_tagger", chain_factor=True))
-    scorer = torch_scorer(pipe.model)
-    assert bool((scorer.A_chain != 0).any())
-    assert tuple(scorer.chain_scores().shape) == (len(pipe.labels) + 1, len(pipe.labels))
-    assert numpy.allclose(a._.nldm_probs.sum(-1), 1.0, atol=1e-5)
-    with pytest.raises(ValueError, match="chain_factor"):
-        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", chain_factor=True),
-                                                          "decode": "viterbi"})
-
-
-def test_head_scores_learn_and_round_trip(ark):
-    """``head_scores = true``: the loss falls, the head scores leave zero in training, they are saved with the
-    model, and a reloaded pipeline predicts the same tags, trees and label probabilities."""
-    from spacy_nldm.models.tagger import torch_scorer
-
-    pipe, _ = learns_and_reloads(ark, small_model("nldm_tagger", edge_scorer="bilinear", head_scores=True))
-    assert bool((torch_scorer(pipe.model).V_head != 0).any())
-
-
-def test_tree_smoothing_by_the_models_trees_learns(ark):
-    """``tree_smoothing = "model"``: the component's loss falls and the distance bias moves (its gradient is the
-    likelihood's); other values, and the setting on a chain, are refused with the component's name."""
-    from spacy_nldm.models.tagger import torch_scorer
-
-    nlp = spacy.blank("en")
-    pipe = nlp.add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger", distance_bias=True),
-                                               "tree_smoothing": "model"})
-    egs = examples(nlp, ark[:3])
-    optimizer = nlp.initialize(lambda: egs)
-    bias = torch_scorer(pipe.model).distance_bias.detach().clone()
-    losses = [nlp.update(egs, sgd=optimizer)["nldm_tagger"] for _ in range(6)]
-    assert losses[-1] < 0.95 * losses[0]
-    assert not torch.equal(torch_scorer(pipe.model).distance_bias.detach(), bias)
-    with pytest.raises(ValueError, match="tree_smoothing"):
-        spacy.blank("en").add_pipe("nldm_tagger", config={"model": small_model("nldm_tagger"), "tree_smoothing": "x"})
-    from spacy_nldm.pipeline.tagger import StructuredTagger
-    crf = spacy.blank("en").add_pipe("crf_tagger", config={"model": small_model("crf_tagger")})
-    with pytest.raises(ValueError, match="tree_smoothing"):
-        StructuredTagger(crf.vocab, crf.model, "crf_tagger", decode="viterbi", tree_smoothing="model")
-
-
 def test_head_embeddings_are_trained_by_the_heads_gradient(ark):
     """The head's own embeddings (embed_width) next to a listener get the head's gradient: training moves
     them, and their width must not be negative."""
-    from spacy_nldm.models.tagger import GRAD_SCALED
-
     nlp = spacy.blank("en")
     nlp.add_pipe("tok2vec", config={"model": SMALL_TOK2VEC})
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
     pipe = nlp.add_pipe("crf_tagger", config={"model": small_model("crf_tagger", tok2vec=listener, embed_width=8)})
     egs = examples(nlp, ark[:6])
     optimizer = nlp.initialize(lambda: egs)
-    features = pipe.model.layers[0]
-    embeddings = [layer for layer in features.layers if layer is not pipe.model.get_ref(GRAD_SCALED)]
-    assert len(embeddings) == 1
-    before = embeddings[0].to_bytes()
+    in_tok2vec = {node.id for node in pipe.model.get_ref("tok2vec").walk()}
+    embeddings = [node for node in pipe.model.walk() if node.name == "hashembed" and node.id not in in_tok2vec]
+    assert len(embeddings) == 4  # NORM, PREFIX, SUFFIX, SHAPE
+    before = [node.get_param("E").copy() for node in embeddings]
     nlp.update(egs, sgd=optimizer)
-    assert embeddings[0].to_bytes() != before
+    assert all((node.get_param("E") != old).any() for node, old in zip(embeddings, before))
     for bad in ({"embed_width": -1}, {"embed_width": 0, "embed_depth": 2}, {"embed_width": 8, "embed_depth": -1},
                 {"embed_width": 8, "embed_mix": True}):
         with pytest.raises(ValueError, match="embed_width|embed_depth|embed_mix"):
@@ -743,23 +628,19 @@ def test_embed_mix_gives_the_heads_window_encoder_the_tok2vecs_vectors_too(ark, 
     nlp.initialize(lambda: examples(nlp, ark[:4]))
     in_tok2vec = {node.id for node in pipe.model.get_ref("tok2vec").walk()}
     # the head's maxout layers outside the tok2vec, less the hash embeddings' own (over 4 attributes of width 8)
-    window_layers = [node for node in pipe.model.layers[0].walk()
+    window_layers = [node for node in pipe.model.walk()
                      if node.name == "maxout" and node.id not in in_tok2vec and node.get_dim("nI") != 8 * 4]
     assert len(window_layers) == 2 and {node.get_dim("nI") for node in window_layers} == window_inputs
     assert pipe.model.get_ref("head").shims[0]._model.nI == 32 + 8
 
 
-@pytest.mark.parametrize("layers,setting", [({"context_width": 8}, "context_width"),
-                                            ({"embed_width": 8, "embed_depth": 1, "embed_mix": True}, "embed_mix")])
-def test_layers_built_on_the_tok2vecs_width_name_their_setting_when_it_is_unknown(layers, setting):
+def test_embed_mix_on_a_tok2vec_of_unknown_width_names_the_setting():
     """A tok2vec without a stated width (here an unsized layer): the error says which setting needs it."""
     from thinc.api import Model
 
-    from spacy_nldm.models.tagger import build_structured_tagger
-
     unsized = Model("unsized", lambda model, X, is_train: (X, lambda dX: dX))
-    with pytest.raises(ValueError, match=f"{setting}.*needs a tok2vec whose width.*set {setting} = "):
-        build_structured_tagger(unsized, structure="chain", edge_scorer="bilinear", label_dim=8, rank=8, **layers)
+    with pytest.raises(ValueError, match="embed_mix.*needs a tok2vec whose width.*set embed_mix = "):
+        architecture("crf_tagger", unsized, embed_width=8, embed_depth=1, embed_mix=True)
 
 
 def test_null_head_embeddings_depend_on_whether_the_tok2vec_listens():
@@ -797,3 +678,78 @@ def test_distance_bias_is_the_nldms_only():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="distance_bias"):
         nlp.add_pipe("crf_tagger", config={"model": {"distance_bias": True}})
+
+
+def lookup_tok2vec(width: int = 6, rows: int = 64):
+    """A tok2vec of one table: each token's vector is row ``orth % rows`` of the parameter E (rows, width)."""
+    from thinc.api import Model
+
+    def ids(docs):
+        return [numpy.array([t.orth % rows for t in doc], dtype="int64") for doc in docs]
+
+    def forward(model, docs, is_train):
+        E = model.get_param("E")
+        rows_of = ids(docs)
+
+        def backprop(d_vecs):
+            dE = numpy.zeros_like(E)
+            for i, d in zip(rows_of, d_vecs):
+                numpy.add.at(dE, i, d)
+            model.inc_grad("E", dE)
+            return []
+
+        return [E[i] for i in rows_of], backprop
+
+    def init(model, X=None, Y=None):
+        model.set_param("E", numpy.random.default_rng(0).normal(size=(rows, width)).astype("float32"))
+
+    return Model("lookup", forward, init=init, dims={"nO": width}, params={"E": None})
+
+
+@pytest.mark.parametrize("factory", ["nldm_tagger", "crf_tagger"])
+@pytest.mark.parametrize("tok2vec_loss", ["sum", "mean"])
+def test_the_tok2vecs_gradient_is_that_of_the_intended_loss(ark, factory, tok2vec_loss):
+    """The gradient that one update sends the tok2vec (its table E) is the autograd gradient, in float64, of
+    the component's loss summed over the batch's tokens ("sum") or its mean per token ("mean"): the scorer run
+    on E's rows, the structure's negative log-likelihood with the component's label smoothing."""
+    import copy
+
+    from spacy_nldm.models.smoothing import mixture_weight
+    from spacy_nldm.models.tagger import get_structure, torch_scorer
+    from spacy_nldm.pipeline import StructuredTagger
+
+    nlp = spacy.blank("en")
+    tok2vec = lookup_tok2vec()
+    model = architecture(factory, tok2vec, **({"order": 2} if factory == "crf_tagger" else {}))
+    decode = "posterior" if factory == "nldm_tagger" else "viterbi"
+    pipe = StructuredTagger(nlp.vocab, model, factory, decode=decode, tok2vec_loss=tok2vec_loss,
+                            average_params=False)
+    egs = examples(nlp, [(w[:9], t[:9]) for w, t in ark[:4]])
+    pipe.initialize(lambda: egs)
+    scorer = torch_scorer(model)
+    with torch.no_grad():  # every score at work (at their start the interactions and the emission are zero)
+        torch.manual_seed(0)
+        for param in scorer.parameters():
+            param.normal_()
+    pipe.update(egs)
+    got = tok2vec.get_grad("E")
+
+    E = torch.tensor(tok2vec.get_param("E"), dtype=torch.float64, requires_grad=True)
+    double = copy.deepcopy(scorer).double()
+    docs = [eg.predicted for eg in egs]
+    lengths = torch.tensor([len(doc) for doc in docs])
+    rows = [torch.tensor([t.orth % E.shape[0] for t in doc]) for doc in docs]
+    per_doc = [double(E[r], tables=True) for r in rows]
+    F = torch.nn.utils.rnn.pad_sequence([f for f, _ in per_doc], batch_first=True)
+    labels = torch.nn.utils.rnn.pad_sequence(
+        [torch.tensor([pipe.labels.index(t.tag_) for t in eg.reference]) for eg in egs], batch_first=True)
+    gold = torch.nn.functional.one_hot(labels, len(pipe.labels)).bool()
+    structure = get_structure(model, per_doc[0][1])
+    loss = structure.nll(F, lengths, gold, approx=pipe.loss,
+                         smoothing=mixture_weight(pipe.label_smoothing, len(pipe.labels)))
+    if tok2vec_loss == "mean":
+        loss = loss / float(lengths.sum())
+    (want,) = torch.autograd.grad(loss, E)
+    want = want.numpy()
+    assert numpy.abs(want).max() > 0
+    numpy.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * float(numpy.abs(want).max()))

@@ -96,7 +96,7 @@ max_length = 256
 store_probs = false
 
 [components.nldm.model]
-@architectures = "spacy-nldm.NLDMTagger.v1"
+@architectures = "spacy-nldm.NLDMTagger.v2"
 edge_scorer = "trilinear"
 label_dim = 8
 rank = 16
@@ -112,7 +112,7 @@ factory = "crf_tagger"
 attr = "tag"
 
 [components.crf.model]
-@architectures = "spacy-nldm.CRFTagger.v1"
+@architectures = "spacy-nldm.CRFTagger.v2"
 order = 2
 edge_scorer = "emission_transition"
 label_dim = 8

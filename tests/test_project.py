@@ -75,7 +75,7 @@ def test_the_four_systems_share_one_encoder_and_one_training_setup():
     assert cfgs["crf1"]["components"]["crf"]["model"]["order"] == 1
     assert cfgs["crf2"]["components"]["crf"]["model"]["order"] == 2
     nldm = cfgs["nldm"]["components"]["nldm"]
-    assert nldm["factory"] == "nldm_tagger" and nldm["model"]["@architectures"] == "spacy-nldm.NLDMTagger.v1"
+    assert nldm["factory"] == "nldm_tagger" and nldm["model"]["@architectures"] == "spacy-nldm.NLDMTagger.v2"
     assert nldm["model"]["label_dim"] in (10, 50, 100) and nldm["model"]["rank"] in (100, 400, 600)
     assert 2 <= nldm["model"]["max_dist"] <= 10
 

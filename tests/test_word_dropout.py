@@ -55,17 +55,3 @@ def test_at_rate_zero_it_is_spacys_multihashembed():
     theirs.initialize(X=docs(vocab))
     for a, b in zip(ours.begin_update(docs(vocab))[0], theirs.begin_update(docs(vocab))[0]):
         numpy.testing.assert_allclose(a, b, rtol=1e-6)
-
-
-def test_hash_char_embed_drops_the_hashed_word_and_keeps_the_characters():
-    """``spacy-nldm.HashCharEmbed.v1`` with ``word_dropout``: at full dropout every training token's hashed part
-    is the unknown word's (its character part still differs); prediction reads each word's own."""
-    vocab = spacy.blank("en").vocab
-    embed = registry.architectures.get("spacy-nldm.HashCharEmbed.v1")(
-        width=12, attrs=["NORM"], rows=[100], include_static_vectors=False, char_width=4, word_dropout=0.999999)
-    embed.initialize(X=docs(vocab))
-    trained = numpy.concatenate(embed.begin_update(docs(vocab))[0])
-    assert numpy.allclose(trained[:, :8], trained[0, :8], atol=1e-6)
-    assert not numpy.allclose(trained[:, 8:], trained[0, 8:], atol=1e-3)
-    predicted = numpy.concatenate(embed.predict(docs(vocab)))
-    assert not numpy.allclose(predicted[:, :8], predicted[0, :8], atol=1e-3)

@@ -25,7 +25,6 @@ SYSTEMS: Dict[str, Dict] = {
     "nldm store_tree=false": {"factory": "nldm_tagger", "model": {}, "component": {"store_tree": False}},
     "nldm k=5": {"factory": "nldm_tagger", "model": {"max_dist": 5}},
     "nldm k=none": {"factory": "nldm_tagger", "model": {"max_dist": None}},
-    "nldm head_scores": {"factory": "nldm_tagger", "model": {"head_scores": True}},
     "crf order 1": {"factory": "crf_tagger", "model": {"order": 1}},
     "crf order 2": {"factory": "crf_tagger", "model": {"order": 2}},
     "spacy tagger": {"factory": "tagger", "model": {}},
@@ -136,7 +135,7 @@ def bench_pipeline(
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
 ) -> None:
     """Training and tagging words per second of nldm (the component's defaults, with and without the stored
-    tree; k=5; k=none; head_scores), crf (order 1, 2) and spaCy's tagger, on one encoder."""
+    tree; k=5; k=none), crf (order 1, 2) and spaCy's tagger, on one encoder."""
     import torch
 
     from ..corpora.ark import read_ark

@@ -1,20 +1,19 @@
 """Thinc architectures: edge scorers (PyTorch), the structured tagger model, the paper's encoder.
 
-Registered names: ``spacy-nldm.NLDMTagger.v1``, ``spacy-nldm.CRFTagger.v1``,
+Registered names: ``spacy-nldm.NLDMTagger.v2``, ``spacy-nldm.CRFTagger.v2``,
 ``spacy-nldm.BiLSTMEncoder.v1``, ``spacy-nldm.TorchBiLSTMEncoder.v1``,
-``spacy-nldm.HashCharEmbed.v1``, ``spacy-nldm.WordDropoutHashEmbed.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
+``spacy-nldm.WordDropoutHashEmbed.v1`` (architectures) and ``spacy-nldm.minilm_path.v1`` (misc).
 """
 from .architectures import (
     build_bilstm_encoder,
     build_crf_tagger,
-    build_hash_char_embed,
     build_nldm_tagger,
     build_torch_bilstm_encoder,
     build_word_dropout_hash_embed,
     minilm_path,
 )
 from .structure import Chain, LatentTree, Structure
-from .segments import SegmentScores, TokenScores
+from .segments import ScoreGradient, SegmentScores, TokenScores
 from .tagger import get_structure, resize_labels
 
 __all__ = [
@@ -22,7 +21,6 @@ __all__ = [
     "build_crf_tagger",
     "build_bilstm_encoder",
     "build_torch_bilstm_encoder",
-    "build_hash_char_embed",
     "build_word_dropout_hash_embed",
     "minilm_path",
     "Structure",
@@ -30,6 +28,7 @@ __all__ = [
     "Chain",
     "SegmentScores",
     "TokenScores",
+    "ScoreGradient",
     "get_structure",
     "resize_labels",
 ]

@@ -9,20 +9,8 @@ A scorer maps token vectors ``h`` (..., nI) to factored scores ``F`` of shape (.
   labels ``0..M-1``.
 
 A tree scorer may also hold ``distance_bias`` (2, K), a score per arc direction and length that does not
-depend on the tokens or labels, and with ``distance_labels`` a label-pair score per arc direction and length
-beside it; the structure reads them from the module (:meth:`Scorer.distance_scores`, not part of F), so their
-gradient comes from the loss directly (see :class:`~spacy_nldm.models.structure.LatentTree`).
-
-With ``tie_directions`` (the bilinear scorer of the tree) an arc's label-pair score reads the two labels in
-text order, the left one first, whatever the arc's direction: one table serves both directions (and with
-``distance_labels`` one per length), ``A^1 = (A^0)^T``. An arc between neighbours then scores its labels as a
-first-order CRF's transition on that table does, whichever of the two is the head.
-
-With ``head_scores`` a tree scorer adds a score for where each token's head is, read from the token's vector
-(a linear layer ``h_d V``, (..., 3): the root, a head on the left, a head on the right), the same for every
-label pair: the latent tree then depends on the words, not only on the labels and the arc lengths. It goes
-into F (``F[t, 0, 0] += u_root``, ``F[t, 0, 1:] += u_left``, ``F[t, 1, 1:] += u_right``), so the structure
-reads it like any other token-dependent interaction.
+depend on the tokens or labels, starting at 0: a table the scorer gives beside F (:meth:`Scorer.tables`), which
+the structure reads as such (see :class:`~spacy_nldm.models.structure.LatentTree`).
 
 All scores depend on the dependent's vector only (``h_d``), so F is linear in the tokens and the
 (S, N+1, N+1, M, M) arc tensor is built from it only where the structured algorithms need it
@@ -33,14 +21,13 @@ Parameters whose shape depends on the input width or the number of labels are (r
 after training. :meth:`Scorer.load_state_dict` adapts the shapes to the saved state first, so a
 model built before the labels were known deserialises.
 """
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 from torch import nn
 
 # A parameter's shape is a tuple of symbols: I input width, M labels, C = M + 1 contexts
-# (root/start first), T label embedding size, R rank, X directions, D label-pair tables over the
-# directions (X, or 1 with tie_directions), or an int.
+# (root/start first), T label embedding size, R rank, X directions, K arc lengths of the distance bias, or an int.
 Shape = Tuple
 
 
@@ -54,34 +41,23 @@ class Scorer(nn.Module):
     NLDM's tree count is the same for every label sequence and cancels).
 
     ``shapes`` names the subclass's interaction parameters; ``emission=False`` drops W and b
-    (the paper's pure trilinear form, :class:`Trilinear` only).
+    (the paper's pure trilinear form, :class:`Trilinear` only). ``distance_lengths`` K > 0 (the tree only)
+    adds the distance bias (2, K), column k for arc length k + 1, starting at 0.
     """
 
     shapes: Dict[str, Shape] = {}
     emission_shapes: Dict[str, Shape] = {"W": ("I", "M"), "b": ("M",)}
-    #: parameters initialised at zero; the others are N(0, 1), except the distance bias (at the prior) and the
-    #: label-pair distance score (``distance_label_shapes``, at zero) (:meth:`_init`). The
+    #: parameters initialised at zero (the distance bias too); the others are N(0, 1). The
     #: interactions divide by the square root of each contraction's size in the forward pass instead of
     #: scaling their initial values: Adam moves every coordinate by about the learning rate per step, so a
     #: factor initialised at a small scale (say 1/sqrt(R T) = 0.007) outgrows it within a few steps and the
     #: scores it feeds swing by tens of nats per step (the trilinear scorer then cannot fit its training
     #: data). With O(1) factors and constant normalisers every factor changes by a similar fraction per
     #: step.
-    zero_init: Tuple[str, ...] = ("W", "b")
-    #: the label-pair score per arc direction and length (``distance_labels``): a bilinear form over the label
-    #: embeddings per direction and length where the scorer has label embeddings, else a table
-    distance_label_shapes: Dict[str, Shape] = {"A_dist": ("D", "K", "T", "T")}
-    #: the chain's adjacent-label score beside the tree's arcs (``chain_factor``, the tree only): a bilinear form
-    #: over the label embeddings where the scorer has them (as the CRF's transitions), else a table; at zero
-    chain_shapes: Dict[str, Shape] = {"A_chain": ("T", "T")}
-    #: the head-position score per token (``head_scores``, the tree only): [root, head on the left, head on the
-    #: right] from the token's vector, at zero
-    head_shapes: Dict[str, Shape] = {"V_head": ("I", 3)}
+    zero_init: Tuple[str, ...] = ("W", "b", "distance_bias")
 
     def __init__(self, n_dirs: int, label_dim: int, rank: int, nI: int = 1, nO: int = 1, emission: bool = True,
-                 distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False,
-                 dropout: float = 0.0, chain_factor: bool = False, head_scores: bool = False,
-                 tie_directions: bool = False):
+                 distance_lengths: int = 0, dropout: float = 0.0):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
@@ -89,35 +65,12 @@ class Scorer(nn.Module):
             raise ValueError(f"{type(self).__name__} needs its emission term (emission = true)")
         if distance_lengths and n_dirs != 2:
             raise ValueError("a distance bias needs the tree's two arc directions")
-        if distance_prior and not distance_lengths:
-            raise ValueError(f"distance_prior = {distance_prior} needs the distance bias (distance_bias = true)")
-        if distance_labels and not distance_lengths:
-            raise ValueError("distance_labels = true needs the distance bias (distance_bias = true)")
-        if chain_factor and n_dirs != 2:
-            raise ValueError("chain_factor adds the chain's adjacent-label score to the tree's arcs: the tree only")
-        if chain_factor and distance_labels:
-            raise ValueError("chain_factor = true cannot be combined with distance_labels = true")
-        if head_scores and n_dirs != 2:
-            raise ValueError("head_scores scores where each token's head is in the latent tree: the tree only")
-        if tie_directions and (n_dirs != 2 or not self.can_tie_directions):
-            raise ValueError("tie_directions reads one label-pair table in both directions of the tree's arcs: "
-                             "the tree with edge_scorer = \"bilinear\" only")
-        self.tie_directions = bool(tie_directions)
-        self.head_scores = bool(head_scores)
-        if self.head_scores:  # F then depends on the token beyond its emission (see token_independent)
-            self.token_independent = False
-        self.distance_prior = float(distance_prior)
-        self.distance_labels = bool(distance_labels)
-        self.chain_factor = bool(chain_factor)
         self.emission = emission
         self.dropout = float(dropout)
-        self.sizes = {"X": n_dirs, "D": 1 if tie_directions else n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0,
-                      "K": int(distance_lengths)}
+        self.sizes = {"X": n_dirs, "T": label_dim, "R": rank, "I": 0, "M": 0, "K": int(distance_lengths)}
         self.resize(nI, nO)
 
     can_drop_emission = False
-    #: whether the scorer has label-pair tables that ``tie_directions`` can share between the directions
-    can_tie_directions = False
     #: whether the interaction is the same for every token (it reads no token vector): F is then
     #: emission + one (X, C, M) table, and a first-order chain can run on structs.ChainScores
     token_independent = False
@@ -132,21 +85,13 @@ class Scorer(nn.Module):
 
     def param_shapes(self) -> Dict[str, Shape]:
         distance = {"distance_bias": ("X", "K")} if self.sizes["K"] else {}
-        if self.sizes["K"] and self.distance_labels:
-            distance.update(self.distance_label_shapes)
-        chain = self.chain_shapes if self.chain_factor else {}
-        head = self.head_shapes if self.head_scores else {}
-        return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance, **chain, **head}
+        return {**(self.emission_shapes if self.emission else {}), **self.shapes, **distance}
 
     def _shape(self, name: str) -> Tuple[int, ...]:
         sizes = dict(self.sizes, C=self.sizes["M"] + 1)
         return tuple(sizes[s] if isinstance(s, str) else s for s in self.param_shapes()[name])
 
     def _init(self, name: str, shape: Tuple[int, ...]) -> torch.Tensor:
-        if name == "distance_bias":  # (X, K): column k is arc length k + 1
-            return -self.distance_prior * torch.arange(shape[1], dtype=torch.float32).expand(shape).clone()
-        if name in self.distance_label_shapes or name in self.chain_shapes or name in self.head_shapes:
-            return torch.zeros(shape)  # no label-pair or head score at the start
         return torch.zeros(shape) if name in self.zero_init else torch.randn(shape)
 
     def _norm(self, symbol: str) -> float:
@@ -188,41 +133,12 @@ class Scorer(nn.Module):
         """(contexts (C, T), dependent labels (M, T)) label embeddings; row 0 is the root/start."""
         return self.label_emb, self.label_emb[1:]
 
-    def distance_scores(self) -> Optional[torch.Tensor]:
-        """The distance score of the tree's arcs between tokens, as the structure reads it
-        (:class:`~spacy_nldm.structs.DirectionalScores`): None (no distance bias), the bias (X, K), or with
-        ``distance_labels`` the bias plus the label-pair score, (X, K, M, M) [direction, length, head label,
-        dependent label]: ``bias[x, k] + length_interaction()[x, k, a, c]``."""
-        if not self.sizes["K"]:
-            return None
-        if not self.distance_labels:
-            return self.distance_bias
-        return self.distance_bias[:, :, None, None] + self.length_interaction()
+    def tables(self) -> Dict[str, torch.Tensor]:
+        """The scores the structure reads beside F, by name: the distance bias (X, K) where there is one."""
+        return {"distance_bias": self.distance_bias} if self.sizes["K"] else {}
 
-    def chain_scores(self) -> Optional[torch.Tensor]:
-        """(C, M): the chain's score of label c right after context a (0: the first token), ``t_a^T A_chain t_c
-        / T`` over the label embeddings (:class:`EmissionTransition`: the table ``psi_chain``); None without
-        ``chain_factor``."""
-        if not self.chain_factor:
-            return None
-        ctx, lab = self.labels()
-        return ctx @ self.A_chain @ lab.T * self._norm("T") ** 2
-
-    def length_interaction(self) -> torch.Tensor:
-        """(X, K, M, M): the label-pair score per arc direction and length, ``t_a^T A_dist^{x,k} t_c / T`` over
-        the label embeddings (:class:`EmissionTransition`: the table ``psi_dist``)."""
-        lab = self.labels()[1]
-        return torch.einsum("at,xktu,cu->xkac", lab, self.directed(self.A_dist), lab) * self._norm("T") ** 2
-
-    def directed(self, table: torch.Tensor) -> torch.Tensor:
-        """A label-pair table (D, ..., T, T) [head label, dependent label] as one per direction (X, ..., T, T):
-        itself, or with ``tie_directions`` the one table for a head on the left and its transpose for a head on
-        the right (the left label, then the dependent, is read first either way)."""
-        if not self.tie_directions:
-            return table
-        return torch.stack([table[0], table[0].transpose(-1, -2)])
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:  # (..., nI) -> (..., X, C, M)
+    def forward(self, h: torch.Tensor, tables: bool = False):
+        """(..., nI) -> F (..., X, C, M); with ``tables``, (F, :meth:`tables`)."""
         if self.dropout and self.training:  # thinc sets training mode in begin_update, eval in predict
             h = nn.functional.dropout(h, self.dropout)
         F = self.interaction(h)
@@ -230,19 +146,7 @@ class Scorer(nn.Module):
             F = F.expand(*h.shape[:-1], *F.shape)
         if self.emission:
             F = F + (h @ self.W + self.b)[..., None, None, :]
-        if self.head_scores:
-            F = F + self.head_position_scores(h)[..., None]
-        return F
-
-    def head_position_scores(self, h: torch.Tensor) -> torch.Tensor:
-        """(..., X, C): the head score of each token in F's layout, ``u = h V_head`` (..., 3) [root, left,
-        right] spread over the contexts: [x = 0, a = 0] the root's arc, [x = 0, a >= 1] a head on the left,
-        [x = 1, a >= 1] a head on the right ([x = 1, a = 0] is never read: the root is on the left)."""
-        u = h @ self.V_head
-        labels = self.sizes["M"]
-        left = torch.cat([u[..., :1], u[..., 1:2].expand(*u.shape[:-1], labels)], -1)  # (..., C)
-        right = u[..., 2:3].expand(*u.shape[:-1], labels + 1)
-        return torch.stack([left, right], -2)
+        return (F, self.tables()) if tables else F
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         """(..., X, C, M), or (X, C, M) when it does not depend on the token."""
@@ -250,36 +154,26 @@ class Scorer(nn.Module):
 
 
 class EmissionTransition(Scorer):
-    """emission(h_d)[c] + psi^dir[a, c]: a transition matrix per direction (with ``distance_labels``, one per
-    direction and arc length too, ``psi_dist``)."""
+    """emission(h_d)[c] + psi^dir[a, c]: a transition matrix per direction."""
 
     shapes = {"psi": ("X", "C", "M")}
     zero_init = Scorer.zero_init + ("psi",)
     token_independent = True
-    distance_label_shapes = {"psi_dist": ("X", "K", "M", "M")}
-    chain_shapes = {"psi_chain": ("C", "M")}
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         return self.psi
-
-    def chain_scores(self) -> Optional[torch.Tensor]:
-        return self.psi_chain if self.chain_factor else None
-
-    def length_interaction(self) -> torch.Tensor:
-        return self.psi_dist
 
 
 class Bilinear(Scorer):
     """emission(h_d)[c] + t_a^T A^dir t_c: a bilinear transition over label embeddings."""
 
-    shapes = {"label_emb": ("C", "T"), "A": ("D", "T", "T")}
+    shapes = {"label_emb": ("C", "T"), "A": ("X", "T", "T")}
     zero_init = Scorer.zero_init + ("A",)
     token_independent = True
-    can_tie_directions = True
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         ctx, lab = self.labels()
-        return torch.einsum("at,xtu,cu->xac", ctx, self.directed(self.A), lab) * self._norm("T") ** 2  # (X, C, M)
+        return torch.einsum("at,xtu,cu->xac", ctx, self.A, lab) * self._norm("T") ** 2  # (X, C, M)
 
 
 class Trilinear(Scorer):
@@ -310,9 +204,8 @@ class SecondOrder(nn.Module):
     """Order-2 chain scores: a first-order scorer's F[.., 0, p, c] plus a table psi2[a, p, c] (the label two
     back a, the previous label p, both with 0 = start, then the label).
 
-    Output: the first-order scorer's (..., 1, C, M) only. The structure reads ``psi2`` from the module (as
-    the tree reads its distance bias; :class:`~spacy_nldm.models.structure.Chain`), so the per-token
-    scores stay first-order sized and the table's gradient comes from the loss directly.
+    Output: the first-order scorer's (..., 1, C, M), and ``psi2`` as a table beside it (as the tree's distance
+    bias; :class:`~spacy_nldm.models.structure.Chain`), so the per-token scores stay first-order sized.
     """
 
     def __init__(self, first: Scorer):
@@ -349,31 +242,28 @@ class SecondOrder(nn.Module):
     def token_independent(self) -> bool:
         return self.first.token_independent
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.first(h)
+    def tables(self) -> Dict[str, torch.Tensor]:
+        """The trigram table (M+1, M+1, M), which the chain reads beside F."""
+        return {"trigram": self.psi2}
+
+    def forward(self, h: torch.Tensor, tables: bool = False):
+        """(..., nI) -> the first-order F (..., 1, C, M); with ``tables``, (F, :meth:`tables`)."""
+        F = self.first(h)
+        return (F, self.tables()) if tables else F
 
 
 SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "trilinear": Trilinear}
 
 
-def make_scorer(
-    edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1, emission: bool = True,
-    distance_lengths: int = 0, distance_prior: float = 0.0, distance_labels: bool = False, dropout: float = 0.0,
-    chain_factor: bool = False, head_scores: bool = False, tie_directions: bool = False,
-) -> nn.Module:
+def make_scorer(edge_scorer: str, *, n_dirs: int, label_dim: int, rank: int, order: int = 1,
+                emission: bool = True, distance_lengths: int = 0, dropout: float = 0.0) -> nn.Module:
     """The torch scorer named in the config; order 2 adds the second-order table; ``distance_lengths`` K > 0
-    gives a tree scorer a distance bias (2, K), starting at -``distance_prior`` * (length - 1), and with
-    ``distance_labels`` a label-pair score per direction and length, starting at 0; ``dropout`` acts on the
-    input vectors in training mode; ``chain_factor`` gives a tree scorer the chain's adjacent-label score too
-    (:meth:`Scorer.chain_scores`), starting at 0; ``head_scores`` gives a tree scorer a score per token for
-    where its head is (:meth:`Scorer.head_position_scores`), starting at 0; ``tie_directions`` (bilinear tree
-    scorer) one label-pair table for both arc directions, read in text order (:meth:`Scorer.directed`)."""
+    gives a tree scorer a distance bias (2, K), starting at 0; ``dropout`` acts on the input vectors in
+    training mode."""
     if edge_scorer not in SCORERS:
         raise ValueError(f"edge_scorer must be one of {sorted(SCORERS)}, not {edge_scorer!r}")
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, not {order!r}")
     scorer = SCORERS[edge_scorer](n_dirs, label_dim, rank, emission=emission, distance_lengths=distance_lengths,
-                                  distance_prior=distance_prior, distance_labels=distance_labels, dropout=dropout,
-                                  chain_factor=chain_factor, head_scores=head_scores,
-                                  tie_directions=tie_directions)
+                                  dropout=dropout)
     return SecondOrder(scorer) if order == 2 else scorer

@@ -1,13 +1,14 @@
 """The units the structured layer scores: sentences, cut into windows if too long.
 
-The model gives factored scores per token (:class:`TokenScores`); the component cuts each doc into
+The model gives factored scores per token (:class:`TokenScores`; its backprop takes a
+:class:`ScoreGradient`); the component cuts each doc into
 segments with its own ``max_length`` (:func:`segment_docs`) and pads them into one
 :class:`SegmentScores` batch (:func:`pad_segments`), whose :meth:`~SegmentScores.unpad` maps a
 gradient back onto the tokens.
 """
 import warnings
-from dataclasses import dataclass
-from typing import List, NamedTuple
+from dataclasses import dataclass, field
+from typing import Dict, List, NamedTuple
 
 import numpy
 from spacy.tokens import Doc
@@ -24,11 +25,24 @@ class Segment(NamedTuple):
 
 @dataclass
 class TokenScores:
-    """The model's output: factored scores (T, X, C, M) of the batch's T tokens, doc after doc,
-    and the number of tokens of each doc (D,)."""
+    """The model's output: factored scores (T, X, C, M) of the batch's T tokens, doc after doc, the number
+    of tokens of each doc (D,), and the scorer's tables that the structure reads beside them, by name (the
+    tree's "distance_bias" (2, K), the second-order chain's "trigram" (M+1, M+1, M); none for the others)."""
 
     scores: numpy.ndarray
     lengths: numpy.ndarray
+    tables: Dict[str, numpy.ndarray] = field(default_factory=dict)
+
+
+@dataclass
+class ScoreGradient:
+    """What the model's backprop takes: the gradient of the loss with respect to the scores (T, X, C, M) and
+    the tables of :class:`TokenScores`, and the factor on the gradient that backprop sends on to the tok2vec
+    (the head's own layers get theirs unscaled)."""
+
+    scores: numpy.ndarray
+    tables: Dict[str, numpy.ndarray]
+    tok2vec_factor: float = 1.0
 
 
 @dataclass

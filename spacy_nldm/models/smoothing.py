@@ -27,6 +27,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from .layout import expand_chain
+
 Tensor = torch.Tensor
 
 
@@ -48,7 +50,7 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
     ``E_u[score] + constant``; ``moments(n, M)`` gives, for a segment of ``n`` tokens, ``(mu (n, X, C, M),
     mu_bias (2, K) or None, constant)``: the expected counts of F's entries and of the bias's lengths under the
     uniform distribution, and the constant added to E_u[score] (log #trees for the tree, 0 for chains); ``bias``
-    (2, K), or (2, K, M, M) per label pair (uniform labels give each pair 1 / M^2 of the arcs).
+    (2, K): the tree's distance bias, or the second-order chain's trigram table (counted by ``mu_bias`` alike).
 
     The sum is linear in F, so its gradient is the weighted counts laid out like F: :class:`_LinearInF`
     writes them once in the backward pass, where indexing F once per sentence length would make autograd
@@ -72,8 +74,8 @@ def uniform_expectation(F: Tensor, lengths: Tensor, moments, weights: Tensor, bi
             term = w.sum() * mu_bias.to(device=F.device, dtype=F.dtype)
             bias_counts = term if bias_counts is None else bias_counts + term
     total = _LinearInF.apply(F, groups) + constant_total
-    if bias_counts is not None:  # a label-pair bias: uniform labels give each pair 1 / M^2 of the arcs
-        total = total + (bias_counts * (bias.mean((-1, -2)) if bias.dim() == 4 else bias)).sum()
+    if bias_counts is not None:
+        total = total + (bias_counts * bias).sum()
     return total
 
 
@@ -133,12 +135,9 @@ def chain_moments(n: int, m: int, order: int, trigram: bool = False):
         mu, _, constant = chain_moments(n, m, 2)  # (n, M+1, M+1, M)
         return mu.sum(1, keepdim=True), mu.sum(0), constant
     from .. import structs
-    from .structure import Chain
-
-    chain = Chain(order=order)
 
     def log_z(F, lengths, bias):
-        return structs.crf_log_partition(chain.expand(F), lengths)
+        return structs.crf_log_partition(expand_chain(F, order), lengths)
 
     shape = (1, m + 1) if order == 1 else (m + 1, m + 1)
     return _moments(log_z, shape, None, n, m)

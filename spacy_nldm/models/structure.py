@@ -11,12 +11,12 @@ Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as 
 NLDM's tree is the canonical one of the decoded labels (:mod:`.trees`), so it does not depend on the batch.
 """
 import math
-from typing import Callable, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
 from .. import structs
-from ..structs import tree_chain
+from .layout import expand_chain, expand_tree
 from .smoothing import chain_moments, tree_moments, uniform_expectation
 from .trees import canonical_heads
 
@@ -31,8 +31,6 @@ GOLD_BUDGET = 1 << 24
 #: the chains step through tokens one at a time, so larger buckets pay (order 2: 2^23 is 2.2x
 #: faster than 2^21 for the loss and as fast for Viterbi)
 CHAIN_BUDGET = 1 << 23
-#: the trees of the NLDM's label smoothing target (:class:`LatentTree`)
-TREE_SMOOTHING = ("uniform", "model")
 
 
 def real_tokens(mask: Tensor, lengths: Tensor) -> Tensor:
@@ -125,8 +123,7 @@ class Structure:
                 total = total + (log_z - log_s).sum()
             else:
                 total = total + (log_z - (1.0 - weights[idx].to(log_s)) * log_s).sum()
-                total = total - self.smoothing_in_bucket(Fb, lens, log_z, weights[idx])
-        return total if weights is None else total - self.smoothing_target(F, lengths, weights)
+        return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
 
     @staticmethod
     def smoothing_weights(gold_mask: Tensor, lengths: Tensor, smoothing: float) -> Optional[Tensor]:
@@ -143,14 +140,6 @@ class Structure:
         """Sum over segments of ``weights`` times E_u[score] + constant of the uniform distribution
         (see :mod:`.smoothing`)."""
         raise NotImplementedError
-
-    def smoothing_target(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
-        """What :meth:`nll` subtracts for label smoothing once per batch: :meth:`uniform_expectation`."""
-        return self.uniform_expectation(F, lengths, weights)
-
-    def smoothing_in_bucket(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
-        """What :meth:`nll` subtracts for label smoothing per bucket, given its log Z (B,): nothing here."""
-        return F.new_zeros(())
 
     def decode(self, F: Tensor, lengths: Tensor, posterior: bool = False, tree: bool = True,
                marginals: Optional[Tensor] = None) -> structs.Decoded:
@@ -197,22 +186,12 @@ class LatentTree(Structure):
     has_tree = True
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
-                 distance_bias: Optional[Tensor] = None, token_independent: bool = False,
-                 chain: Optional[Tensor] = None, tree_smoothing: str = "uniform"):
-        """``distance_bias`` (2, K): a score per arc direction and length, or (2, K, M, M) per direction,
-        length and label pair (see :class:`~spacy_nldm.structs.DirectionalScores`): the scorer's parameter or
-        a function of its parameters (:meth:`~.scorers.Scorer.distance_scores`), so that the loss's backward
-        pass writes its gradient straight into them. ``token_independent``: F is emission + one table (the
-        scorer says so), which the compiled lane reads in that form. ``chain`` (M+1, M): the chain's score of
-        each label after the previous one (row 0: the first token's), added to every tree's score
-        (:mod:`spacy_nldm.structs.tree_chain`; decoded by the label marginals only). ``tree_smoothing``: the
-        trees of label smoothing's uniform target, "uniform" (independent of the model) or "model" (the model's
-        own tree distribution, held fixed: :meth:`model_tree_expectation`)."""
-        if tree_smoothing not in TREE_SMOOTHING:
-            raise ValueError(f"tree_smoothing must be one of {TREE_SMOOTHING}, not {tree_smoothing!r}")
+                 distance_bias: Optional[Tensor] = None, token_independent: bool = False):
+        """``distance_bias`` (2, K): a score per arc direction and length (see
+        :class:`~spacy_nldm.structs.DirectionalScores`), the table the model gives beside F
+        (:meth:`~.scorers.Scorer.tables`). ``token_independent``: F is emission + one table (the
+        scorer says so), which the compiled lane reads in that form."""
         super().__init__(budget)
-        self.tree_smoothing = tree_smoothing
-        self.chain = chain
         self.max_dist = max_dist
         self.canonical = canonical
         self.distance_bias = distance_bias
@@ -225,28 +204,19 @@ class LatentTree(Structure):
     def _bias(self, F: Tensor) -> Optional[Tensor]:
         return None if self.distance_bias is None else self.distance_bias.to(device=F.device, dtype=F.dtype)
 
-    def _with_bias(self, scores: Tensor, F: Tensor, labels: Tensor) -> Tensor:
-        """Dense arc scores (B, N+1, N+1, K, K) over selected labels (``labels`` (B, N+1, K): the label id
-        each sub-label of each position stands for, row 0 the root's) plus the distance bias of each arc."""
+    def _with_bias(self, scores: Tensor, F: Tensor) -> Tensor:
+        """Dense arc scores (B, N+1, N+1, K, K) plus the distance bias of each arc."""
         bias = self._bias(F)
         if bias is None:
             return scores
-        if bias.dim() == 4:  # a score per label pair: the selected labels' own
-            return scores + structs.gather_distance_bias(bias, labels, self.max_dist)
         return scores + structs.distance_bias_matrix(bias, scores.shape[1], self.max_dist)[None, :, :, None, None]
 
     def cost(self, n: int, m: int) -> int:
-        if self.chain is not None:  # (n + 1) k items of (M+1)^2 per kind (the contractions keep that size),
-            # times 4: buckets of about a quarter of the budget pad less, which the torch recurrences pay for
-            return 4 * (n + 1) * (self.max_dist or n) * (m + 1) ** 2
         return (n + 1) ** 2 * m * m
 
     def one_bucket(self, F: Tensor) -> bool:
         """On the CPU log Z and the marginals run in :mod:`spacy_nldm.structs.compiled`, sentence by
-        sentence, whatever the padding: one bucket, no reordering copy of F. With the chain factor they run
-        in the torch recurrences of :mod:`~spacy_nldm.structs.tree_chain`: buckets of similar lengths."""
-        if self.chain is not None:
-            return False
+        sentence, whatever the padding: one bucket, no reordering copy of F."""
         return F.device.type == "cpu" and structs.compiled.enabled and structs.compiled.available()
 
     def expand(self, F: Tensor) -> Tensor:
@@ -256,7 +226,7 @@ class LatentTree(Structure):
         Only the arcs structs reads are written (those up to ``max_dist`` long), and the backward
         pass reads only them, so the cost is O(B N k M^2) plus one zero fill.
         """
-        return _ExpandTree.apply(F, self.max_dist)
+        return expand_tree(F, self.max_dist)
 
     def _mask(self, label_mask: Optional[Tensor]) -> Optional[Tensor]:
         if label_mask is None:
@@ -274,135 +244,31 @@ class LatentTree(Structure):
         K = idx.shape[-1]
         dep = F.gather(-1, idx[:, 1:, None, None, :].expand(*F.shape[:4], K))  # (B, N, 2, M+1, K)
         scores = self.expand(dep)  # (B, N+1, N+1, M, K)
-        return self._with_bias(scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), F, idx), ok
+        return self._with_bias(scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), F), ok
 
     def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0
             ) -> Tensor:
         """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``),
         log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET``."""
         one_label = (gold_mask.sum(-1) == 1) | ~real_tokens(gold_mask, lengths)
-        if self.chain is not None and (approx != "exact" or not bool(one_label.all())):
-            raise ValueError("chain_factor trains on fully labelled segments with the exact loss only")
         if approx != "exact" or not bool(one_label.all()):
             return super().nll(F, lengths, gold_mask, approx, smoothing)
         weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
         total = F.new_zeros(())
         for idx, Fb, lens in self._buckets(F, lengths):
-            log_z = self._log_z(Fb, lens, self._bias(Fb))
-            if weights is not None and self.tree_smoothing == "model":
-                total = total + self._log_z_less_model_expectation(Fb, lens, log_z, weights[idx])
-            else:  # (the uniform target has nothing per bucket)
-                total = total + log_z.sum()
+            total = total + structs.log_partition(self.directional(Fb), lens, max_dist=self.max_dist).sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
             labels = gold_mask[idx, : Fb.shape[1]].to(torch.uint8).argmax(-1)  # (B, N): the one allowed label
-            positions = torch.cat([labels.new_zeros(labels.shape[0], 1), labels], dim=1)  # the root's label 0
-            gold = self._with_bias(self.gold_arcs(Fb, labels), Fb, positions[..., None])
+            gold = self._with_bias(self.gold_arcs(Fb, labels), Fb)
             log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
-            if self.chain is not None:  # given the labels the chain's score is the same in every tree
-                log_s = log_s + tree_chain.chain_gold_score(self.chain.to(Fb), labels, lens).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
-        return total if weights is None else total - self.smoothing_target(F, lengths, weights)
-
-    def smoothing_target(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
-        if self.tree_smoothing == "model":
-            return self.uniform_labels_rest(F, lengths, weights)
-        return self.uniform_expectation(F, lengths, weights)
-
-    def smoothing_in_bucket(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
-        if self.tree_smoothing == "model":
-            return self.model_tree_expectation(F, lengths, log_z, weights)
-        return F.new_zeros(())
+        return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
-        total = uniform_expectation(F, lengths, self._moments(F), weights, bias=self._bias(F))
-        return total + self.chain_expectation(F, lengths, weights)
-
-    def _moments(self, F: Tensor) -> Callable[[int, int], tuple]:
-        """(n, M) -> :func:`.smoothing.tree_moments` of this structure's arc limit and distance bias."""
         bias = self._bias(F)
         lengths_of_bias = 0 if bias is None else bias.shape[1]
-        return lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias)
-
-    def model_tree_expectation(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
-        """sum_s weights_s E[score of F_s (B, N, 2, M+1, M) and the distance bias], labels uniform and the tree
-        drawn from the model's own tree distribution q_s (labels summed out), q held fixed (no gradient): the
-        arc-factored bound -log P(y) <= log Z - E_q[score(y, tree)] - H(q) with q = the model's. Uniform labels
-        give each arc the mean of its label pairs, so it needs q's arc marginals only: of token i's head being
-        the root or a token on side x (F[i, x, 0, :] and F[i, x, 1:, :]), and of the arcs per direction and
-        length (the bias); they are the gradient of log Z (``log_z`` (B,), from F and the bias). Its gradient
-        with respect to the bias cancels log Z's: the target smooths the labels, not the tree's shape."""
-        bias = self._bias(F)
-        inputs = [F] + ([] if bias is None else [bias])
-        w = weights.to(device=F.device, dtype=log_z.dtype)
-        if log_z.requires_grad and all(x.requires_grad for x in inputs):
-            grads = torch.autograd.grad((w * log_z).sum(), inputs, retain_graph=True)
-        else:  # no graph to F or the bias (the loss's value alone): log Z again, on detached inputs
-            grads = self._log_z_gradient(inputs, lengths, w)
-        return self._expectation_from(F, bias, grads[0], grads[1] if bias is not None else None)
-
-    def _log_z_less_model_expectation(self, F: Tensor, lengths: Tensor, log_z: Tensor, weights: Tensor) -> Tensor:
-        """``log_z.sum() - model_tree_expectation(...)`` for segments of equal ``weights`` (B,), with one
-        backward pass through log Z instead of two: its gradient (the marginals, which the expectation needs)
-        is taken once here and handed to the loss's backward pass as log Z's (:class:`_KnownGradient`)."""
-        bias = self._bias(F)
-        inputs = [F] + [x for x in (bias, self.chain) if x is not None]
-        if not (log_z.requires_grad and all(x.requires_grad for x in inputs)):
-            return log_z.sum() - self.model_tree_expectation(F, lengths, log_z, weights)
-        grads = torch.autograd.grad(log_z.sum(), inputs)  # log Z's graph is not needed again
-        log_z_sum = _KnownGradient.apply(log_z.detach().sum(), grads, *inputs)
-        w = weights.to(device=F.device, dtype=log_z.dtype)
-        counts = None if bias is None else grads[1] * w[0]  # (all weights equal)
-        return log_z_sum - self._expectation_from(F, bias, grads[0] * w.view(-1, 1, 1, 1, 1), counts)
-
-    def _log_z_gradient(self, inputs, lengths: Tensor, w: Tensor):
-        """The gradient of sum_s w_s log Z_s with respect to ``inputs`` (F and the bias), from detached copies."""
-        with torch.enable_grad():
-            detached = [x.detach().requires_grad_() for x in inputs]
-            bias = detached[1] if len(detached) > 1 else None
-            return torch.autograd.grad((w * self._log_z(detached[0], lengths, bias)).sum(), detached)
-
-    @staticmethod
-    def _expectation_from(F: Tensor, bias: Optional[Tensor], mu: Tensor, counts: Optional[Tensor]) -> Tensor:
-        """sum <F, expected counts> + <bias, expected counts> with the labels uniform and the arcs as in the
-        (weighted) marginals ``mu`` (like F) and ``counts`` (like the bias), held fixed."""
-        m = F.shape[-1]
-        mu = mu.detach()
-        root = mu[..., 0, :].sum(-1) / m  # (B, N, 2): the root's arc, the dependent's label uniform
-        token = mu[..., 1:, :].sum((-1, -2)) / (m * m)  # a token's head, both labels uniform
-        total = (root * F[..., 0, :].sum(-1)).sum() + (token * F[..., 1:, :].sum((-1, -2))).sum()
-        if bias is not None:
-            counts = counts.detach()
-            total = total + ((counts * bias).sum() if bias.dim() == 2
-                             else (counts.sum((-1, -2)) * bias.mean((-1, -2))).sum())
-        return total
-
-    def uniform_labels_rest(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
-        """What :meth:`model_tree_expectation` leaves of the target's sum: the chain factor's expectation and
-        the constants (log #trees per segment, as in :meth:`uniform_expectation`)."""
-        w, lens, moments = weights.to(F), lengths.to(F.device), self._moments(F)
-        constant = F.new_zeros(())
-        for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
-            constant = constant + w[lens == n].sum() * moments(n, F.shape[-1])[2]
-        return constant + self.chain_expectation(F, lengths, weights)
-
-    def chain_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
-        """sum_s weights_s E_u[chain factor's score] with uniform labels (0 without the chain factor)."""
-        if self.chain is None:
-            return F.new_zeros(())
-        # uniform labels: the first token's pair has mean chain[0], each later one the mean of chain[1:]
-        chain = self.chain.to(F)
-        w = weights.to(F)
-        pairs = (lengths.to(F) - 1).clamp_min(0)
-        return (w * (chain[0].mean() + pairs * chain[1:].mean()) * (lengths > 0).to(F)).sum()
-
-    def _log_z(self, F: Tensor, lengths: Tensor, bias: Optional[Tensor]) -> Tensor:
-        """log Z (B,) of F (B, N, 2, M+1, M) and the distance ``bias`` (None: none; the structure's is
-        ``self._bias(F)``): with the chain factor, the tree_chain recurrences."""
-        if self.chain is None:
-            scores = structs.DirectionalScores(F, bias, self.token_independent)
-            return structs.log_partition(scores, lengths, max_dist=self.max_dist)
-        return tree_chain.tree_chain_log_partition(F, self.chain.to(F), lengths, max_dist=self.max_dist,
-                                                   distance_bias=bias).to(F.dtype)
+        moments = lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias)  # noqa: E731
+        return uniform_expectation(F, lengths, moments, weights, bias=bias)
 
     @staticmethod
     def gold_arcs(F: Tensor, labels: Tensor) -> Tensor:
@@ -417,7 +283,6 @@ class LatentTree(Structure):
         return torch.cat([arcs.new_zeros(B, N + 1, 1), arcs], dim=2)[..., None, None]  # arcs into the root: unread
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
-        # (the chain factor trains through nll's one-label path only)
         # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels
         log_z = structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
@@ -441,8 +306,6 @@ class LatentTree(Structure):
     def _decode(self, F, lengths, posterior, tree=True, probs=None) -> structs.Decoded:
         scores = self.directional(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
         mask = None
-        if self.chain is not None and not posterior:
-            raise ValueError('chain_factor decodes by the label marginals only: set decode = "posterior"')
         if posterior:
             if probs is None:
                 probs = self._marginals(F, lengths)
@@ -471,9 +334,6 @@ class LatentTree(Structure):
         return structs.Decoded(labels, heads, torch.where(possible, score, torch.full_like(score, -math.inf)))
 
     def _marginals(self, F, lengths):
-        if self.chain is not None:
-            return tree_chain.tree_chain_label_marginals(F, self.chain, lengths, max_dist=self.max_dist,
-                                                         distance_bias=self._bias(F))
         return structs.label_marginals(self.directional(F), lengths, max_dist=self.max_dist)
 
 
@@ -529,7 +389,7 @@ class Chain(Structure):
     def expand(self, F: Tensor) -> Tensor:
         """Factored scores -> potentials (B, N, M, M) or (B, N, M, M, M); the start state is 0.
         The last axis may be any size (:meth:`restrict` expands scores of selected labels)."""
-        return _ExpandChain.apply(self.dense(F), self.order)
+        return expand_chain(self.dense(F), self.order)
 
     def restrict(self, F: Tensor, label_mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
         """Potentials over the allowed labels only, (B, N, K, K) or (B, N, K, K, K), and their
@@ -538,7 +398,7 @@ class Chain(Structure):
         B, N = label_mask.shape[:2]
         idx, ok = allowed_first(label_mask, lengths)
         K = idx.shape[-1]
-        pot = _ExpandChain.apply(F.gather(-1, idx[:, :, None, None, :].expand(*F.shape[:4], K)), self.order)
+        pot = expand_chain(F.gather(-1, idx[:, :, None, None, :].expand(*F.shape[:4], K)), self.order)
         for axis in range(pot.dim() - 2, 1, -1):  # y_{t-1}, then y_{t-2}
             back = pot.dim() - 1 - axis
             shifted = torch.cat([idx.new_zeros(B, back, K), idx[:, : N - back]], dim=1)[:, :N]
@@ -580,78 +440,3 @@ class Chain(Structure):
 
     def _marginals(self, F, lengths):
         return structs.crf_marginals(self._scores(F), lengths)
-
-
-class _ExpandTree(torch.autograd.Function):
-    """scores[:, h, d] = F[:, d-1, 0 if h < d else 1, label of h (0 = root), label of d]."""
-
-    @staticmethod
-    def forward(ctx, F: Tensor, max_dist: Optional[int]) -> Tensor:
-        B, N, _, C, M = F.shape
-        ctx.max_dist, ctx.shape = max_dist, F.shape
-        scores = F.new_zeros(B, N + 1, N + 1, C - 1, M)
-        scores[:, 0, 1:, 0, :] = F[:, :, 0, 0, :]  # root arcs; structs drops those over max_dist
-        for w in range(1, N if max_dist is None else min(max_dist, N - 1) + 1):
-            # diagonal element i is the arc i -> i + w (offset w) or i + w -> i (offset -w); i >= 1
-            scores.diagonal(w, 1, 2)[..., 1:] = F[:, w:, 0, 1:].permute(0, 2, 3, 1)
-            scores.diagonal(-w, 1, 2)[..., 1:] = F[:, : N - w, 1, 1:].permute(0, 2, 3, 1)
-        return scores
-
-    @staticmethod
-    def backward(ctx, d_scores: Tensor):
-        N = ctx.shape[1]
-        dF = d_scores.new_zeros(ctx.shape)
-        dF[:, :, 0, 0, :] = d_scores[:, 0, 1:, 0, :]
-        for w in range(1, N if ctx.max_dist is None else min(ctx.max_dist, N - 1) + 1):
-            dF[:, w:, 0, 1:] += d_scores.diagonal(w, 1, 2)[..., 1:].permute(0, 3, 1, 2)
-            dF[:, : N - w, 1, 1:] += d_scores.diagonal(-w, 1, 2)[..., 1:].permute(0, 3, 1, 2)
-        return dF, None
-
-
-class _ExpandChain(torch.autograd.Function):
-    """pot[:, t, a, (p,) c] = F[:, t, (a+1,) p+1, c], with the start state (context 0) read at the
-    positions before the first token; one copy forward, one backward, no concatenation."""
-
-    @staticmethod
-    def forward(ctx, F: Tensor, order: int) -> Tensor:
-        B, N, _, C, K = F.shape
-        M = C - 1
-        ctx.order, ctx.shape = order, F.shape
-        if order == 1:
-            pot = F.new_empty(B, N, M, K)
-            pot[:, 1:] = F[:, 1:, 0, 1:]
-            pot[:, 0] = F[:, 0, 0, :1]  # start transitions (structs reads row 0)
-            return pot
-        pot = F.new_empty(B, N, M, M, K)
-        pot[:, 2:] = F[:, 2:, 1:, 1:]
-        if N > 1:
-            pot[:, 1] = F[:, 1, :1, 1:]  # y_{t-2} is the start state
-        pot[:, 0] = F[:, 0, :1, :1]
-        return pot
-
-    @staticmethod
-    def backward(ctx, d_pot: Tensor):
-        dF = d_pot.new_zeros(ctx.shape)
-        if ctx.order == 1:
-            dF[:, 1:, 0, 1:] = d_pot[:, 1:]
-            dF[:, 0, 0, 0] = d_pot[:, 0].sum(1)
-            return dF, None
-        dF[:, 2:, 1:, 1:] = d_pot[:, 2:]
-        if ctx.shape[1] > 1:
-            dF[:, 1, 0, 1:] = d_pot[:, 1].sum(1)
-        dF[:, 0, 0, 0] = d_pot[:, 0].sum((1, 2))
-        return dF, None
-
-
-class _KnownGradient(torch.autograd.Function):
-    """A value computed already (``value``, detached) whose gradient with respect to ``inputs`` is known
-    (``grads``, one per input): backward returns them times the incoming gradient."""
-
-    @staticmethod
-    def forward(ctx, value: Tensor, grads, *inputs: Tensor) -> Tensor:
-        ctx.grads = grads
-        return value.clone()
-
-    @staticmethod
-    def backward(ctx, d_value: Tensor):
-        return (None, None, *(d_value * g for g in ctx.grads))

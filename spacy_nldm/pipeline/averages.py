@@ -15,12 +15,15 @@ off. With ``average_params`` a component averages anyway, in one of two ways:
 
 With an optimizer that averages already, the component leaves it to the optimizer.
 """
-import contextlib
+import copy
 import logging
-from typing import Dict, Hashable, Tuple
+import threading
+from typing import Dict, Hashable, Optional, Tuple
 
 from thinc.api import Model, Optimizer
 from thinc.backends import get_array_ops
+
+from ..models.shim import AveragingPyTorchShim
 
 Key = Tuple[Hashable, str]
 logger = logging.getLogger("spacy")
@@ -28,11 +31,17 @@ logger = logging.getLogger("spacy")
 
 class ParamAverages:
     """Per-parameter exponential moving averages, updated as thinc's optimizer updates its own
-    (``Ops.update_averages``: after the t-th update of a weight, decay min((1 + t) / (10 + t), 0.9999))."""
+    (``Ops.update_averages``: after the t-th update of a weight, decay min((1 + t) / (10 + t), 0.9999)).
+
+    The component tags (and saves) with :meth:`tagging_model`: a copy of its model holding the averages, made
+    once after the last update, so that tagging reads the averages without changing the model that trains
+    (several threads may tag at once)."""
 
     def __init__(self):
         self.values: Dict[Key, object] = {}
         self.counts: Dict[Key, int] = {}
+        self._copy: Optional[Model] = None
+        self._lock = threading.Lock()
 
     def __bool__(self) -> bool:
         return bool(self.values)
@@ -48,11 +57,34 @@ class ParamAverages:
             self.counts[key] = 0
         self.counts[key] += 1
         ops.update_averages(self.values[key], weights, self.counts[key])
+        self._copy = None
 
-    def applied(self, model: Model):
-        """Context in which ``model`` holds the averages (its own weights again on exit); nothing when
-        there are none yet."""
-        return model.use_params(self.values) if self.values else contextlib.nullcontext()
+    def forget_copy(self) -> None:
+        """Make :meth:`tagging_model` copy the model again (after a change of its shape: a label added)."""
+        self._copy = None
+
+    def tagging_model(self, model: Model) -> Model:
+        """``model`` itself while there are no averages; else a copy of it (same layer ids) holding them,
+        made at the first call after an update and kept until the next one."""
+        if not self.values:
+            return model
+        with self._lock:
+            if self._copy is None:
+                self._copy = _with_params(copy.deepcopy(model), self.values)
+            return self._copy
+
+
+def _with_params(model: Model, params: Dict[Key, object]) -> Model:
+    """``model`` with the weights of ``params`` (keyed as thinc's optimizer keys them: (model id, name), and
+    (shim id, name) for a torch shim's) in place of its own, where it has them."""
+    for node in model.walk():
+        for name in node.param_names:
+            if (node.id, name) in params:
+                node.set_param(name, params[(node.id, name)].copy())
+        for shim in node.shims:
+            if isinstance(shim, AveragingPyTorchShim):  # (thinc's own torch shim never finds its averages)
+                shim.load_params(params)
+    return model
 
 
 def listens(model: Model) -> bool:

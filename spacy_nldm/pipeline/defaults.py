@@ -1,9 +1,8 @@
 """The components' default settings: the one place they are written.
 
-The factories' default configs (what ``nlp.add_pipe`` and ``spacy init config -p nldm_tagger`` give), the
-component class's keyword defaults and the registered architectures' defaults all come from here (the
-architectures' signatures are checked against :data:`NLDM_MODEL` and :data:`CRF_MODEL` by the tests). A
-config in ``configs/`` (or the study's ``projects/paper/configs/``) differs from them only where a comment says why.
+The factories' default configs (what ``nlp.add_pipe`` and ``spacy init config -p nldm_tagger`` give) and the
+component class's keyword defaults come from here; the registered architectures declare no defaults of their
+own (spaCy fills a config's model block from :data:`NLDM_MODEL` or :data:`CRF_MODEL`).
 """
 import json
 from typing import Optional, Tuple
@@ -18,10 +17,9 @@ COMMON = {
     "normalize_loss": True,
     "tok2vec_loss": "sum",
     "label_smoothing": 0.05,
-    "token_loss": 0.0,
     "average_params": True,
 }
-NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True, "tree_smoothing": "uniform"}
+NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
 
@@ -91,25 +89,17 @@ def listens_in_config(model: dict) -> bool:
 NLDM_MODEL = Config().from_str(
     """
 [model]
-@architectures = "spacy-nldm.NLDMTagger.v1"
+@architectures = "spacy-nldm.NLDMTagger.v2"
 edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
 max_dist = 3
 emission = true
 distance_bias = true
-distance_prior = 0.0
-distance_labels = false
-chain_factor = false
-head_scores = false
-tie_directions = false
 dropout = 0.0
-char_width = 0
 embed_width = null
 embed_depth = null
 embed_mix = null
-context_width = 0
-hidden_width = 0
 """
     + OWN_TOK2VEC
 )["model"]
@@ -117,19 +107,16 @@ hidden_width = 0
 CRF_MODEL = Config().from_str(
     """
 [model]
-@architectures = "spacy-nldm.CRFTagger.v1"
+@architectures = "spacy-nldm.CRFTagger.v2"
 order = 1
 edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
 emission = true
 dropout = 0.0
-char_width = 0
 embed_width = null
 embed_depth = null
 embed_mix = null
-context_width = 0
-hidden_width = 0
 """
     + OWN_TOK2VEC
 )["model"]

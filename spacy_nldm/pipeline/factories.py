@@ -9,10 +9,6 @@ from . import defaults
 from . import scorers  # noqa: F401  (registers the scorer)
 from .tagger import StructuredTagger
 
-# the one source of the defaults (re-exported under their former names)
-DEFAULT_NLDM_MODEL = defaults.NLDM_MODEL
-DEFAULT_CRF_MODEL = defaults.CRF_MODEL
-
 _SCORER = {"@scorers": "spacy-nldm.tag_scorer.v1"}
 # The scorer reports <attr>_acc: the default attr "tag" carries the whole weight (pos_acc is left out of the
 # training table); a component with attr "pos" moves the weight to pos_acc when it is initialized (see
@@ -24,7 +20,7 @@ _ASSIGNS = ["token.tag", "token.pos", "doc._.nldm_heads", "doc._.nldm_tree_score
 @Language.factory(
     "nldm_tagger",
     assigns=_ASSIGNS,
-    default_config={"model": DEFAULT_NLDM_MODEL, **defaults.NLDM, "scorer": _SCORER},
+    default_config={"model": defaults.NLDM_MODEL, **defaults.NLDM, "scorer": _SCORER},
     default_score_weights=_SCORE_WEIGHTS,
 )
 def make_nldm_tagger(
@@ -40,24 +36,21 @@ def make_nldm_tagger(
     normalize_loss: bool,
     tok2vec_loss: Optional[str],
     label_smoothing: float,
-    token_loss: float,
     average_params: bool,
-    tree_smoothing: str,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
     """Neural Latent Dependency Model tagger (labels linked by a latent projective tree)."""
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, loss=loss, max_length=max_length,
         store_probs=store_probs, store_tree=store_tree, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        label_smoothing=label_smoothing, token_loss=token_loss, average_params=average_params,
-        tree_smoothing=tree_smoothing, scorer=scorer,
+        label_smoothing=label_smoothing, average_params=average_params, scorer=scorer,
     )
 
 
 @Language.factory(
     "crf_tagger",
     assigns=_ASSIGNS[:2] + ["doc._.nldm_probs"],
-    default_config={"model": DEFAULT_CRF_MODEL, **defaults.CRF, "scorer": _SCORER},
+    default_config={"model": defaults.CRF_MODEL, **defaults.CRF, "scorer": _SCORER},
     default_score_weights=_SCORE_WEIGHTS,
 )
 def make_crf_tagger(
@@ -71,7 +64,6 @@ def make_crf_tagger(
     normalize_loss: bool,
     tok2vec_loss: Optional[str],
     label_smoothing: float,
-    token_loss: float,
     average_params: bool,
     scorer: Optional[Callable],
 ) -> StructuredTagger:
@@ -79,7 +71,7 @@ def make_crf_tagger(
     return StructuredTagger(
         nlp.vocab, model, name, attr=attr, decode=decode, max_length=max_length,
         store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        label_smoothing=label_smoothing, token_loss=token_loss, average_params=average_params, scorer=scorer,
+        label_smoothing=label_smoothing, average_params=average_params, scorer=scorer,
     )
 
 

@@ -12,7 +12,9 @@ from itertools import islice
 from typing import Callable, Iterable, List, Optional, Tuple
 
 import numpy
+import srsly
 import torch
+from spacy import util
 from spacy.language import Language
 from spacy.parts_of_speech import IDS as POS_IDS
 from spacy.pipeline import TrainablePipe
@@ -21,11 +23,9 @@ from spacy.training import Example, validate_examples, validate_get_examples
 from spacy.vocab import Vocab
 from thinc.api import Model, set_dropout_rate, torch2xp, xp2torch
 
+from ..models.segments import ScoreGradient, SegmentScores, TokenScores, pad_segments, segment_docs
 from ..models.smoothing import mixture_weight
-from ..models.token_loss import token_cross_entropy
-from ..models.segments import SegmentScores, TokenScores, pad_segments, segment_docs
-from ..models.structure import TREE_SMOOTHING
-from ..models.tagger import TOK2VEC_GRAD_SCALE, get_structure, resize_labels
+from ..models.tagger import get_structure, resize_labels
 from .averages import ParamAverages, average_the_pipeline, listens
 from .defaults import NLDM
 from .extensions import register_extensions
@@ -86,26 +86,20 @@ class StructuredTagger(TrainablePipe):
     tok2vec_loss: the loss whose gradient reaches the tok2vec (or, through a listener, the shared one):
         "sum" over the batch's tokens, as spaCy's ``tagger`` sends it, "mean" per token, or None: the
         head's (``normalize_loss``), as before this setting existed (the paper's ``spacy train``
-        configs keep that). The head's gradient (its own layers' too: characters, context LSTM, hidden
-        layer) follows ``normalize_loss`` either way. With the default per-token head and summed tok2vec
+        configs keep that). The head's gradient (its own embeddings' too) follows ``normalize_loss``
+        either way. With the default per-token head and summed tok2vec
         gradient, spaCy's clipping acts on the encoder at almost every step (as for its ``tagger``) and not
         on the head (projects/paper/results/diagnosis.md section 20).
     label_smoothing: as spaCy's ``tagger`` setting (each token's target keeps 1 - a on the gold label):
         the loss mixes the gold likelihood with the uniform distribution over the outputs
         (:mod:`spacy_nldm.models.smoothing`); 0 is the plain likelihood.
-    token_loss: weight w of an auxiliary per-token loss (:mod:`spacy_nldm.models.token_loss`): the loss
-        becomes the structured one plus w times the smoothed cross-entropy of each token's scores in the
-        first context (the emission and one fixed transition row) read as a softmax classifier; 0 (default)
-        is the structured loss alone.
     average_params: when the optimizer keeps no weight averages, average anyway (:mod:`.averages`): with
         its own encoder, the component keeps the running average of its weights that spaCy's optimizer
         keeps with ``use_averages = true`` and tags and saves with it; listening to a shared ``tok2vec``,
         it turns on the optimizer's averaging (the whole pipeline's, which ``spacy train`` evaluates and
-        saves). False, or an optimizer that averages already: the optimizer as configured.
-    tree_smoothing (nldm_tagger): the trees of label smoothing's uniform target: "uniform" (labels and trees
-        uniform) or "model" (labels uniform, trees from the model's own distribution, held fixed), which
-        smooths the labels only and leaves the latent tree's shape to the likelihood
-        (:meth:`~spacy_nldm.models.structure.LatentTree.model_tree_expectation`).
+        saves). False, or an optimizer that averages already: the optimizer as configured. Tagging reads
+        the averages from a copy of the model (:meth:`.ParamAverages.tagging_model`): it mutates nothing,
+        so threads may tag with one pipeline at once.
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
@@ -128,9 +122,7 @@ class StructuredTagger(TrainablePipe):
         normalize_loss: bool = NLDM["normalize_loss"],
         tok2vec_loss: Optional[str] = NLDM["tok2vec_loss"],
         label_smoothing: float = NLDM["label_smoothing"],
-        token_loss: float = NLDM["token_loss"],
         average_params: bool = NLDM["average_params"],
-        tree_smoothing: str = NLDM["tree_smoothing"],
         scorer: Optional[Callable] = None,
     ):
         for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
@@ -141,19 +133,8 @@ class StructuredTagger(TrainablePipe):
             raise ValueError(f"[spacy-nldm] {name}: max_length must be positive, not {max_length}")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"[spacy-nldm] {name}: label_smoothing must be in [0, 1), not {label_smoothing}")
-        if not token_loss >= 0.0:
-            raise ValueError(f"[spacy-nldm] {name}: token_loss must be >= 0, not {token_loss}")
         if loss == "max" and model.attrs["structure"] != "tree":
             raise ValueError(f"[spacy-nldm] {name}: loss = 'max' needs a latent tree model (nldm_tagger)")
-        if tree_smoothing not in TREE_SMOOTHING:
-            raise ValueError(f"[spacy-nldm] {name}: tree_smoothing must be one of {TREE_SMOOTHING}, not "
-                             f"{tree_smoothing!r}")
-        if tree_smoothing != "uniform" and model.attrs["structure"] != "tree":
-            raise ValueError(f"[spacy-nldm] {name}: tree_smoothing = {tree_smoothing!r} needs a latent tree model "
-                             "(nldm_tagger)")
-        if model.attrs.get("chain_factor") and (decode != "posterior" or loss != "exact"):
-            raise ValueError(f"[spacy-nldm] {name}: the model's chain_factor = true needs decode = 'posterior' "
-                             f"and loss = 'exact', not decode = {decode!r}, loss = {loss!r}")
         register_extensions()
         _register_fork_hook()
         self.vocab = vocab
@@ -169,9 +150,7 @@ class StructuredTagger(TrainablePipe):
         self.normalize_loss = normalize_loss
         self.tok2vec_loss = tok2vec_loss
         self.label_smoothing = label_smoothing
-        self.token_loss = token_loss
         self.average_params = average_params
-        self.tree_smoothing = tree_smoothing
         self.averages = ParamAverages()
         self._listens = listens(model)  # a listener has the optimizer average (see .averages)
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
@@ -197,6 +176,7 @@ class StructuredTagger(TrainablePipe):
         self.vocab.strings.add(label)
         if self.model.has_dim("nO"):
             resize_labels(self.model, len(self.labels))
+            self.averages.forget_copy()
         return 1
 
     # --------------------------------------------------------------- segments
@@ -251,25 +231,26 @@ class StructuredTagger(TrainablePipe):
                 return
         weights[mine], weights[other] = weights[other], None
 
-    def get_loss(self, examples: Iterable[Example], scores: TokenScores):
+    def get_loss(self, examples: Iterable[Example], scores: TokenScores) -> Tuple[float, ScoreGradient]:
         """Negative log-likelihood of the batch (its mean per token with ``normalize_loss``, else its
-        sum) and its gradient with respect to the model's per-token factored scores (``scores``,
-        computed on the examples' predicted docs)."""
+        sum) and its gradient with respect to the model's output (``scores``, computed on the examples'
+        predicted docs): the per-token factored scores and the scorer's tables, with the factor of the
+        gradient that reaches the tok2vec (``tok2vec_loss``)."""
         validate_examples(examples, f"{type(self).__name__}.get_loss")
         examples = list(examples)
         docs = [eg.predicted for eg in examples]
         self._check_finite(scores, docs)
         segmented = self.segment_scores(docs, scores)
         F = xp2torch(segmented.scores, requires_grad=True)
+        tables = {name: xp2torch(table, requires_grad=True) for name, table in scores.tables.items()}
         gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
         smoothing = mixture_weight(self.label_smoothing, len(self.labels))
-        structure = get_structure(self.model, tree_smoothing=self.tree_smoothing)
-        loss = structure.nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
-        if self.token_loss:
-            loss = loss + self.token_loss * token_cross_entropy(F, gold, lengths, self.label_smoothing)
+        loss = get_structure(self.model, tables).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
+        n_tokens = int(segmented.lengths.sum())
         if not loss.requires_grad:  # no tokens
-            return 0.0, self.model.ops.alloc(scores.scores.shape, dtype="float32")
+            zeros = {name: self.model.ops.alloc(table.shape, dtype="float32") for name, table in scores.tables.items()}
+            return 0.0, ScoreGradient(self.model.ops.alloc(scores.scores.shape, dtype="float32"), zeros)
         if not bool(torch.isfinite(loss)):
             raise ValueError(
                 f"[spacy-nldm] {self.name}: the loss is {float(loss)} on a batch of {len(examples)} docs "
@@ -278,9 +259,13 @@ class StructuredTagger(TrainablePipe):
                 "or lower the learning rate"
             )
         if self.normalize_loss:
-            loss = loss / float(segmented.lengths.sum())
-        loss.backward()
-        return float(loss.detach()), segmented.unpad(torch2xp(F.grad))
+            loss = loss / float(n_tokens)
+        names = list(tables)
+        grads = torch.autograd.grad(loss, [F] + [tables[name] for name in names], allow_unused=True)
+        d_tables = {name: torch2xp(grad if grad is not None else torch.zeros_like(tables[name]))
+                    for name, grad in zip(names, grads[1:])}
+        d_scores = ScoreGradient(segmented.unpad(torch2xp(grads[0])), d_tables, self._tok2vec_factor(n_tokens))
+        return float(loss.detach()), d_scores
 
     def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses=None):
         """Learn from a batch of examples (as spaCy's ``tagger``: nothing happens, and the model is
@@ -295,11 +280,7 @@ class StructuredTagger(TrainablePipe):
         set_dropout_rate(self.model, drop)
         scores, backprop = self.model.begin_update([eg.predicted for eg in examples])
         loss, d_scores = self.get_loss(examples, scores)
-        self.model.attrs[TOK2VEC_GRAD_SCALE] = self._tok2vec_grad_scale(int(scores.lengths.sum()))
-        try:
-            backprop(d_scores)
-        finally:
-            self.model.attrs[TOK2VEC_GRAD_SCALE] = 1.0
+        backprop(d_scores)
         if sgd not in (None, False):
             self.finish_update(sgd)
         losses[self.name] += loss
@@ -316,7 +297,7 @@ class StructuredTagger(TrainablePipe):
                 sgd = self.averages.track(sgd)
         self.model.finish_update(sgd)
 
-    def _tok2vec_grad_scale(self, n_tokens: int) -> float:
+    def _tok2vec_factor(self, n_tokens: int) -> float:
         """Factor turning the loss of ``get_loss`` (per token or summed: ``normalize_loss``) into the
         ``tok2vec_loss`` for the gradient sent to the tok2vec (1 when that is None: the same loss)."""
         if self.normalize_loss and self.tok2vec_loss == "sum":
@@ -359,19 +340,18 @@ class StructuredTagger(TrainablePipe):
     # ------------------------------------------------------------- prediction
     def predict(self, docs: Iterable[Doc]) -> Predictions:
         """Decoded labels (and latent trees) of the docs' segments (with the averaged weights, when the
-        component keeps them); a batch without tokens is answered without calling the model."""
-        with self.averages.applied(self.model):
-            return self._predict(list(docs))
-
-    def _predict(self, docs: List[Doc]) -> Predictions:
+        component keeps them: :meth:`.ParamAverages.tagging_model`); a batch without tokens is answered
+        without calling the model."""
+        docs = list(docs)
         has_tree = self.model.attrs["structure"] == "tree" and self.store_tree
         if not any(len(doc) for doc in docs):
             none = numpy.zeros((0, 1), dtype="int64")
             probs = numpy.zeros((0, 1, len(self.labels)), dtype="float32") if self.store_probs else None
             return Predictions([], none, none if has_tree else None, numpy.zeros(0), probs, has_tree)
-        structure = get_structure(self.model)
-        token_scores = self.model.predict(docs)
+        model = self.averages.tagging_model(self.model)
+        token_scores = model.predict(docs)
         self._check_finite(token_scores, docs)
+        structure = get_structure(model, {name: xp2torch(table) for name, table in token_scores.tables.items()})
         scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)
@@ -412,14 +392,29 @@ class StructuredTagger(TrainablePipe):
 
     # ---------------------------------------------------------- serialization
     def to_bytes(self, *, exclude=tuple()) -> bytes:
-        """As spaCy's, with the averaged weights when the component keeps them (what it tags with)."""
-        with self.averages.applied(self.model):
-            return super().to_bytes(exclude=exclude)
+        """As spaCy's, with the weights it tags with (the averaged ones, when the component keeps them)."""
+        serialize = {"cfg": lambda: srsly.json_dumps(self.cfg), "vocab": lambda: self.vocab.to_bytes(exclude=exclude),
+                     "model": self.averages.tagging_model(self.model).to_bytes}
+        return util.to_bytes(serialize, exclude)
 
     def to_disk(self, path, *, exclude=tuple()) -> None:
-        """As spaCy's, with the averaged weights when the component keeps them (what it tags with)."""
-        with self.averages.applied(self.model):
-            super().to_disk(path, exclude=exclude)
+        """As spaCy's, with the weights it tags with (the averaged ones, when the component keeps them)."""
+        model = self.averages.tagging_model(self.model)
+        serialize = {"cfg": lambda p: srsly.write_json(p, self.cfg), "vocab": lambda p: self.vocab.to_disk(p, exclude=exclude),
+                     "model": model.to_disk}
+        util.to_disk(util.ensure_path(path), serialize, exclude)
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        """As spaCy's; the loaded weights are what the component tags with (averaging starts again)."""
+        super().from_bytes(bytes_data, exclude=exclude)
+        self.averages = ParamAverages()
+        return self
+
+    def from_disk(self, path, *, exclude=tuple()):
+        """As spaCy's; the loaded weights are what the component tags with (averaging starts again)."""
+        super().from_disk(path, exclude=exclude)
+        self.averages = ParamAverages()
+        return self
 
     def score(self, examples: Iterable[Example], **kwargs):
         """The scorer's figures for ``attr`` (spaCy passes ``cfg`` to it; our settings live apart)."""

@@ -173,8 +173,8 @@ def decode_tweets(model: Path, tweets, decode: str, canonical: bool = True) -> T
     heads, tags = [], []
     original = tagger_module.get_structure
 
-    def structure(m):
-        found = original(m)
+    def structure(m, tables):
+        found = original(m, tables)
         found.canonical = canonical
         return found
 
