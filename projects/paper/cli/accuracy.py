@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import typer
-from spacy_nldm.cli.bench_spacy_train import NEUTRAL_SETTINGS, drop_neutral, mean_sd as _stats
 
 from ..registry import canonical
 from ..runs.loop import DATASETS, RunSpec, run_all
+from ..runs.spacy_train import mean_sd as _stats
 from . import app
 
 #: table name -> factory (each with its factory's default config)
@@ -27,15 +27,6 @@ PAIRS = [("crf", "softmax"), ("nldm", "softmax"), ("nldm", "crf")]
 DEFAULT_RESULTS = "projects/paper/results/accuracy/runs.jsonl"
 #: the converted corpora `spacy project run corpora` writes
 DEFAULT_CORPUS = "corpus"
-
-
-#: the neutral settings (bench spacy-train's) added after this loop's runs of the defaults were recorded: left
-#: out of the signature at their neutral value, so those runs are found again
-SIGNATURE_NEUTRAL = {key: NEUTRAL_SETTINGS[key] for key in (("model", "distance_prior"), ("model", "embed_width"),
-                                                       ("model", "embed_depth"), ("model", "distance_labels"),
-                                                       ("model", "embed_mix"), ("model", "chain_factor"),
-                                                       ("model", "head_scores"), ("model", "tie_directions"),
-                                                       ("component", "tree_smoothing"))}
 
 
 def default_signature(factory: str) -> str:
@@ -49,7 +40,6 @@ def default_signature(factory: str) -> str:
     if factory != "tagger":
         from spacy_nldm import pipeline  # noqa: F401  (registers the factories)
     config = copy.deepcopy(spacy.blank("en").get_factory_meta(factory).default_config)
-    drop_neutral(config, SIGNATURE_NEUTRAL)
     text = json.dumps(config, sort_keys=True, default=str) + about.__version__ + spacy.__version__
     return hashlib.sha1(text.encode("utf8")).hexdigest()[:10]
 

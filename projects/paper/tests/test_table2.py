@@ -24,7 +24,7 @@ def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_pat
     out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
               "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
     assert "skip it: no train file in the mirror" in out
-    record = srsly.read_json(proj / "results/runs/twitter/softmax-seed0.json")
+    record = srsly.read_json(proj / "projects/paper/results/runs/twitter/softmax-seed0.json")
     assert record["system"] == "softmax" and 0.0 <= record["test_acc"] <= 100.0
     # per-sentence counts for the paired significance: they add up to spacy evaluate's accuracy
     assert len(record["test_correct"]) == len(record["test_tokens"]) > 1
