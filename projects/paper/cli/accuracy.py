@@ -25,7 +25,7 @@ SYSTEMS = {"softmax": "tagger", "crf": "crf_tagger", "nldm": "nldm_tagger"}
 PAIRS = [("crf", "softmax"), ("nldm", "softmax"), ("nldm", "crf")]
 #: the runs file `python -m projects.paper accuracy` reads and appends to unless --results names another
 DEFAULT_RESULTS = "projects/paper/results/accuracy/runs.jsonl"
-#: the converted corpora `spacy project run corpora` writes
+#: the converted corpora `spacy project run corpora` and `spacy project run ud-corpora projects/paper` write
 DEFAULT_CORPUS = "corpus"
 
 
@@ -94,7 +94,7 @@ def bench_accuracy(
     seeds: str = typer.Option("0,1,2", help="Training seeds, comma-separated."),
     epochs: int = typer.Option(10, help="Epochs over the training sentences."),
     batch_size: int = typer.Option(16, help="Sentences per nlp.update batch."),
-    corpus: Path = typer.Option(Path(DEFAULT_CORPUS), help="Folder of the converted corpora (spacy project run corpora)."),
+    corpus: Path = typer.Option(Path(DEFAULT_CORPUS), help="Folder of the converted corpora (spacy project run corpora, then spacy project run ud-corpora projects/paper)."),
     results: Path = typer.Option(Path(DEFAULT_RESULTS), help="Runs file (JSON lines): read and appended."),
     workers: int = typer.Option(2, help="Runs at a time (each in its own process, one torch thread)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),

@@ -84,7 +84,7 @@ def main(
     seeds: str = typer.Option("0,1,2", help="Seeds, comma-separated."),
     datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(ALL_DATASETS)}."),
     leave_out: str = typer.Option("te", help="Datasets to leave out in a second test, comma-separated ('' none)."),
-    corpus: Path = typer.Option(Path("corpus"), help="Converted corpora (`spacy project run corpora`)."),
+    corpus: Path = typer.Option(Path("corpus"), help="Converted corpora (`spacy project run corpora`, then `spacy project run ud-corpora projects/paper`)."),
     results: Path = typer.Option(DEFAULT_RESULTS, help="spacy-train's runs file."),
 ) -> None:
     split = lambda text, sep: [part.strip() for part in text.split(sep) if part.strip()]  # noqa: E731
