@@ -29,19 +29,30 @@ DEFAULT_RESULTS = "projects/paper/results/accuracy/runs.jsonl"
 DEFAULT_CORPUS = "corpus"
 
 
-def default_signature(factory: str) -> str:
-    """Short hash of a factory's default config and the package version: part of a run's identity."""
+def config_signature(config: dict, version: str) -> str:
+    """Short hash of a component's settings, the package version and spaCy's: part of a run's identity."""
+    import spacy
+
+    text = json.dumps(config, sort_keys=True, default=str) + version + spacy.__version__
+    return hashlib.sha1(text.encode("utf8")).hexdigest()[:10]
+
+
+def default_config(factory: str) -> dict:
+    """The factory's default settings (what ``nlp.add_pipe(factory)`` gives), a copy."""
     import copy
 
     import spacy
 
-    from spacy_nldm import about
-
     if factory != "tagger":
         from spacy_nldm import pipeline  # noqa: F401  (registers the factories)
-    config = copy.deepcopy(spacy.blank("en").get_factory_meta(factory).default_config)
-    text = json.dumps(config, sort_keys=True, default=str) + about.__version__ + spacy.__version__
-    return hashlib.sha1(text.encode("utf8")).hexdigest()[:10]
+    return copy.deepcopy(spacy.blank("en").get_factory_meta(factory).default_config)
+
+
+def default_signature(factory: str) -> str:
+    """:func:`config_signature` of a factory's default config with this package's version."""
+    from spacy_nldm import about
+
+    return config_signature(default_config(factory), about.__version__)
 
 
 def _git_commit() -> str:

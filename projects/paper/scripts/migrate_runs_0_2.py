@@ -16,7 +16,9 @@ writes the config that trains the same model, so that a config of today finds it
 
 Table 2's records (``results/runs/*/*.json``) keep their results; their fingerprint is re-made from the
 migrated config of ``configs/<system>.cfg`` (:func:`projects.paper.scripts.reproduce.config_fingerprint`)
-where the record's fingerprint is that of today's file by 0.1's rule.
+where the record's fingerprint is that of today's file by 0.1's rule. The plain loop's runs of the factory
+defaults (``results/accuracy/*.jsonl``, ``python -m projects.paper accuracy``) get the signature of the
+migrated default config and version 0.2.0 where they hold 0.1's signature of today's defaults.
 """
 import hashlib
 import json
@@ -151,10 +153,60 @@ def migrate_table2(runs: Path, configs: Path) -> int:
     return changed
 
 
+#: the version the migrated signatures of the plain loop's runs name (their identity holds the package version)
+VERSION = "0.2.0"
+
+
+def signature_0_1(factory: str) -> str:
+    """0.1's signature of a factory's default config in the plain loop: the settings it held neutral left out
+    (a null head embedding there stood for none)."""
+    from spacy_nldm import about
+
+    from projects.paper.cli.accuracy import config_signature, default_config
+
+    config = default_config(factory)
+    neutral = {"tree_smoothing": "uniform"}
+    model_neutral = {"distance_prior": 0.0, "distance_labels": False, "chain_factor": False, "head_scores": False,
+                     "tie_directions": False, "embed_width": None, "embed_depth": None, "embed_mix": None}
+    for section, values in ((config, neutral), (config.get("model", {}), model_neutral)):
+        for name, value in values.items():
+            if name in section and section[name] == value:
+                del section[name]
+    return config_signature(config, about.__version__)
+
+
+def migrate_accuracy(path: Path) -> int:
+    """Re-name the signature of the runs of today's factory defaults in one runs file of ``python -m
+    projects.paper accuracy`` (``<system> defaults <signature>``) by their 0.2 config; how many."""
+    from projects.paper.cli.accuracy import SYSTEMS, config_signature, default_config
+
+    renamed = {}
+    for name, factory in SYSTEMS.items():
+        config = Config({"components": {name: {"factory": factory, **default_config(factory)}}})
+        migrate_config(config)
+        settings = {key: value for key, value in config["components"][name].items() if key != "factory"}
+        renamed[f"{name} defaults {signature_0_1(factory)}"] = f"{name} defaults {config_signature(settings, VERSION)}"
+    lines, changed = [], 0
+    for line in path.read_text(encoding="utf8").splitlines():
+        row = json.loads(line)
+        key = json.loads(row["key"])
+        if key["system"] in renamed:
+            key["system"] = renamed[key["system"]]
+            row["key"] = json.dumps(key, sort_keys=True)
+            if isinstance(row.get("spec"), dict):
+                row["spec"]["system"] = key["system"]
+            changed += 1
+        lines.append(json.dumps(row))
+    path.write_text("\n".join(lines) + "\n", encoding="utf8")
+    return changed
+
+
 def main() -> None:
     for path in sorted((RESULTS / "spacy_train").glob("*.jsonl")):
         print(f"{path}: {migrate_spacy_train(path)} records rewritten")
     print(f"{RESULTS / 'runs'}: {migrate_table2(RESULTS / 'runs', Path('configs'))} fingerprints re-made")
+    for path in sorted((RESULTS / "accuracy").glob("*.jsonl")):
+        print(f"{path}: {migrate_accuracy(path)} signatures re-made")
 
 
 if __name__ == "__main__":
