@@ -15,6 +15,7 @@ import typer
 from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_WORKDIR, HELD_OUT, SETTINGS, SYSTEMS,
                                 Run, apply_overrides, execute, generate_config, host, labels_with_bang, load_rows,
                                 machine_of, route_table, this_machine)
+from ..runs.queue import RunFailed
 from . import app
 
 
@@ -101,7 +102,7 @@ def spacy_train(
             run = futures[future]
             try:
                 row = future.result()
-            except RuntimeError as err:
+            except RunFailed as err:
                 failures.append(str(err))
                 typer.echo(f"[{number}/{len(todo)}] FAILED {err}", err=True)
                 continue

@@ -21,12 +21,11 @@ import os
 import platform
 import re
 import statistics
-import subprocess
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from .queue import spacy_evaluate, spacy_train
 
 
 
@@ -154,12 +153,6 @@ def apply_overrides(config, settings: List[str], system: str, *, every_system: b
     return config
 
 
-def one_thread_env() -> Dict[str, str]:
-    env = dict(os.environ)
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    return env
-
-
 def host() -> str:
     return f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
 
@@ -178,32 +171,17 @@ def machine_of(row: dict) -> str:
 
 
 def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str) -> dict:
-    """Train and evaluate one run in a subprocess each (``spacy train``, ``spacy evaluate``); the row."""
-    folder, lang = ALL_DATASETS[run.dataset]
+    """Train and evaluate one run, one ``spacy train`` and one ``spacy evaluate --gold-preproc`` at one thread
+    (:func:`.queue.spacy_train`, :func:`.queue.spacy_evaluate`); the row. A failed command: RunFailed."""
+    folder, _ = ALL_DATASETS[run.dataset]
     data = corpus / folder
     out = workdir / run.folder
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.cfg").write_text(run.config, encoding="utf8")
-    train_cmd = [
-        sys.executable, "-m", "spacy", "train", str(out / "config.cfg"), "--output", str(out / "model"),
-        "--paths.train", str(data / "train.spacy"), "--paths.dev", str(data / "dev.spacy"),
-        "--training.max_steps", str(max_steps), "--system.seed", str(run.seed),
-    ]
-    start = time.perf_counter()
-    with open(out / "train.log", "w", encoding="utf8") as log:
-        done = subprocess.run(train_cmd, stdout=log, stderr=subprocess.STDOUT, env=one_thread_env())
-    seconds = time.perf_counter() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"spacy train failed for {run.key} ({run.system}, {run.setting}): see {out / 'train.log'}")
-    eval_cmd = [
-        sys.executable, "-m", "spacy", "evaluate", str(out / "model" / "model-best"), str(data / "test.spacy"),
-        "--gold-preproc", "--output", str(out / "test.json"),
-    ]
-    with open(out / "evaluate.log", "w", encoding="utf8") as log:
-        done = subprocess.run(eval_cmd, stdout=log, stderr=subprocess.STDOUT, env=one_thread_env())
-    if done.returncode != 0:
-        raise RuntimeError(f"spacy evaluate failed for {run.key}: see {out / 'evaluate.log'}")
-    scores = json.loads((out / "test.json").read_text(encoding="utf8"))
+    overrides = {"paths.train": data / "train.spacy", "paths.dev": data / "dev.spacy",
+                 "training.max_steps": max_steps, "system.seed": run.seed}
+    seconds, _ = spacy_train(out / "config.cfg", out / "model", overrides, out / "train.log")
+    scores = spacy_evaluate(out / "model" / "model-best", data / "test.spacy", out / "evaluate.log")
     meta = json.loads((out / "model" / "model-best" / "meta.json").read_text(encoding="utf8"))
     return {
         "key": run.key, "dataset": run.dataset, "system": run.system, "setting": run.setting, "seed": run.seed,
