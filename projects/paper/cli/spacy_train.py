@@ -12,10 +12,10 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 import typer
 
+from ..runs.queue import RunFailed
 from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_WORKDIR, HELD_OUT, SETTINGS, SYSTEMS,
                                 Run, apply_overrides, execute, generate_config, host, labels_with_bang, load_rows,
                                 machine_of, route_table, this_machine)
-from ..runs.queue import RunFailed
 from . import app
 
 
