@@ -33,7 +33,9 @@ def test_tweet_tokenizer_scores_as_the_given_tokens(tmp_path):
     scores = raw_text_scores(model, test, "ark")
     assert scores["given tokens"] > 90  # learned
     assert scores["raw, tweet tokenizer"] == scores["given tokens"]  # the same tokens
-    assert scores["raw, own tokenizer"] < scores["given tokens"]  # "I'm" -> "I" "'m", "#win" -> "#" "win"
+    # the pipeline's own (English) tokenizer cuts "I'm" and "#win" apart: its score is that of other tokens,
+    # aligned to the given ones (a piece tagged as its whole counts), so it need not be lower
+    assert [t.text for t in spacy.load(model).make_doc(" ".join(TWEETS[0][0]))] != TWEETS[0][0]
     assert scores["raw, spaCy's tokenizer"] == scores["raw, own tokenizer"]  # spacy.blank("en")'s own
     out = tmp_path / "table.md"
     result = CliRunner().invoke(app, ["raw-text", str(model), "--test", str(test), "--conventions", "ark",
