@@ -14,7 +14,7 @@
   after prefixes such as ``anti-`` or ``pre-``), currency signs, ``%`` and units (``6pm`` -> ``6 pm``), and
   punctuation grouped only when the same mark repeats (``!!!``, ``?!``, ``...``; ``..."`` -> ``... "``).
 
-The rules were written from the gold tokens of the corpora (``python -m spacy_nldm bench tokenizer``
+The rules were written from the gold tokens of the corpora (``python -m projects.paper tokenizer``
 measures them); no code from other tokenizers was used. The tokenizer keeps every character: ``doc.text``
 equals the input, and whitespace other than one space after a token becomes a whitespace token, as in
 spaCy's own tokenizer.

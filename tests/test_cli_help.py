@@ -80,8 +80,8 @@ def test_bracketed_text_of_the_help_texts_is_printed(name, path, command):
 
 @pytest.mark.parametrize("name,path,text", [
     ("projects.paper", ["synth"], "lengths are uniform in [min, max]"),
-    ("spacy-nldm", ["bench", "spacy-train"], "([system] seed)"),
-    ("spacy-nldm", ["bench", "spacy-train"], "[training] max_steps"),
+    ("projects.paper", ["spacy-train"], "([system] seed)"),
+    ("projects.paper", ["spacy-train"], "[training] max_steps"),
     ("spacy-nldm", ["convert", "tweebank-v1"], "user_data['gold_heads']"),
 ])
 def test_known_bracketed_strings_survive(name, path, text):

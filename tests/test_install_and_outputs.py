@@ -134,7 +134,8 @@ def test_the_all_workflow_writes_no_committed_file():
         outputs += commands[name].get("outputs", [])
         for script in commands[name]["script"]:
             outputs += re.findall(r"--(?:output|record)[ =](\S+)", script)
-    assert "metrics/twitter.md" in outputs and (ROOT / "metrics" / "reference" / "twitter.md").exists()
+    assert "metrics/twitter/nldm.json" in outputs
+    assert (ROOT / "projects" / "paper" / "results" / "reference" / "twitter.md").exists()
     git = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True, text=True)
     if git.stdout.strip() != "true":  # a source archive, not a clone: what it ships is what was committed
         shipped = [path for path in outputs if (ROOT / path).exists()]

@@ -42,15 +42,15 @@ def test_the_readme_quotes_its_figures_from_the_result_tables():
     module = readme_tables()
     text = (ROOT / "README.md").read_text(encoding="utf8")
     sources = {source for sources, _ in module.figure_blocks(text) for source in sources}
-    assert {"results/table2.md", "projects/paper/results/accuracy.md", "projects/paper/results/minilm.md"} <= sources
+    assert {"projects/paper/results/table2.md", "projects/paper/results/accuracy.md", "projects/paper/results/minilm.md"} <= sources
     headline = text[:text.index("## Install")]
-    assert "<!-- figures: results/table2.md -->" in headline
+    assert "<!-- figures: projects/paper/results/table2.md -->" in headline
 
 
 def test_docs_results_copies_the_tables_the_readme_cites():
     module = readme_tables()
     copied = {source for source, _, _ in module.blocks((ROOT / "docs" / "results.md").read_text(encoding="utf8"))}
-    assert {"results/table2.md", "projects/paper/results/accuracy.md", "metrics/reference/twitter.md", "projects/paper/results/glove.md",
+    assert {"projects/paper/results/table2.md", "projects/paper/results/accuracy.md", "projects/paper/results/reference/twitter.md", "projects/paper/results/glove.md",
             "projects/paper/results/glove_en.md", "projects/paper/results/glove_bilstm_tuned.md",
             "projects/paper/results/glove_bilstm_chars.md", "projects/paper/results/glove_bilstm_arc_length.md", "projects/paper/results/minilm.md",
             "projects/paper/results/synthetic/table.md"} <= copied

@@ -44,11 +44,7 @@ app.add_typer(bench_app, name="bench")
 
 # Command modules: importing them registers their commands.
 from . import bench  # noqa: E402,F401
-from . import bench_long  # noqa: E402,F401
 from . import bench_pipeline  # noqa: E402,F401
-from . import bench_raw_text  # noqa: E402,F401
-from . import bench_spacy_train  # noqa: E402,F401
-from . import bench_tokenizer  # noqa: E402,F401
 from . import convert  # noqa: E402,F401
 from . import tag  # noqa: E402,F401
 

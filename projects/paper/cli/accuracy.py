@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 import typer
-from spacy_nldm.cli.bench_spacy_train import NEUTRAL_SETTINGS, drop_neutral, mean_sd as _stats
 
 from ..registry import canonical
 from ..runs.loop import DATASETS, RunSpec, run_all
+from ..runs.spacy_train import mean_sd as _stats
 from . import app
 
 #: table name -> factory (each with its factory's default config)
@@ -25,33 +25,34 @@ SYSTEMS = {"softmax": "tagger", "crf": "crf_tagger", "nldm": "nldm_tagger"}
 PAIRS = [("crf", "softmax"), ("nldm", "softmax"), ("nldm", "crf")]
 #: the runs file `python -m projects.paper accuracy` reads and appends to unless --results names another
 DEFAULT_RESULTS = "projects/paper/results/accuracy/runs.jsonl"
-#: the converted corpora `spacy project run corpora` writes
+#: the converted corpora `spacy project run corpora` and `spacy project run ud-corpora projects/paper` write
 DEFAULT_CORPUS = "corpus"
 
 
-#: the neutral settings (bench spacy-train's) added after this loop's runs of the defaults were recorded: left
-#: out of the signature at their neutral value, so those runs are found again
-SIGNATURE_NEUTRAL = {key: NEUTRAL_SETTINGS[key] for key in (("model", "distance_prior"), ("model", "embed_width"),
-                                                       ("model", "embed_depth"), ("model", "distance_labels"),
-                                                       ("model", "embed_mix"), ("model", "chain_factor"),
-                                                       ("model", "head_scores"), ("model", "tie_directions"),
-                                                       ("component", "tree_smoothing"))}
+def config_signature(config: dict, version: str) -> str:
+    """Short hash of a component's settings, the package version and spaCy's: part of a run's identity."""
+    import spacy
+
+    text = json.dumps(config, sort_keys=True, default=str) + version + spacy.__version__
+    return hashlib.sha1(text.encode("utf8")).hexdigest()[:10]
 
 
-def default_signature(factory: str) -> str:
-    """Short hash of a factory's default config and the package version: part of a run's identity."""
+def default_config(factory: str) -> dict:
+    """The factory's default settings (what ``nlp.add_pipe(factory)`` gives), a copy."""
     import copy
 
     import spacy
 
-    from spacy_nldm import about
-
     if factory != "tagger":
         from spacy_nldm import pipeline  # noqa: F401  (registers the factories)
-    config = copy.deepcopy(spacy.blank("en").get_factory_meta(factory).default_config)
-    drop_neutral(config, SIGNATURE_NEUTRAL)
-    text = json.dumps(config, sort_keys=True, default=str) + about.__version__ + spacy.__version__
-    return hashlib.sha1(text.encode("utf8")).hexdigest()[:10]
+    return copy.deepcopy(spacy.blank("en").get_factory_meta(factory).default_config)
+
+
+def default_signature(factory: str) -> str:
+    """:func:`config_signature` of a factory's default config with this package's version."""
+    from spacy_nldm import about
+
+    return config_signature(default_config(factory), about.__version__)
 
 
 def _git_commit() -> str:
@@ -104,7 +105,7 @@ def bench_accuracy(
     seeds: str = typer.Option("0,1,2", help="Training seeds, comma-separated."),
     epochs: int = typer.Option(10, help="Epochs over the training sentences."),
     batch_size: int = typer.Option(16, help="Sentences per nlp.update batch."),
-    corpus: Path = typer.Option(Path(DEFAULT_CORPUS), help="Folder of the converted corpora (spacy project run corpora)."),
+    corpus: Path = typer.Option(Path(DEFAULT_CORPUS), help="Folder of the converted corpora (spacy project run corpora, then spacy project run ud-corpora projects/paper)."),
     results: Path = typer.Option(Path(DEFAULT_RESULTS), help="Runs file (JSON lines): read and appended."),
     workers: int = typer.Option(2, help="Runs at a time (each in its own process, one torch thread)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),

@@ -133,7 +133,7 @@ def seed_runs_cli(
     spec = RunSpec(config_pattern=config, train=train, dev=dev, test=test, training=training, results=results,
                    max_steps=max_steps, eval_frequency=eval_frequency, threads=threads, gpu_id=gpu_id)
     try:
-        run_all(spec, _systems(systems), _ints(seeds), echo=lambda m: typer.echo(m))
+        run_all(spec, _systems(systems), _ints(seeds))
     except RunError as err:
         _fail(err)
 

@@ -26,7 +26,7 @@ DATASET_LANGS = {**LANGS, "tweebank_v2": "en"}
 
 
 def corpus_dir(corpus: Path, dataset: str) -> Path:
-    """Where ``spacy project run corpora`` puts a dataset: corpus/twitter, corpus/tweebank_v2, corpus/ud/<key>."""
+    """Where ``spacy project run corpora`` (and ``ud-corpora projects/paper``) puts a dataset: corpus/twitter, corpus/tweebank_v2, corpus/ud/<key>."""
     if dataset in ("twitter", "tweebank_v1", "tweebank_v2") or (corpus / dataset).is_dir():
         return corpus / dataset
     return corpus / "ud" / dataset

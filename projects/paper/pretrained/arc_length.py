@@ -52,7 +52,7 @@ def run_arc_lengths(config: Path, component: str, ks: Sequence[int], seeds: Sequ
     for seed in seeds:
         for k, spec in specs.items():
             echo(f"-- k = {k}")
-            run_all(spec, ["nldm"], [seed], echo)
+            run_all(spec, ["nldm"], [seed])
 
 
 @dataclass

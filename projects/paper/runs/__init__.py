@@ -1,11 +1,15 @@
-"""The study's run harnesses, one module each:
+"""The study's run harnesses:
 
-* :mod:`.queue`: a resumable queue of ``spacy train`` + ``spacy evaluate --gold-preproc`` runs, one JSON record
-  per run with a fingerprint of its config and budget, lock files so that several processes share the queue
-  (Table 2: ``projects.paper.scripts.reproduce``; Figure 3: ``projects.paper.scripts.synthetic_runs``);
-* :mod:`.seeds`: systems x seeds of one config pattern with ``spacy train`` + ``spacy evaluate``, and their
-  mean ± std tables (``python -m projects.paper seed-runs`` / ``seed-table`` / ``arc-length``: GloVe, MiniLM,
-  Figure 4);
+* :mod:`.queue`: the one run queue (resumable, one JSON record per run, a fingerprint of its config and budget,
+  lock files so that several processes share it) and the one way to run ``spacy train`` and ``spacy evaluate
+  --gold-preproc`` (Table 2: ``projects.paper.scripts.reproduce``; Figure 3: ``projects.paper.scripts.synthetic_runs``);
+* :mod:`.seeds`: systems x seeds of one config pattern through that queue, and their mean ± std tables
+  (``python -m projects.paper seed-runs`` / ``seed-table`` / ``arc-length``: GloVe, MiniLM, Figure 4);
+* :mod:`.spacy_train`: ``python -m projects.paper spacy-train``, the configs ``spacy init config`` writes,
+  trained with the queue's two commands, several at a time, its runs in one JSON-lines file keyed by the
+  config's settings;
 * :mod:`.loop`: the plain ``nlp.update`` loop a new user writes, runs kept in a JSON-lines file
   (``python -m projects.paper accuracy``, ``projects.paper.scripts.diagnose_accuracy``).
+
+The search's trials (:mod:`projects.paper.tuning.trial`) read ``spacy train``'s dev scores live to prune them.
 """

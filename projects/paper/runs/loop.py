@@ -73,7 +73,7 @@ def _examples(nlp, path: Path):
     from spacy.training import Example
 
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such corpus file (run `spacy project run corpora` first)")
+        raise FileNotFoundError(f"{path}: no such corpus file (run `spacy project run corpora`, then `spacy project run ud-corpora projects/paper`)")
     docs = list(DocBin().from_disk(path).get_docs(nlp.vocab))
     return [Example(_tokens_only(nlp, doc), doc) for doc in docs]
 

@@ -1,4 +1,6 @@
-"""What the study's run queues share (``reproduce.py``, ``synthetic_runs.py`` of this folder).
+"""The study's one run queue, and its one way to run ``spacy train`` and ``spacy evaluate --gold-preproc``
+(Table 2: ``scripts/reproduce.py``; Figure 3: ``scripts/synthetic_runs.py``; GloVe, MiniLM, Figure 4:
+:mod:`.seeds`; the runs of ``spacy-train`` use the same two commands: :mod:`.spacy_train`).
 
 A run is one ``spacy train`` + ``spacy evaluate --gold-preproc``, whose record (a JSON file) is written
 when it finishes: a run with a record is done and skipped, so a queue can be stopped and started again.
@@ -168,24 +170,34 @@ def _call(cmd: List[str], log: Path, threads: int, cwd: Optional[Path], append: 
         raise RunFailed(f"{' '.join(cmd[2:4])} exited with status {rc}; see {log}")
 
 
-def spacy_train(config: Path, output: Path, overrides: Dict[str, str], log: Path, *, threads: int = 1,
-                cwd: Optional[Path] = None) -> Tuple[float, float]:
-    """``spacy train CONFIG --output OUTPUT --key value ...`` with its output in ``log`` (overwritten);
-    returns its wall and CPU seconds."""
+def train_command(config: Path, output: Path, overrides: Dict[str, str]) -> List[str]:
+    """``spacy train CONFIG --output OUTPUT --key value ...`` (a key such as ``gpu-id`` is an option of its own)."""
     cmd = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(output)]
     for key, value in overrides.items():
         cmd += [f"--{key.lstrip('-')}", str(value)]
+    return cmd
+
+
+def spacy_train(config: Path, output: Path, overrides: Dict[str, str], log: Path, *, threads: int = 1,
+                cwd: Optional[Path] = None) -> Tuple[float, float]:
+    """:func:`train_command` run with its output in ``log`` (overwritten); returns its wall and CPU seconds."""
     wall, cpu = time.time(), children_cpu()
-    _call(cmd, log, threads, cwd, append=False)
+    _call(train_command(config, output, overrides), log, threads, cwd, append=False)
     return time.time() - wall, children_cpu() - cpu
 
 
-def spacy_evaluate(model: Path, data: Path, log: Path, *, threads: int = 1, cwd: Optional[Path] = None) -> dict:
-    """The scores of ``spacy evaluate MODEL DATA --gold-preproc`` (its output appended to ``log``)."""
+def evaluate_command(model: Path, data: Path, output: Path, gpu_id: int = -1) -> List[str]:
+    """``spacy evaluate MODEL DATA --output OUTPUT --gold-preproc --gpu-id GPU_ID``."""
+    return [sys.executable, "-m", "spacy", "evaluate", str(model), str(data), "--output", str(output),
+            "--gold-preproc", "--gpu-id", str(gpu_id)]
+
+
+def spacy_evaluate(model: Path, data: Path, log: Path, *, threads: int = 1, cwd: Optional[Path] = None,
+                   gpu_id: int = -1) -> dict:
+    """The scores of :func:`evaluate_command` (its output appended to ``log``)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "scores.json"
-        _call([sys.executable, "-m", "spacy", "evaluate", str(model), str(data), "--output", str(out),
-               "--gold-preproc"], log, threads, cwd, append=True)
+        _call(evaluate_command(model, data, out, gpu_id), log, threads, cwd, append=True)
         return json.loads(out.read_text())
 
 

@@ -2,24 +2,22 @@
 ``projects/paper/results/minilm.md``).
 
 One run = ``spacy train <config> --output <training>/<system>/seed<k>`` with the given data, seed and budget,
-then ``spacy evaluate model-best <test> --gold-preproc``; its record goes to ``<results>/<system>-seed<k>.json``
-(test and dev accuracy, times, the two commands). A run whose record exists is skipped (delete it to redo).
+then ``spacy evaluate model-best <test> --gold-preproc``, through the study's run queue (:mod:`.queue`); its
+record goes to ``<results>/<system>-seed<k>.json`` (test and dev accuracy, times, the two commands). A run
+whose record exists is skipped (delete it to redo).
 """
 from __future__ import annotations
 
 import json
 import math
 import shlex
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ..registry import PAPER_TABLE2, SEED_TABLE_NAMES, SYSTEMS, canonical
-from ..tuning.trial import training_env
-from .queue import children_cpu
+from .queue import Run, evaluate_command, run_queue, spacy_evaluate, spacy_train, train_command
 
 # the paper's Table 2 for the English sets, for reference in the tables
 PAPER = {key: {system: PAPER_TABLE2[system][key] for system in SYSTEMS} for key in ("twitter", "en")}
@@ -50,47 +48,19 @@ class RunSpec:
         return Path(self.config_pattern.format(system=system))
 
 
-def run_one(spec: RunSpec, system: str, seed: int, echo: Callable[[str], None] = print) -> Optional[dict]:
-    """Train and test one (system, seed) unless its record exists; return the record (None when skipped)."""
-    record_path = spec.results / f"{system}-seed{seed}.json"
-    if record_path.exists():
-        echo(f"skip {system} seed {seed}: {record_path} exists")
-        return None
-    config = spec.config(system)
-    if not config.exists():
-        raise RunError(f"config not found: {config}")
-    for what, path in (("train", spec.train), ("dev", spec.dev), ("test", spec.test)):
-        if not Path(path).exists():
-            raise RunError(f"{what} data not found: {path}")
-    out = spec.training / system / f"seed{seed}"
-    out.mkdir(parents=True, exist_ok=True)
-    train_cmd = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(out),
-                 "--paths.train", str(spec.train), "--paths.dev", str(spec.dev), "--system.seed", str(seed),
-                 "--gpu-id", str(spec.gpu_id)]
+def _train_and_test(spec: RunSpec, system: str, seed: int) -> dict:
+    """Train one (system, seed) with :func:`.queue.spacy_train`, test its model-best; the record."""
+    config, out = spec.config(system), spec.training / system / f"seed{seed}"
+    overrides = {"paths.train": spec.train, "paths.dev": spec.dev, "system.seed": seed, "gpu-id": spec.gpu_id}
     if spec.max_steps:
-        train_cmd += ["--training.max_steps", str(spec.max_steps), "--training.max_epochs", "0"]
+        overrides.update({"training.max_steps": spec.max_steps, "training.max_epochs": 0})
     if spec.eval_frequency:
-        train_cmd += ["--training.eval_frequency", str(spec.eval_frequency)]
-    for key, value in (spec.overrides or {}).items():
-        train_cmd += [f"--{key}", value]
-    env = training_env(spec.threads)
-    echo(f"== {system} seed {seed}: training ({time.strftime('%H:%M:%S')}), log {out / 'train.log'}")
-    t0, cpu0 = time.time(), children_cpu()
-    with open(out / "train.log", "w", encoding="utf8") as log:
-        log.write("$ " + shlex.join(train_cmd) + "\n")
-        log.flush()
-        rc = subprocess.call(train_cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    train_s, train_cpu = time.time() - t0, children_cpu() - cpu0
-    if rc != 0:
-        raise RunError(f"{system} seed {seed}: training failed (exit status {rc}); see {out / 'train.log'}")
-    metrics = out / "test_metrics.json"
-    eval_cmd = [sys.executable, "-m", "spacy", "evaluate", str(out / "model-best"), str(spec.test),
-                "--output", str(metrics), "--gold-preproc", "--gpu-id", str(spec.gpu_id)]
+        overrides["training.eval_frequency"] = spec.eval_frequency
+    overrides.update(spec.overrides or {})
+    train_s, train_cpu = spacy_train(config, out, overrides, out / "train.log", threads=spec.threads)
     t1 = time.time()
-    rc = subprocess.call(eval_cmd, stdout=subprocess.DEVNULL, env=env)
-    if rc != 0:
-        raise RunError(f"{system} seed {seed}: evaluation failed (exit status {rc}): {shlex.join(eval_cmd)}")
-    scores = json.loads(metrics.read_text())
+    scores = spacy_evaluate(out / "model-best", spec.test, out / "evaluate.log", threads=spec.threads,
+                            gpu_id=spec.gpu_id)
     meta = json.loads((out / "model-best" / "meta.json").read_text())
     record = {
         "system": system, "seed": seed, "config": str(config),
@@ -99,20 +69,30 @@ def run_one(spec: RunSpec, system: str, seed: int, echo: Callable[[str], None] =
         "dev_acc": round(100 * meta["performance"].get("tag_acc", float("nan")), 2),
         "train_seconds": round(train_s, 1), "train_cpu_seconds": round(train_cpu, 1),
         "eval_seconds": round(time.time() - t1, 1), "threads": spec.threads,
-        "train_command": shlex.join(train_cmd), "eval_command": shlex.join(eval_cmd),
+        "train_command": shlex.join(train_command(config, out, overrides)),
+        "eval_command": shlex.join(evaluate_command(out / "model-best", spec.test, Path("<scores>"), spec.gpu_id)),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
-    record_path.parent.mkdir(parents=True, exist_ok=True)
-    record_path.write_text(json.dumps(record, indent=2) + "\n")
-    echo(f"   test {record['test_acc']:.2f}  dev {record['dev_acc']:.2f}  ({train_s:.0f} s wall, "
-         f"{train_cpu:.0f} s CPU training)")
+    print(f"   test {record['test_acc']:.2f}  dev {record['dev_acc']:.2f}  ({train_s:.0f} s wall, "
+          f"{train_cpu:.0f} s CPU training)", flush=True)
     return record
 
 
-def run_all(spec: RunSpec, systems: Sequence[str], seeds: Sequence[int], echo: Callable[[str], None] = print):
-    for seed in seeds:  # seed-major: every system has a first result early
-        for system in systems:
-            run_one(spec, system, seed, echo)
+def run_all(spec: RunSpec, systems: Sequence[str], seeds: Sequence[int]) -> None:
+    """Each (system, seed) without a record trained and tested through the run queue (:func:`.queue.run_queue`:
+    resumable, shared by several processes), seed-major, so that every system has a first result early.
+    A missing config or data file, or a failed run, is a RunError."""
+    for system in systems:
+        if not spec.config(system).exists():
+            raise RunError(f"config not found: {spec.config(system)}")
+    for what, path in (("train", spec.train), ("dev", spec.dev), ("test", spec.test)):
+        if not Path(path).exists():
+            raise RunError(f"{what} data not found: {path}")
+    runs = [Run(f"{system}/seed{seed}", spec.results / f"{system}-seed{seed}.json", (system, seed))
+            for seed in seeds for system in systems]
+    failed = run_queue(runs, lambda run: _train_and_test(spec, *run.params))
+    if failed:
+        raise RunError(f"{failed} of {len(runs)} runs failed (their logs are under {spec.training})")
 
 
 def mean_std(values: Sequence[float]) -> tuple:

@@ -3,7 +3,7 @@
     python -m projects.paper.scripts.all_table --dataset twitter --systems softmax,crf1,crf2,nldm
 reads metrics/<dataset>/<system>.json (spacy evaluate --gold-preproc on the test split),
 training/<dataset>/<system>/model-best/meta.json (dev accuracy) and training/<dataset>/<system>/time.json,
-writes the table (git-ignored: the committed reference run is metrics/reference/<dataset>.md, which no run
+writes the table (git-ignored: the committed reference run is projects/paper/results/reference/<dataset>.md, which no run
 writes) and says where the trained pipelines are and how to load one.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ def where_things_are(key: str, systems, table: Path) -> str:
         '  doc = nlp("OMG I love this song"); print([(t.text, t.tag_, t._.nldm_head) for t in doc])',
         f"Tag a corpus: python -m spacy apply {example} input.jsonl tagged.spacy",
         "Package one: python -m spacy project run package",
-        f"This run's table: {table.resolve()} (the committed reference run is metrics/reference/{key}.md).",
+        f"This run's table: {table.resolve()} (the committed reference run is projects/paper/results/reference/{key}.md).",
     ]
     return "\n".join(lines)
 

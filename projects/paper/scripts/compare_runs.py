@@ -3,7 +3,7 @@ over the seeds both have, and the change; then the average change per system ove
 for pairs of systems the difference of their test changes (mean over the datasets with both, its standard error
 from the spread over datasets: whether one system gained more than another beyond the datasets' noise).
 
-    python -m projects.paper.scripts.compare_runs --base results/runs --variant projects/paper/results/diagnosis/table2_wd/runs
+    python -m projects.paper.scripts.compare_runs --base projects/paper/results/runs --variant projects/paper/results/diagnosis/table2_wd/runs
 
 Records are the JSON files ``<runs>/<dataset>/<system>-seed<k>.json`` that ``projects/paper/scripts/reproduce.py`` writes
 (``--results``); a (dataset, system) pair without a common seed is left blank. Prints a Markdown table.
@@ -37,7 +37,7 @@ def load(runs: Path) -> Scores:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", type=Path, default=Path("results/runs"))
+    parser.add_argument("--base", type=Path, default=Path("projects/paper/results/runs"))
     parser.add_argument("--variant", type=Path, required=True)
     args = parser.parse_args()
     for path in (args.base, args.variant):

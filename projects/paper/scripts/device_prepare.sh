@@ -4,7 +4,7 @@
 #   .devcarry/site.tar.xz   spaCy, thinc and their dependencies (the versions of constraints.txt), the peers
 #                           (torch-struct 0.5, pytorch-crf 0.7.2) and this package, unpacked and xz-compressed
 #                           (about 37 MB: the wheels alone are over the 64 MiB a run may carry)
-#   .devcarry/corpus/       the converted corpora (corpus/, from `spacy project run corpora`), where present
+#   .devcarry/corpus/       the converted corpora (corpus/, from `spacy project run corpora` and `ud-corpora projects/paper`), where present
 #
 #   projects/paper/scripts/device_prepare.sh [PYTHON_VERSION]     (default 3.12; takes about 3 minutes)
 #

@@ -4,10 +4,10 @@
 # path, and runs the command in the repository root. For example, in one call:
 #
 #   bash projects/paper/scripts/device_run.sh bash projects/paper/scripts/gpu_checks.sh
-#   bash projects/paper/scripts/device_run.sh python3 -m spacy_nldm bench spacy-train --jobs 16 \
+#   bash projects/paper/scripts/device_run.sh python3 -m projects.paper spacy-train --jobs 16 \
 #       --corpus .devcarry/corpus --results "$OUT/runs.jsonl" --workdir /tmp/spacy_train --seeds 0,1,2
 #
-# (bench spacy-train writes each run as it finishes, so the runs done before a time limit come back.)
+# (spacy-train writes each run as it finishes, so the runs done before a time limit come back.)
 set -euo pipefail
 [ -f .devcarry/site.tar.xz ] || { echo "device_run: no .devcarry/site.tar.xz; run device_prepare.sh here first" >&2; exit 2; }
 rm -rf /tmp/site && tar -xJf .devcarry/site.tar.xz -C /tmp

@@ -14,7 +14,7 @@ projects/paper/scripts/readme_tables.py`` rewrites every such block from its fil
 
 Prose or a hand-made summary table that quotes figures sits between::
 
-    <!-- figures: results/table2.md projects/paper/results/glove.md -->
+    <!-- figures: projects/paper/results/table2.md projects/paper/results/glove.md -->
     ... NLDM 91.95 against CRF1 91.96 ...
     <!-- /figures -->
 

@@ -3,7 +3,7 @@
     python -m projects.paper.scripts.reproduce --datasets twitter,en,fr,te --systems all --seeds 0,1 \
         --mirror ../shared/data [--max-epochs 30 --patience 2000 --eval-frequency 200]
 
-A run whose results/runs/<dataset>/<system>-seed<k>.json exists and was made with today's config and budget
+A run whose projects/paper/results/runs/<dataset>/<system>-seed<k>.json exists and was made with today's config and budget
 is skipped (its fingerprint: a hash of configs/<system>.cfg, or of --configs' file, and the budget options); a record made with
 another config or budget is redone. Several copies can share the queue (projects/paper/runs/queue.py: one lock file per run).
 Each run: `spacy train configs/<system>.cfg` on corpus/<dataset>/train.spacy with dev for model selection,
@@ -29,7 +29,7 @@ if not __package__:  # run by path: the repository root on sys.path (for project
 from projects.paper.registry import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
 from projects.paper.runs.queue import Run, RunFailed, last_logged_step, run_queue, spacy_evaluate, spacy_train
 from projects.paper.scripts.paired_bootstrap import correct_per_sentence
-from spacy_nldm.cli.bench_spacy_train import NEUTRAL_SETTINGS as NEUTRAL_VALUES
+from thinc.api import Config
 
 #: what a record holds for the paired significance of Table 2 (``--significance`` redoes records without it)
 SENTENCE_FIELDS = ("test_correct", "test_tokens")
@@ -86,23 +86,17 @@ def train_and_test(args, key: str, system: str, seed: int) -> dict:
 
 
 def fingerprint(system: str, args) -> str:
-    """What makes a run's result: its config file's settings (comments and blank lines left out) and the
-    budget options (12 hex digits of a SHA-256)."""
+    """What makes a run's result: its config file's settings and the budget options."""
     budget = {"max_epochs": args.max_epochs, "max_steps": args.max_steps, "patience": args.patience,
               "eval_frequency": args.eval_frequency}
     return config_fingerprint((args.configs / f"{system}.cfg").read_text(encoding="utf8"), budget)
 
 
-#: settings added to the components after records were made, at the value that trains exactly what the
-#: config trained before they existed (as config lines; the one list is bench spacy-train's): a config
-#: stating them fingerprints as it did without them
-NEUTRAL_SETTINGS = tuple(f"{name} = {json.dumps(value)}" for (_, name), value in NEUTRAL_VALUES.items())
-
-
 def config_fingerprint(config_text: str, budget: dict) -> str:
-    settings = [line for line in config_text.splitlines()
-                if line.strip() and not line.strip().startswith("#") and line.strip() not in NEUTRAL_SETTINGS]
-    text = "\n".join(settings).encode("utf8") + json.dumps(budget, sort_keys=True).encode()
+    """12 hex digits of a SHA-256 of the config's settings (sections and keys in any order, comments left out)
+    and the budget."""
+    settings = json.dumps(Config().from_str(config_text, interpolate=False), sort_keys=True, default=str)
+    text = settings.encode("utf8") + json.dumps(budget, sort_keys=True).encode()
     return hashlib.sha256(text).hexdigest()[:12]
 
 
@@ -117,7 +111,7 @@ def main() -> None:
     p.add_argument("--patience", type=int, default=2000)
     p.add_argument("--eval-frequency", type=int, default=0, help="0: about once per epoch")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--results", type=Path, default=Path("results/runs"))
+    p.add_argument("--results", type=Path, default=Path("projects/paper/results/runs"))
     p.add_argument("--configs", type=Path, default=Path("configs"),
                    help="folder of the <system>.cfg files (a variant's folder for a screen; Table 2: configs)")
     p.add_argument("--training", type=Path, default=Path("training/reproduce"))

@@ -1,9 +1,9 @@
-"""How far each system's dev accuracy still climbs at the end of `bench spacy-train`'s runs.
+"""How far each system's dev accuracy still climbs at the end of `python -m projects.paper spacy-train`'s runs.
 
-    python -m projects.paper.scripts.spacy_train_curves [--results results/spacy_train/runs.jsonl] \
+    python -m projects.paper.scripts.spacy_train_curves [--results projects/paper/results/spacy_train/runs.jsonl] \
         [--workdir training/spacy_train] [--setting own] [--corpus corpus]
 
-For every finished run of today's defaults (the configs ``bench spacy-train`` generates now, in the given
+For every finished run of today's defaults (the configs ``python -m projects.paper spacy-train`` generates now, in the given
 setting) whose ``train.log`` is still in the workdir, the dev accuracy column of spaCy's training log is read per evaluation. Printed per system: runs, the mean dev
 gain from step 1,000 to the last evaluation and from step 400, and how many runs have their best dev
 score at the last evaluation (a run still improving when the step budget ends).
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from projects.paper.runs.queue import logged_steps
-from spacy_nldm.cli.bench_spacy_train import run_key
+from projects.paper.runs.spacy_train import run_key
 
 
 def dev_curve(log: Path, system: str) -> List[Tuple[int, float]]:
@@ -32,8 +32,8 @@ def gain_since(curve: List[Tuple[int, float]], step: int) -> float:
 
 
 def current_keys(corpus: Path, setting: str) -> set:
-    """The run keys (any seed up to 9) of the configs bench spacy-train generates today, per dataset and system."""
-    from spacy_nldm.cli.bench_spacy_train import DATASETS, SYSTEMS, generate_config, labels_with_bang
+    """The run keys (any seed up to 9) of the configs spacy-train generates today, per dataset and system."""
+    from projects.paper.runs.spacy_train import DATASETS, SYSTEMS, generate_config, labels_with_bang
 
     keys = set()
     for dataset, (folder, lang) in DATASETS.items():
@@ -68,7 +68,7 @@ def summarise(rows: List[dict], workdir: Path) -> Dict[str, dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=Path("results/spacy_train/runs.jsonl"))
+    parser.add_argument("--results", type=Path, default=Path("projects/paper/results/spacy_train/runs.jsonl"))
     parser.add_argument("--workdir", type=Path, default=Path("training/spacy_train"))
     parser.add_argument("--setting", default="own", choices=["own", "shared"])
     parser.add_argument("--corpus", type=Path, default=Path("corpus"), help="the converted corpora")

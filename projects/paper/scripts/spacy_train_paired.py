@@ -1,4 +1,4 @@
-"""Is one system ahead of another in ``bench spacy-train`` beyond the seeds' noise? A paired test over (dataset, seed).
+"""Is one system ahead of another in ``python -m projects.paper spacy-train`` beyond the seeds' noise? A paired test over (dataset, seed).
 
     python -m projects.paper.scripts.spacy_train_paired --a nldm_tagger --b crf_tagger --seeds 0,1,2,3
     python -m projects.paper.scripts.spacy_train_paired --a nldm_tagger --b crf_tagger --seeds 0,1,2 \\
@@ -6,7 +6,7 @@
 
 A run of system A and a run of system B with the same dataset and seed form a pair: the same seed starts both
 trainings (the batch order, the shared encoder's initial weights). The script reads the runs of
-``results/spacy_train/runs.jsonl`` whose configs are what ``bench spacy-train`` generates with the given
+``projects/paper/results/spacy_train/runs.jsonl`` whose configs are what ``python -m projects.paper spacy-train`` generates with the given
 ``--set`` overrides (``--a-set`` / ``--b-set``, ``;``-separated, as the bench's ``--set``), and prints, per
 dataset, the mean and spread of A − B over the seeds; then the eight-dataset average of those means, and a
 sign-flip permutation test of it: each pair's difference keeps or flips its sign at random (A and B exchanged
@@ -25,9 +25,9 @@ import typer
 if not __package__:  # run by path: the repository root on sys.path (for spacy_nldm and projects.paper)
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
-from spacy_nldm.cli.bench_spacy_train import (  # noqa: E402
-    ALL_DATASETS, DATASETS, DEFAULT_RESULTS, _apply, choose, generate_config, labels_with_bang, load_rows,
-    run_key,
+from projects.paper.cli.spacy_train import choose  # noqa: E402
+from projects.paper.runs.spacy_train import (  # noqa: E402
+    ALL_DATASETS, DATASETS, DEFAULT_RESULTS, apply_overrides, generate_config, labels_with_bang, load_rows, run_key,
 )
 
 Pairs = Dict[Tuple[str, int], float]
@@ -41,7 +41,7 @@ def paired_differences(a: str, b: str, a_set: List[str], b_set: List[str], setti
     for dataset in datasets:
         folder, lang = ALL_DATASETS[dataset]
         bang = labels_with_bang(corpus / folder / "train.spacy")
-        texts = [_apply(generate_config(system, setting, lang, labels_with_bang=bang), sets, system).to_str()
+        texts = [apply_overrides(generate_config(system, setting, lang, labels_with_bang=bang), sets, system).to_str()
                  for system, sets in ((a, a_set), (b, b_set))]
         for seed in seeds:
             runs = [done.get(run_key(dataset, text, seed)) for text in texts]
@@ -78,21 +78,21 @@ def report(pairs: Pairs, label: str) -> None:
 def main(
     a: str = typer.Option("nldm_tagger", help="System A: tagger, crf_tagger or nldm_tagger."),
     b: str = typer.Option("crf_tagger", help="System B."),
-    a_set: str = typer.Option("", help="A's config overrides, ';'-separated, as bench spacy-train's --set."),
+    a_set: str = typer.Option("", help="A's config overrides, ';'-separated, as spacy-train's --set."),
     b_set: str = typer.Option("", help="B's config overrides."),
     setting: str = typer.Option("own", help="Encoder setting: own or shared."),
     seeds: str = typer.Option("0,1,2", help="Seeds, comma-separated."),
     datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(ALL_DATASETS)}."),
     leave_out: str = typer.Option("te", help="Datasets to leave out in a second test, comma-separated ('' none)."),
-    corpus: Path = typer.Option(Path("corpus"), help="Converted corpora (`spacy project run corpora`)."),
-    results: Path = typer.Option(DEFAULT_RESULTS, help="bench spacy-train's runs file."),
+    corpus: Path = typer.Option(Path("corpus"), help="Converted corpora (`spacy project run corpora`, then `spacy project run ud-corpora projects/paper`)."),
+    results: Path = typer.Option(DEFAULT_RESULTS, help="spacy-train's runs file."),
 ) -> None:
     split = lambda text, sep: [part.strip() for part in text.split(sep) if part.strip()]  # noqa: E731
     names = choose(datasets, ALL_DATASETS, "dataset")
     pairs, missing = paired_differences(a, b, split(a_set, ";"), split(b_set, ";"), setting,
                                         [int(s) for s in split(seeds, ",")], corpus, results, names)
     if not pairs:
-        raise typer.BadParameter(f"no pair has both runs in {results} ({missing} missing): run bench spacy-train")
+        raise typer.BadParameter(f"no pair has both runs in {results} ({missing} missing): run spacy-train")
     typer.echo(f"A = {a} {a_set or '(defaults)'}; B = {b} {b_set or '(defaults)'}; setting {setting}, seeds {seeds}"
                f"; {len(pairs)} pairs, {missing} missing\n")
     typer.echo("| dataset | A − B, mean | sd over seeds | pairs |\n|---|---|---|---|")

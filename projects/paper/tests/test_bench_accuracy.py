@@ -106,3 +106,23 @@ def test_every_recorded_run_is_found_again_under_its_key():
     tw = RunSpec(dataset="tw", system="s", factory="tagger")
     assert tw.dataset == "twitter" and tw.key() == RunSpec(dataset="twitter", system="s", factory="tagger").key()
     assert '"dataset": "tw"' in tw.key()
+
+
+def test_the_committed_runs_of_the_defaults_are_found_by_their_02_signature():
+    """The plain loop's runs of the factory defaults (projects/paper/results/accuracy/runs-defaults.jsonl) carry
+    the signature of the defaults as 0.2 writes them (the 0.2 migration leaves a 0.2 config as it is): one run
+    per dataset for each system."""
+    from collections import Counter
+
+    from thinc.api import Config
+
+    from projects.paper.cli.accuracy import SYSTEMS, config_signature, default_config
+    from projects.paper.scripts.migrate_runs_0_2 import VERSION, migrate_config
+
+    path = ROOT / "projects" / "paper" / "results" / "accuracy" / "runs-defaults.jsonl"
+    systems = Counter(json.loads(json.loads(line)["key"])["system"] for line in path.read_text().splitlines())
+    for name, factory in SYSTEMS.items():
+        config = Config({"components": {name: {"factory": factory, **default_config(factory)}}})
+        migrate_config(config)
+        settings = {key: value for key, value in config["components"][name].items() if key != "factory"}
+        assert systems[f"{name} defaults {config_signature(settings, VERSION)}"] == 8, name

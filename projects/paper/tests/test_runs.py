@@ -91,16 +91,37 @@ def test_a_record_reads_back_as_written_with_number_lists_on_one_line(tmp_path):
     assert '"test_correct": [3, 0, 12]' in text and '"x": [1.5, -0.002, 1e+20]' in text
 
 
-def test_a_neutral_setting_keeps_the_config_fingerprint():
-    """token_loss = 0.0 and hidden_width = 0 train what the config trained before the settings existed: its
-    records stay current; any other value is another config."""
+def test_the_config_fingerprint_is_the_configs_settings_and_the_budget():
+    """Comments and the order of sections and keys leave a Table 2 fingerprint as it is; a value or the budget
+    changes it."""
     from projects.paper.scripts.reproduce import config_fingerprint
 
     budget = {"max_epochs": 8}
-    before = ("[components.nldm]\nfactory = \"nldm_tagger\"\nlabel_smoothing = 0.0\n\n"
-              "[components.nldm.model]\ncontext_width = 0\n")
-    stated = before.replace("label_smoothing = 0.0\n", "label_smoothing = 0.0\ntoken_loss = 0.0\n") + "hidden_width = 0\n"
-    assert config_fingerprint(stated, budget) == config_fingerprint(before, budget)
-    assert config_fingerprint(before + "token_loss = 0.5\n", budget) != config_fingerprint(before, budget)
-    assert config_fingerprint(before + "hidden_width = 64\n", budget) != config_fingerprint(before, budget)
-    assert config_fingerprint(before, {"max_epochs": 9}) != config_fingerprint(before, budget)
+    config = ('[components]\n\n[components.nldm]\nfactory = "nldm_tagger"\nlabel_smoothing = 0.0\n\n'
+              "[components.nldm.model]\nmax_dist = 3\n")
+    reordered = ('[components]\n\n# the NLDM\n[components.nldm]\nlabel_smoothing = 0.0\nfactory = "nldm_tagger"\n\n'
+                 "[components.nldm.model]\n# its longest arc\nmax_dist = 3\n")
+    assert config_fingerprint(reordered, budget) == config_fingerprint(config, budget)
+    assert config_fingerprint(config.replace("max_dist = 3", "max_dist = 2"), budget) != config_fingerprint(config, budget)
+    assert config_fingerprint(config, {"max_epochs": 9}) != config_fingerprint(config, budget)
+
+
+def test_table2_records_are_current_for_the_migrated_configs():
+    """The committed Table 2 runs carry the fingerprint of configs/<system>.cfg as 0.2 writes it (the 0.2
+    migration drops the removed settings at their defaults and renames the architectures, and leaves a 0.2
+    config as it is), at the budget of the committed table (vars.full_max_epochs=8)."""
+    from thinc.api import Config
+
+    from projects.paper.scripts.migrate_runs_0_2 import migrate_config
+    from projects.paper.scripts.reproduce import config_fingerprint
+
+    budget = {"max_epochs": 8, "max_steps": 0, "patience": 2000, "eval_frequency": 0}
+    records = sorted((ROOT / "projects" / "paper" / "results" / "runs").glob("*/*.json"))
+    assert len(records) >= 4 * 7 * 3
+    for system in ("softmax", "crf1", "crf2", "nldm"):
+        config = Config().from_disk(ROOT / "configs" / f"{system}.cfg", interpolate=False)
+        assert migrate_config(config) == []
+        current = config_fingerprint(config.to_str(interpolate=False), budget)
+        for path in records:
+            if path.name.startswith(f"{system}-seed"):
+                assert json.loads(path.read_text())["fingerprint"] == current, path

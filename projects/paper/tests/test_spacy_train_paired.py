@@ -1,4 +1,4 @@
-"""The seed-paired sign-flip test of bench spacy-train's runs (projects/paper/scripts/spacy_train_paired.py)."""
+"""The seed-paired sign-flip test of `python -m projects.paper spacy-train`'s runs (projects/paper/scripts/spacy_train_paired.py)."""
 import itertools
 
 import pytest

@@ -1,7 +1,8 @@
-"""Table 2 of the study: its queue run through the root project's commands on the miniature mirror, and the
+"""Table 2 of the study: its queue run through the study project's commands on the miniature mirror, and the
 table's cells (means, gains, missing rows, the paired significance) from hand-made records."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -14,18 +15,19 @@ from nldm_fixtures import MIRROR, ROOT, copy_project, project_runner
 
 
 def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_path):
-    """`spacy project run reproduce-train` (projects/paper/scripts/reproduce.py on projects/paper/runs/queue.py):
-    one tiny run on the converted fixture tweets; a dataset without a train file is skipped with a note."""
+    """`spacy project run reproduce-train projects/paper` (projects/paper/scripts/reproduce.py on
+    projects/paper/runs/queue.py): one tiny run on the converted fixture tweets; a dataset without a train file
+    is skipped with a note."""
     proj = copy_project(tmp_path / "proj")
-    run = project_runner(proj)
-
-    run("convert-twitter")
-    run("convert-ud")  # (a declared dependency of reproduce-train)
-    out = run("reproduce-train", "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
-              "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
+    project_runner(proj)("convert-twitter")  # the main job's corpus
+    study = project_runner(proj / "projects" / "paper")
+    mirror = f"--vars.mirror={os.path.relpath(MIRROR, proj)}"  # the study's mirror: relative to the root
+    study("convert-ud", mirror)  # (a declared dependency of reproduce-train)
+    out = study("reproduce-train", mirror, "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
+                "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
     assert "skip it: no train file in the mirror" in out
-    record = srsly.read_json(proj / "results/runs/twitter/softmax-seed0.json")
-    assert record["system"] == "softmax" and 0.0 <= record["test_acc"] <= 100.0
+    record = srsly.read_json(proj / "projects/paper/results/runs/twitter/softmax-seed0.json")
+    assert (record["dataset"], record["system"], record["seed"]) == ("twitter", "softmax", 0)
     # per-sentence counts for the paired significance: they add up to spacy evaluate's accuracy
     assert len(record["test_correct"]) == len(record["test_tokens"]) > 1
     assert 100 * sum(record["test_correct"]) / sum(record["test_tokens"]) == pytest.approx(record["test_acc"], abs=0.006)

@@ -111,7 +111,7 @@ def check_spec(spec: StudySpec, config: Config) -> None:
     """Clear errors for a spec that cannot give a score."""
     for what, path in (("train", spec.train), ("dev", spec.dev)):
         if not Path(path).exists():
-            raise TuneError(f"{spec.name}: {what} data not found: {path} (run `spacy project run corpora`?)")
+            raise TuneError(f"{spec.name}: {what} data not found: {path} (run `spacy project run corpora`, then `spacy project run ud-corpora projects/paper`?)")
     if spec.steps < 1 or spec.eval_frequency < 1:
         raise TuneError(f"{spec.name}: steps and eval_frequency must be >= 1")
     if spec.steps < spec.eval_frequency:

@@ -1,0 +1,151 @@
+"""``python -m projects.paper spacy-train``: spaCy's ``tagger``, ``crf_tagger`` and ``nldm_tagger`` trained by
+``spacy train`` from the configs ``spacy init config`` writes, datasets x systems x settings x seeds, resumable
+(the harness and its runs file: :mod:`projects.paper.runs.spacy_train`).
+"""
+import json
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import typer
+
+from ..runs.queue import RunFailed
+from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_WORKDIR, HELD_OUT, SETTINGS, SYSTEMS,
+                                Run, apply_overrides, execute, generate_config, host, labels_with_bang, load_rows,
+                                machine_of, route_table, this_machine)
+from . import app
+
+
+def _split(text: str) -> List[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def choose(text: str, allowed: Iterable[str], what: str) -> List[str]:
+    """The comma-separated names in ``text``; a usage error names the first one not in ``allowed``."""
+    names, allowed = _split(text), list(allowed)
+    unknown = [name for name in names if name not in allowed]
+    if unknown:
+        raise typer.BadParameter(f"unknown {what} {unknown[0]!r}; choose from {', '.join(allowed)}")
+    return names
+
+
+@app.command("spacy-train")
+def spacy_train(
+    datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(DATASETS)}; or the held-out {', '.join(HELD_OUT)} (`spacy project run convert-heldout`)."),
+    systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated factories, from tagger, crf_tagger, nldm_tagger."),
+    settings: str = typer.Option(",".join(SETTINGS), help="Encoder settings: own (each config as `spacy init config` writes it), shared (our component listening to the tagger config's tok2vec)."),
+    seeds: str = typer.Option("0,1,2", help="Training seeds ([system] seed), comma-separated."),
+    max_steps: int = typer.Option(1500, help="[training] max_steps of every run."),
+    corpus: Path = typer.Option(Path("corpus"), help="Folder of the converted corpora (`spacy project run corpora`, then `spacy project run ud-corpora projects/paper`)."),
+    results: Path = typer.Option(DEFAULT_RESULTS, help="Runs file (JSON lines): read, and appended as runs finish."),
+    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where configs, logs and trained pipelines go."),
+    jobs: int = typer.Option(2, help="Runs at a time (each `spacy train` at one torch thread)."),
+    set_: List[str] = typer.Option([], "--set", help="Override on the structured components' configs, SECTION.KEY=VALUE with {c} for the component, e.g. components.{c}.label_smoothing=0.1 (repeatable)."),
+    set_all: List[str] = typer.Option([], "--set-all", help="Override on every system's config, spaCy's tagger too, e.g. training.optimizer.learn_rate=0.002 (repeatable)."),
+    variant: str = typer.Option("defaults", help="Name of the variant in the results (with --set or --set-all)."),
+    output: Optional[Path] = typer.Option(None, help="Also write the Markdown tables here."),
+    dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run", help="Print the runs to do without training."),
+    table_only: bool = typer.Option(False, "--table-only/--no-table-only", help="Write the tables from the finished runs in --results without training the missing ones."),
+) -> None:
+    """spaCy's tagger, crf_tagger and nldm_tagger trained by `spacy train` from the configs `spacy init config`
+    writes, evaluated by `spacy evaluate --gold-preproc` on the test split: mean ± sd over seeds, differences
+    to tagger, training time. Resumable: finished runs are read from --results."""
+    from spacy_nldm import about
+
+    names = choose(systems, SYSTEMS, "system")
+    sets = choose(datasets, ALL_DATASETS, "dataset")
+    modes = choose(settings, SETTINGS, "setting")
+    seed_list = [int(s) for s in _split(seeds)]
+    for d in sets:
+        for split in ("train", "dev", "test"):
+            path = corpus / ALL_DATASETS[d][0] / f"{split}.spacy"
+            if not path.exists():
+                step = "corpora" if d == "tw" else ("convert-heldout" if d in HELD_OUT else "ud-corpora") + " projects/paper"
+                raise typer.BadParameter(f"{path}: no such corpus file (run `spacy project run {step}`)")
+    plan: List[Tuple[str, Run]] = []  # seed by seed: a partial table has every dataset at the first seeds
+    configs = {}
+    for d in sets:
+        bang = labels_with_bang(corpus / ALL_DATASETS[d][0] / "train.spacy")
+        for mode in modes:
+            for system in names:
+                config = apply_overrides(generate_config(system, mode, ALL_DATASETS[d][1], labels_with_bang=bang), set_, system)
+                config = apply_overrides(config, set_all, system, every_system=True)
+                configs[d, mode, system] = config.to_str()
+    for seed in seed_list:
+        for (d, mode, system), text in configs.items():
+            changed = set_all or (set_ and system != "tagger")
+            plan.append((mode, Run(d, system, mode, seed, text, variant if changed else "defaults")))
+    done = load_rows(results)
+    todo, seen = [], set()
+    for _, run in plan:
+        if run.key not in done and run.key not in seen:
+            seen.add(run.key)
+            todo.append(run)
+    typer.echo(f"{len(plan)} cells, {len(todo)} runs to do ({len(done)} in {results}); spacy-nldm {about.__version__}")
+    if dry_run:
+        for run in todo:
+            typer.echo(f"  {run.dataset} {run.system} {run.setting} seed {run.seed} -> {workdir / run.folder}")
+        return
+    if table_only:
+        todo = []
+    results.parent.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    start = time.perf_counter()
+    failures = []
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        machine = this_machine(jobs)
+        futures = {pool.submit(execute, run, corpus, workdir, max_steps, machine): run for run in todo}
+        for number, future in enumerate(as_completed(futures), start=1):
+            run = futures[future]
+            try:
+                row = future.result()
+            except RunFailed as err:
+                failures.append(str(err))
+                typer.echo(f"[{number}/{len(todo)}] FAILED {err}", err=True)
+                continue
+            with lock, open(results, "a", encoding="utf8") as out:
+                out.write(json.dumps(row) + "\n")
+            done[row["key"]] = row
+            typer.echo(f"[{number}/{len(todo)}] {run.dataset} {run.system} {run.setting} seed {run.seed}: test "
+                       f"{row['test_tag_acc']:.2f}, {row['train_seconds']:.0f} s (elapsed {time.perf_counter() - start:.0f} s)")
+    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results)
+    typer.echo("\n" + text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf8")
+        typer.echo(f"Wrote {output}")
+    if failures:
+        raise typer.Exit(1)
+
+
+def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results) -> str:
+    command = (f"python -m projects.paper spacy-train --datasets {','.join(sets)} --systems {','.join(names)} "
+               f"--settings {','.join(modes)} --seeds {seeds} --max-steps {max_steps}"
+               + "".join(f" --set '{s}'" for s in set_) + "".join(f" --set-all '{s}'" for s in set_all)
+               + (f" --variant {variant}" if set_ or set_all else "")
+               + (f" --results {results}" if Path(results) != DEFAULT_RESULTS else ""))
+    used = {run.key: done[run.key] for _, run in plan if run.key in done}  # a run may fill cells of both settings
+    machines = Counter(row.get("machine") or "not recorded" for row in used.values())
+    hosts = Counter(machine_of(row) for row in used.values())
+    timing = hosts.most_common(1)[0][0] if len(hosts) > 1 else None  # seconds from one machine only
+    parts = [f"Written {time.strftime('%Y-%m-%d')} on {host()}; runs as listed in the runs file, made on: "
+             + "; ".join(f"{name} ({count} runs)" for name, count in sorted(machines.items())) + ".\n",
+             f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
+             f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
+             "(gold_preproc = true); training wall seconds at one torch thread"
+             + (f", of the runs made on {timing}" if timing else "")
+             + " (runs made at the same time on one machine compare; others only roughly).\n",
+             f"Command: `{command}`\n"]
+    for mode in modes:
+        cells: Dict[Tuple[str, str], List[dict]] = {}
+        for m, run in plan:
+            if m == mode and run.key in done:
+                cells.setdefault((run.dataset, run.system), []).append(done[run.key])
+        title = {"own": "each config as `spacy init config -p SYSTEM` writes it",
+                 "shared": "our component listening to the `tok2vec` of `spacy init config -p tagger`"}[mode]
+        parts.append(f"### Setting `{mode}`: {title}\n")
+        parts.append("\n".join(route_table(cells, sets, names, timing)) + "\n")
+    return "\n".join(parts)

@@ -1,0 +1,208 @@
+"""``python -m projects.paper spacy-train``: the configs it generates are spaCy's, its runs are kept and never
+redone, the table says what the rows hold, and the committed runs are found by the configs of today."""
+import json
+
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+from spacy.training import Example
+from typer.testing import CliRunner
+
+from projects.paper.cli import app
+from projects.paper.runs.spacy_train import (DATASETS, DEFAULT_RESULTS, HELD_OUT, Run, apply_overrides,
+                                             generate_config, load_rows, machine_of, route_table, run_key)
+from projects.paper.scripts.migrate_runs_0_2 import fill_later_settings, migrate_config
+
+
+def test_own_setting_is_what_init_config_writes():
+    from spacy.cli.init_config import init_config
+
+    ours = generate_config("nldm_tagger", "own", "en")
+    expected = init_config(lang="en", pipeline=["nldm_tagger"])
+    for split in ("train", "dev"):
+        assert ours["corpora"][split].pop("gold_preproc") is True
+        expected["corpora"][split].pop("gold_preproc")
+    assert ours.to_str() == expected.to_str()
+
+
+def test_shared_setting_listens_to_the_taggers_tok2vec():
+    config = generate_config("crf_tagger", "shared", "en")
+    tagger = generate_config("tagger", "own", "en")
+    assert config["nlp"]["pipeline"] == ["tok2vec", "crf_tagger"]
+    assert config["components"]["tok2vec"] == tagger["components"]["tok2vec"]
+    assert config["components"]["crf_tagger"]["model"]["tok2vec"]["@architectures"] == "spacy.Tok2VecListener.v1"
+    assert config["training"]["score_weights"]["tag_acc"] == 1.0
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)  # a valid pipeline
+    assert nlp.pipe_names == ["tok2vec", "crf_tagger"]
+
+
+def test_tagger_keeps_labels_starting_with_a_bang_only_where_needed():
+    assert generate_config("tagger", "own", "en")["components"]["tagger"]["neg_prefix"] == "!"
+    assert generate_config("tagger", "own", "en", labels_with_bang=True)["components"]["tagger"]["neg_prefix"] != "!"
+
+
+def test_overrides_reach_the_structured_component_only():
+    config = apply_overrides(generate_config("nldm_tagger", "own", "en"), ["components.{c}.label_smoothing=0.1"], "nldm_tagger")
+    assert config["components"]["nldm_tagger"]["label_smoothing"] == 0.1
+    tagger = apply_overrides(generate_config("tagger", "own", "en"), ["components.{c}.label_smoothing=0.1"], "tagger")
+    assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
+
+
+def test_average_params_is_part_of_a_runs_key_in_both_settings():
+    """The setting trains something in both settings (own averages, or the optimizer's for a listener), so
+    on and off are two runs."""
+    for system in ("crf_tagger", "nldm_tagger"):
+        for setting in ("own", "shared"):
+            on = generate_config(system, setting, "en")
+            assert on["components"][system]["average_params"] is True
+            off = apply_overrides(generate_config(system, setting, "en"), ["components.{c}.average_params=false"], system)
+            assert run_key("tb2", on.to_str(), 0) != run_key("tb2", off.to_str(), 0)
+
+
+def test_overrides_on_every_system_reach_the_tagger_too():
+    for system in ("tagger", "crf_tagger"):
+        config = apply_overrides(generate_config(system, "own", "en"), ["training.optimizer.learn_rate=0.002"], system,
+                        every_system=True)
+        assert config["training"]["optimizer"]["learn_rate"] == 0.002
+
+
+def test_table_means_differences_and_average():
+    rows = lambda accs: [{"test_tag_acc": a, "train_seconds": 10.0} for a in accs]  # noqa: E731
+    cells = {("a", "tagger"): rows([90, 92]), ("a", "crf_tagger"): rows([92, 92]), ("a", "nldm_tagger"): rows([93, 93]),
+             ("b", "tagger"): rows([80]), ("b", "crf_tagger"): rows([79]), ("b", "nldm_tagger"): rows([82])}
+    lines = route_table(cells, ["a", "b"], ["tagger", "crf_tagger", "nldm_tagger"])
+    assert lines[2] == "| a | 91.00 ± 1.41 (n=2) | 92.00 ± 0.00 (n=2) | 93.00 ± 0.00 (n=2) | +1.00 | +2.00 | +1.00 | 10 | 10 | 10 |"
+    average = next(line for line in lines if "average (2)" in line)
+    assert "| 85.50 | 85.50 | 87.50 | +0.00 | +2.00 | +2.00 |" in average
+    assert "| 1/2 | 2/2 | 2/2 |" in lines[-1]
+
+
+def _tiny_corpus(root, folder="twitter"):
+    nlp = spacy.blank("en")
+    words = [["I", "love", "it", "!"], ["you", "are", "so", "funny"], ["we", "like", "this", "song"]]
+    tags = [["O", "V", "O", ","], ["O", "V", "R", "A"], ["O", "V", "D", "N"]]
+    docs = [Doc(nlp.vocab, words=w, tags=t) for w, t in zip(words, tags)]
+    for split in ("train", "dev", "test"):
+        path = root / folder / f"{split}.spacy"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        DocBin(docs=docs).to_disk(path)
+
+
+def test_runs_are_kept_and_not_redone(tmp_path):
+    _tiny_corpus(tmp_path / "corpus")
+    args = ["spacy-train", "--datasets", "tw", "--systems", "crf_tagger", "--settings", "own",
+            "--seeds", "0", "--max-steps", "2", "--corpus", str(tmp_path / "corpus"), "--jobs", "1",
+            "--results", str(tmp_path / "runs.jsonl"), "--workdir", str(tmp_path / "work"),
+            "--output", str(tmp_path / "table.md")]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    rows = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["system"] == "crf_tagger"
+    run = Run("tw", "crf_tagger", "own", 0, rows[0]["config"])
+    nlp = spacy.load(tmp_path / "work" / run.folder / "model" / "model-best")  # its test score, on the given tokens
+    gold = list(DocBin().from_disk(tmp_path / "corpus" / "twitter" / "test.spacy").get_docs(nlp.vocab))
+    examples = [Example(Doc(nlp.vocab, words=[t.text for t in d]), d) for d in gold]
+    assert rows[0]["test_tag_acc"] == pytest.approx(100 * nlp.evaluate(examples)["tag_acc"])
+    log = tmp_path / "work" / run.folder / "train.log"
+    trained = log.stat().st_mtime_ns
+    assert rows[0]["machine"].endswith("1 runs at a time")
+    table = (tmp_path / "table.md").read_text()
+    assert "### Setting `own`" in table and rows[0]["machine"] in table
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1 and log.stat().st_mtime_ns == trained
+    assert run.key == rows[0]["key"]
+
+
+def test_dev_curves_read_spacy_train_logs(tmp_path):
+    """projects/paper/scripts/spacy_train_curves.py: the dev accuracy column of each system's log rows."""
+    from projects.paper.scripts.spacy_train_curves import dev_curve, gain_since
+
+    tagger = tmp_path / "tagger.log"
+    tagger.write_text("E    #  LOSS TOK2VEC  LOSS TAGGER  TAG_ACC  POS_ACC  SCORE\n---\n"
+                      "  0       0    0.00   83.54   17.36    0.00    0.17\n"
+                      "  0     400  267.40 3674.65   87.03    0.00    0.87\n"
+                      "  1    1000   80.56  828.98   88.11    0.00    0.88\n"
+                      "  2    1400   29.53  363.84   88.34    0.00    0.88\n")
+    ours = tmp_path / "crf.log"
+    ours.write_text("  0       0    2.83   18.77    0.19\n  1     400  130.75   87.43    0.87\n"
+                    "  2    1000   75.73   88.44    0.88\n  3    1400   68.30   88.32    0.88\n")
+    assert dev_curve(tagger, "tagger") == [(0, 17.36), (400, 87.03), (1000, 88.11), (1400, 88.34)]
+    assert dev_curve(ours, "crf_tagger")[-1] == (1400, 88.32)
+    assert gain_since(dev_curve(tagger, "tagger"), 1000) == pytest.approx(0.23)
+    assert gain_since(dev_curve(ours, "crf_tagger"), 400) == pytest.approx(0.89)
+
+
+def test_held_out_datasets_are_accepted_but_not_run_by_default(tmp_path):
+    assert not set(HELD_OUT) & set(DATASETS)
+    args = ["spacy-train", "--datasets", "it", "--systems", "crf_tagger", "--settings", "own",
+            "--seeds", "0", "--corpus", str(tmp_path / "corpus"), "--results", str(tmp_path / "runs.jsonl"),
+            "--dry-run"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code != 0 and "heldout/it/train.spacy: no such corpus file" in res.output
+    assert "convert-heldout" in res.output
+    _tiny_corpus(tmp_path / "corpus", folder="heldout/it")
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "1 runs to do" in res.output and "it crf_tagger own seed 0" in res.output
+
+
+def test_training_seconds_come_from_one_machine():
+    """Runs made on another machine (or under another load of the same one) count in the accuracy, and only
+    the timing machine's runs in the seconds."""
+    here = "2 CPUs, x86_64, Python 3.11.7, torch 2.13.0+cpu"
+    row = lambda acc, secs, machine: {"test_tag_acc": acc, "train_seconds": secs, "machine": machine}  # noqa: E731
+    assert machine_of(row(0, 0, here + ", 2 runs at a time")) == here
+    assert machine_of(row(0, 0, here + " (runs at a time not recorded)")) == here
+    cells = {("a", "tagger"): [row(90, 100.0, here + ", 2 runs at a time"), row(92, 60.0, "16 CPUs, 16 runs at a time")],
+             ("a", "crf_tagger"): [row(91, 300.0, here + " (runs at a time not recorded)"), row(93, 200.0, "16 CPUs")]}
+    timed = route_table(cells, ["a"], ["tagger", "crf_tagger"], timing_machine=here)
+    assert timed[2] == "| a | 91.00 ± 1.41 (n=2) | 92.00 ± 1.41 (n=2) | +1.00 | 100 | 300 |"
+    assert route_table(cells, ["a"], ["tagger", "crf_tagger"])[2].endswith("| 80 | 250 |")
+
+
+#: the committed runs' datasets whose train split has an ARK "!" tag (spaCy's tagger gets another neg_prefix there)
+BANG = {"tw": True, "en": False, "te": False}
+
+
+@pytest.mark.parametrize("dataset", sorted(BANG))
+@pytest.mark.parametrize("setting", ["own", "shared"])
+def test_todays_default_configs_find_their_committed_runs(dataset, setting):
+    """Seed 0 of every system has a committed run whose config is what the harness generates (through the
+    0.2 migration, which leaves a config without removed settings as it is) and whose figure is that run's."""
+    rows = load_rows(DEFAULT_RESULTS)
+    lang = DATASETS[dataset][1]
+    for system in ("tagger", "crf_tagger", "nldm_tagger"):
+        config = generate_config(system, setting, lang, labels_with_bang=BANG[dataset])
+        assert migrate_config(config) == []
+        row = rows[run_key(dataset, config.to_str(), 0)]
+        assert (row["dataset"], row["system"], row["seed"]) == (dataset, system, 0)
+        if system != "tagger":
+            assert setting == "own" or row["setting"] == "shared"
+
+
+def test_the_migration_keeps_a_removed_setting_off_its_default_and_says_so():
+    config = generate_config("nldm_tagger", "own", "en")
+    migrate_config(config)
+    block = config["components"]["nldm_tagger"]
+    assert block["model"]["@architectures"].endswith(".v2")
+    block["model"]["tie_directions"], block["token_loss"] = True, 0.0
+    block["model"]["@architectures"] = "spacy-nldm.NLDMTagger.v1"
+    assert migrate_config(config) == ["tie_directions=true"]
+    assert block["model"]["tie_directions"] is True and "token_loss" not in block
+    assert block["model"]["@architectures"] == "spacy-nldm.NLDMTagger.v2"
+
+
+@pytest.mark.parametrize("setting, stands_for", [("own", (None, None, None)), ("shared", (0, None, None))])
+def test_a_run_made_before_the_head_embeddings_gets_what_it_trained(setting, stands_for):
+    """A record without average_params and the head embeddings trained neither: on the component's own encoder
+    null says that (no head embeddings there); on a listener a null width adds embeddings, so the width is 0
+    (what `--set components.{c}.model.embed_width=0` writes), and beside it null depth and mix train none."""
+    config = generate_config("crf_tagger", setting, "en")
+    block = config["components"]["crf_tagger"]
+    for name in ("embed_width", "embed_depth", "embed_mix"):
+        del block["model"][name]
+    del block["average_params"]
+    fill_later_settings(config)
+    assert block["average_params"] is False
+    assert tuple(block["model"][n] for n in ("embed_width", "embed_depth", "embed_mix")) == stands_for
