@@ -1,7 +1,7 @@
 """The NLDM's inside and outside passes in one compiled loop per sentence (numba), for the common case:
-:class:`~.arcs.DirectionalScores` on the CPU, the log semiring, no label or arc mask, finite scores.
+:class:`~.tree.DirectionalScores` on the CPU, the log semiring, no label or arc mask, finite scores.
 
-Same recurrences as :mod:`.inside` (docs/algorithm.md), sentence by sentence, in float64:
+Same recurrences as the reference in :mod:`.tree` (docs/algorithm.md), sentence by sentence, in float64:
 
 - inner(s, t)[a, c] = log sum_{k=s..t-1} exp(CR[s, k, a] + CL[k+1, t, c])
 - IR[s, t][a, c] = inner(s, t)[a, c] + arc(s -> t, a, c);  IL[s, t][a, c] = inner(s, t)[a, c] + arc(t -> s, c, a)
@@ -14,27 +14,23 @@ value is 1; the incomplete items keep their totals, at most the number of splits
 exp-space products with one scale factor per split (a matrix-vector product, no exp per term). If any of
 its totals falls below ``THRESHOLD`` relative to its scale (where float64 could lose the digits of a term),
 the item is recomputed in log space from its operands' exact log values and kept in log form as well
-("flagged"); its consumers then read those. So the results are exact at any score scale, like the torch
-path's, and only the far tails of extreme score scales pay for log space.
+("flagged"); its consumers then read those. So the results are exact at any score scale, like the
+reference's, and only the far tails of extreme score scales pay for log space.
 
 The outside pass goes over the same items in reverse and gives d log Z / d item, the item's marginal. A
 split's share of an item is term / total: in exp space (g / total) * scale * v_x * v_y, which is at most g;
 for a flagged item exp(x + y - item) in log space. The incomplete items' marginals are the arc marginals,
-which are the gradient of F (and, summed per width and direction, of the distance bias; a label-pair bias
-(2, K, M, M) is read as one, a (2, K) bias as the same value for every label pair).
+which are the gradient of F (and, summed per width and direction, of the distance bias (2, K), which the
+kernel reads as the same value for every label pair).
 """
 import importlib.util
-import os
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
 
 
 Tensor = torch.Tensor
-
-#: False (or the environment variable SPACY_NLDM_COMPILED=0): every log Z goes through the torch stages
-enabled = os.environ.get("SPACY_NLDM_COMPILED", "1") != "0"
 
 #: a total below this (relative to its contraction's scale) is recomputed in log space: far above float64's
 #: smallest normal number (2.2e-308), so every term that underflowed or is subnormal is negligible beside it
@@ -43,8 +39,102 @@ THRESHOLD = 1e-280
 
 def available() -> bool:
     """Whether the compiled kernel can run here: numba is installed (a dependency; without it, an unusual
-    install, the torch stages compute everything). numba itself is imported on first use only."""
+    install, the reference computes everything). numba itself is imported on first use only."""
     return importlib.util.find_spec("numba") is not None
+
+
+def log_partition(scores, lengths: Tensor, limit: int, factored: bool) -> Tensor:
+    """log Z (B,) of :class:`~.tree.DirectionalScores` (CPU, no masks; ``lengths`` 0 for impossible
+    sentences), differentiable with respect to F and the distance bias; ``factored``: read as emissions
+    plus one table (``token_independent`` scores, see :func:`_factors`)."""
+    factors = _factors(scores.F, lengths) if factored else None
+    if factors is not None:
+        return _FactoredInside.apply(*factors, scores.distance_bias, lengths, limit)
+    return _Inside.apply(scores.F, scores.distance_bias, lengths, limit)
+
+
+def label_marginals(scores, lengths: Tensor, limit: int, factored: bool) -> Optional[Tensor]:
+    """The label marginals (B, N, M) float64, unnormalised (the arc marginals into each token, summed), or
+    None if log Z is not finite somewhere (+inf or NaN read: the reference names it)."""
+    F, bias = scores.F, scores.distance_bias
+    factors = _factors(F, lengths) if factored else None
+    if factors is not None:
+        log_z, packed, _, _, real = inside_outside_factored(*factors, bias, lengths, limit, True, with_bias_grad=False)
+    else:
+        log_z, _, _, packed, real = inside_outside(F, bias, lengths, limit, True, with_arcs=False)
+    if not bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
+        return None
+    labels = torch.zeros(real.shape + (F.shape[-1],), dtype=torch.float64)
+    labels[real] = packed
+    return labels
+
+
+def _factors(F: Tensor, lengths: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+    """For token-independent F: (emissions (B, N, M), table (2, M+1, M)) with F[b, d, x, a, c] =
+    emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] (F's dtype, so that log Z keeps
+    it) and the table is the first real token's F relative to that row (the difference taken in float64,
+    where it is exact). Differentiable functions of F; None if no sentence has a token."""
+    filled = (lengths > 0).nonzero()
+    if len(filled) == 0:
+        return None
+    first = F[int(filled[0]), 0].to(torch.float64)  # (2, M+1, M)
+    return F[:, :, 0, 1], first - first[0, 1]
+
+
+class _FactoredInside(torch.autograd.Function):
+    """log Z (B,) by the compiled inside pass on emissions (B, N, M) and one table (2, M+1, M); the outside
+    pass runs in the same call when a gradient will be asked for (the label marginals for the emissions,
+    the summed arc marginals for the table)."""
+
+    @staticmethod
+    def forward(ctx, emissions: Tensor, table: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int) -> Tensor:
+        with_grad = any(ctx.needs_input_grad[:3])
+        log_z, d_emissions, d_table, d_bias, real = inside_outside_factored(emissions, table, bias, lengths, limit,
+                                                                            with_grad)
+        ctx.grads, ctx.real, ctx.shape = (d_emissions, d_table, d_bias), real, emissions.shape
+        ctx.dtypes = (emissions.dtype, table.dtype, None if bias is None else bias.dtype)
+        return log_z.to(emissions.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        d_emissions, d_table, d_bias = ctx.grads  # float64; emissions packed over the real tokens
+        scale = grad_root.to(torch.float64)
+        out_e = out_t = out_b = None
+        if ctx.needs_input_grad[0]:
+            out_e = torch.zeros(ctx.shape, dtype=torch.float64)
+            out_e[ctx.real] = d_emissions * scale[:, None].expand(ctx.real.shape)[ctx.real][:, None]
+            out_e = out_e.to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            out_t = (d_table * scale.reshape(-1, 1, 1, 1)).sum(0).to(ctx.dtypes[1])
+        if ctx.needs_input_grad[2]:
+            out_b = (d_bias * scale.reshape(-1, 1, 1)).sum(0).to(ctx.dtypes[2])
+        return out_e, out_t, out_b, None, None
+
+
+class _Inside(torch.autograd.Function):
+    """log Z (B,) by the compiled inside pass; its outside pass runs in the same call when a gradient will
+    be asked for, and the backward pass only scales it."""
+
+    @staticmethod
+    def forward(ctx, F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int) -> Tensor:
+        with_grad = any(ctx.needs_input_grad[:2])
+        log_z, grad, grad_bias, _, real = inside_outside(F, bias, lengths, limit, with_grad)
+        ctx.grads, ctx.real, ctx.shape = (grad, grad_bias), real, F.shape
+        return log_z.to(F.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        grad, grad_bias = ctx.grads  # packed over the real tokens, float64
+        scale = grad_root.to(torch.float64)
+        d_F = d_bias = None
+        if ctx.needs_input_grad[0]:
+            if not bool((scale == 1.0).all()):  # (a loss's sum of log Z: all 1, nothing to scale)
+                grad = grad * scale[:, None].expand(ctx.real.shape)[ctx.real].reshape(-1, 1, 1, 1)
+            d_F = grad_root.new_zeros(ctx.shape)
+            d_F[ctx.real] = grad.to(grad_root.dtype)
+        if ctx.needs_input_grad[1]:
+            d_bias = (grad_bias * scale.reshape(-1, 1, 1)).sum(0).to(grad_root.dtype)
+        return d_F, d_bias, None, None
 
 
 def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int, with_grad: bool,
@@ -687,4 +777,197 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, Fe, Ft, o
                 x = inner + arc
             logs[s, w, a, c] = x
     shifts[s, w] = _encode(logs[s, w].ravel(), values[s, w].ravel())
+
+
+# -- the canonical tree of given labels (:func:`~.tree.canonical_heads`) -----------------------------------
+# Banded charts: with arcs up to k long only items of width <= k can be part of a tree, plus the tail
+# CR[i, n]; item (i, i + w) is stored at [b, i, w], the tail by its distance to the end: O(n k^2) time and
+# O(n k) memory per sentence, the choices of the reference (tolerant max) bit for bit.
+
+#: most chart cells ((n+1) x (k+1) per sentence) one group of sentences holds
+BUDGET = 1 << 21
+
+
+def canonical_heads(dep: Tensor, codes: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
+                    tol: float) -> Tensor:
+    """Heads (B, N) of the canonical trees, from dep (B, N, 2, M+1) float64 (each dependent's scores at its
+    own label, by direction and head label code), the positions' label codes (B, N+1) (label + 1, 0 = the
+    root), the distance bias (2, K) float64 or None, lengths (B,) and the longest arc ``limit``."""
+    heads = np.zeros(tuple(codes.shape[:1]) + (codes.shape[1] - 1,), dtype=np.int64)
+    lens = [int(n) for n in lengths.tolist()]
+    d, c = dep.numpy(), codes.numpy()
+    b = None if bias is None else bias.numpy()
+    for group in _groups(lens, limit):
+        n = lens[group[-1]]  # the longest of the group
+        right, left = _band_arcs(d[group, :n], c[group, : n + 1], [lens[i] for i in group], max(1, min(limit, n)))
+        if b is not None:  # arcs between tokens (span starts 1 and up) of length w
+            _add_bias(right, left, b)
+        heads[group, :n] = _eisner(right, left, [lens[i] for i in group], tol)
+    return torch.from_numpy(heads)
+
+
+def _groups(lens: List[int], limit: int) -> List[List[int]]:
+    """Non-empty sentences by increasing length, in groups of at most BUDGET chart cells."""
+    groups: List[List[int]] = []
+    for i in sorted((i for i, n in enumerate(lens) if n > 0), key=lens.__getitem__):
+        cells = (lens[i] + 1) * (max(1, min(limit, lens[i])) + 1)
+        if groups and (len(groups[-1]) + 1) * cells <= BUDGET:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _add_bias(right: np.ndarray, left: np.ndarray, bias: np.ndarray) -> None:
+    """Add the distance bias (2, K) to the banded arcs (B, N+1, k+1) between tokens, in place."""
+    k = right.shape[-1] - 1
+    columns = np.minimum(np.arange(1, k + 1), bias.shape[1]) - 1
+    right[:, 1:, 1:] += bias[0, columns]
+    left[:, 1:, 1:] += bias[1, columns]
+
+
+def _band_arcs(dep: np.ndarray, codes: np.ndarray, lens: List[int], k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Arc scores with the labels fixed, float64 (B, N+1, k+1), from the scores dep (B, N, 2, M+1) of
+    each token's label and the label codes (B, N+1) of the positions: right[b, i, w] of the arc
+    i -> i + w, left[b, i, w] of the arc i + w -> i; -inf where there is no such arc (w = 0, into the
+    root, beyond the segment's length)."""
+    B, N = dep.shape[:2]
+    i = np.arange(N + 1)[:, None]
+    w = np.arange(k + 1)[None, :]
+    j = np.minimum(i + w, N)
+    b = np.arange(B)[:, None, None]
+    right = dep[b, np.maximum(j - 1, 0)[None], 0, codes[:, :, None]]
+    left = dep[b, np.maximum(i - 1, 0)[None], 1, codes[b, j[None]]]
+    real = (i + w)[None] <= np.asarray(lens)[:, None, None]
+    ok = real & (w >= 1)[None]
+    right = np.where(ok, right, -np.inf)
+    left = np.where(ok & (i >= 1)[None], left, -np.inf)
+    return right, left
+
+
+def _eisner(right: np.ndarray, left: np.ndarray, lens: List[int], tol: float):
+    """Tolerant first-order Eisner over banded arc scores (B, N+1, k+1); heads (B, N)."""
+    B, N1, _ = right.shape
+    heads = np.zeros((B, N1 - 1), dtype=np.int64)
+    _compiled_eisner()(right, left, np.asarray(lens, dtype=np.int64), tol, heads)
+    return heads
+
+
+_CANONICAL = None
+
+
+def _compiled_eisner():
+    global _CANONICAL, _pick
+    if _CANONICAL is None:
+        from numba import njit
+
+        _pick = njit(inline="always")(_pick)  # the loop reads it as a module global
+        _CANONICAL = njit(cache=True, nogil=True)(_eisner_loops)
+    return _CANONICAL
+
+
+def _eisner_loops(right, left, lens, tol, heads):  # noqa: C901 - the four items and the tail, as in the text
+    """Per segment b of length n, items (i, i + w) at [i, w] for w <= k, kinds IR, IL, CR, CL = 0..3:
+
+    IR[i, j] = max_{r=i..j-1} CR[i, r] + CL[r+1, j] + s(i -> j);  IL likewise with s(j -> i)
+    CR[i, j] = max_{r=i+1..j} IR[i, r] + CR[r, j];               CL[i, j] = max_{r=i..j-1} CL[i, r] + IL[r, j]
+    T[t] = CR[n - t, n] for t <= k, else max_{d=1..k} IR[n - t, n - t + d] + T[t - d]
+
+    Each max is tolerant (:func:`~.tree.canonical_heads`): among the candidates (split points in increasing
+    order) within ``tol`` of the best, the one with the least total arc length, the first on a tie."""
+    B, N1, K1 = right.shape
+    k = K1 - 1
+    neg = -np.inf
+    value = np.empty((4, N1, K1))
+    length = np.zeros((4, N1, K1), np.int64)
+    split = np.zeros((4, N1, K1), np.int64)
+    cand_v = np.empty(K1 + N1)
+    cand_l = np.zeros(K1 + N1, np.int64)
+    tail_v = np.empty(N1)
+    tail_l = np.zeros(N1, np.int64)
+    tail_split = np.zeros(N1, np.int64)
+    stack = np.zeros((4 * N1 + 4, 3), np.int64)
+    for b in range(B):
+        n = lens[b]
+        if n <= 0:
+            continue
+        kb = min(k, n)
+        value[:] = neg
+        for i in range(n + 1):
+            value[2, i, 0] = 0.0
+            value[3, i, 0] = 0.0
+            length[2, i, 0] = length[3, i, 0] = 0
+        for w in range(1, kb + 1):
+            for i in range(n - w + 1):
+                for m in range(w):  # IR, IL: split r = i + m
+                    cand_v[m] = value[2, i, m] + value[3, i + m + 1, w - 1 - m]
+                    cand_l[m] = length[2, i, m] + length[3, i + m + 1, w - 1 - m]
+                c = _pick(cand_v, cand_l, w, tol)
+                value[0, i, w] = cand_v[c] + right[b, i, w]
+                value[1, i, w] = cand_v[c] + left[b, i, w]
+                length[0, i, w] = length[1, i, w] = cand_l[c] + w
+                split[0, i, w] = split[1, i, w] = i + c
+            for i in range(n - w + 1):
+                for m in range(w):  # CR: split r = i + 1 + m
+                    cand_v[m] = value[0, i, 1 + m] + value[2, i + 1 + m, w - 1 - m]
+                    cand_l[m] = length[0, i, 1 + m] + length[2, i + 1 + m, w - 1 - m]
+                c = _pick(cand_v, cand_l, w, tol)
+                value[2, i, w], length[2, i, w], split[2, i, w] = cand_v[c], cand_l[c], i + 1 + c
+                for m in range(w):  # CL: split r = i + m
+                    cand_v[m] = value[3, i, m] + value[1, i + m, w - m]
+                    cand_l[m] = length[3, i, m] + length[1, i + m, w - m]
+                c = _pick(cand_v, cand_l, w, tol)
+                value[3, i, w], length[3, i, w], split[3, i, w] = cand_v[c], cand_l[c], i + c
+        for t in range(min(k, n) + 1):  # the tail, by distance t to the end
+            tail_v[t], tail_l[t] = value[2, n - t, t], length[2, n - t, t]
+        for dist in range(k + 1, n + 1):
+            start = n - dist
+            for c in range(k):  # d = c + 1: IR[start, start + d] + T[dist - d]
+                cand_v[c] = value[0, start, c + 1] + tail_v[dist - 1 - c]
+                cand_l[c] = length[0, start, c + 1] + tail_l[dist - 1 - c]
+            c = _pick(cand_v, cand_l, k, tol)
+            tail_v[dist], tail_l[dist], tail_split[dist] = cand_v[c], cand_l[c], start + 1 + c
+        # backtrack from CR[0, n]: kind, i, j on a stack
+        top = 0
+        stack[0, 0], stack[0, 1], stack[0, 2] = 2, 0, n
+        while top >= 0:
+            kind, i, j = stack[top, 0], stack[top, 1], stack[top, 2]
+            top -= 1
+            if i == j:
+                continue
+            r = tail_split[n - i] if j - i > k else split[kind, i, j - i]
+            if kind == 2:
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 0, i, r
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 2, r, j
+            elif kind == 3:
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 3, i, r
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 1, r, j
+            else:
+                if kind == 0:
+                    heads[b, j - 1] = i
+                else:
+                    heads[b, i - 1] = j
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 2, i, r
+                top += 1
+                stack[top, 0], stack[top, 1], stack[top, 2] = 3, r + 1, j
+
+
+def _pick(values, lengths, count, tol):
+    """Index of the candidate (of the first ``count``) with the least arc length among those within
+    ``tol`` (relative) of the best; the first of them on a tie."""
+    best = -np.inf
+    for c in range(count):
+        if values[c] > best:
+            best = values[c]
+    floor = best - tol * max(abs(best), 1.0)
+    choice, shortest = 0, np.iinfo(np.int64).max
+    for c in range(count):
+        if values[c] >= floor and lengths[c] < shortest:
+            choice, shortest = c, lengths[c]
+    return choice
 
