@@ -216,3 +216,38 @@ def test_token_independent_gradient_against_finite_differences():
 
     inputs = tuple(x.detach().requires_grad_(True) for x in (emissions, table, bias))
     assert torch.autograd.gradcheck(log_z, inputs)
+
+
+@pytest.mark.parametrize("scale", [0.5, 50.0, 5000.0])
+def test_dense_one_label_scores_on_the_compiled_lane(scale):
+    """Dense one-label scores (the gold labels' arcs, log S): the compiled lane against the reference, log Z and
+    its gradient in float64, with -inf arcs, empty and impossible sentences, and where it runs."""
+    gen = torch.Generator().manual_seed(int(scale))
+    n = 9
+    scores = scale * torch.randn(5, n + 1, n + 1, 1, 1, generator=gen, dtype=torch.float64)
+    scores[torch.rand(scores.shape, generator=gen) < 0.2] = float("-inf")
+    scores[3, :, 2] = float("-inf")  # token 2 of sentence 3 has no head: no tree
+    lengths = torch.tensor([9, 4, 0, 7, 1])
+    for k in (None, 1, 3):
+        got, want = (log_z_and_dense_grad(scores, lengths, k, lane) for lane in ("compiled", "reference"))
+        assert torch.equal(torch.isneginf(got[0]), torch.isneginf(want[0]))
+        torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-9)
+        torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-9)
+    assert tree_lane(scores, lengths) == "compiled"
+    wide = torch.zeros(1, 62, 62, 1, 1)  # past ONE_LABEL_UP_TO tokens the reference is faster
+    assert tree_lane(wide, torch.tensor([61])) == "reference"
+    assert tree_lane(torch.zeros(1, 4, 4, 2, 2), torch.tensor([3])) == "reference"
+
+
+def log_z_and_dense_grad(scores, lengths, k, lane):
+    leaf = scores.clone().requires_grad_(True)
+    log_z = log_partition(leaf, lengths, max_dist=k, lane=lane)
+    (grad,) = torch.autograd.grad((log_z * torch.arange(1.0, 6.0, dtype=log_z.dtype)).sum(), leaf)
+    return log_z.detach(), grad
+
+
+def test_dense_one_label_gradient_against_finite_differences():
+    gen = torch.Generator().manual_seed(11)
+    scores = torch.randn(2, 6, 6, 1, 1, generator=gen, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([5, 3])
+    assert torch.autograd.gradcheck(lambda s: log_partition(s, lengths, max_dist=2, lane="compiled"), (scores,))
