@@ -53,8 +53,8 @@ NEG = float("-inf")
 #: the lanes :func:`tree_lane` chooses from and ``lane=`` accepts
 LANES = ("reference", "compiled", "factored")
 #: dense one-label scores (the gold labels' arcs, log S) take the compiled lane up to this many tokens: one
-#: thread, B=32, fwd+bwd, it takes 0.3-0.5x the reference's time at n = 12-30 and 1.4x at n = 60
-ONE_LABEL_UP_TO = 40
+#: thread, B=32, fwd+bwd, it takes 0.3x the reference's time at n = 12, 0.7x at 30, 1.0x at 40, 1.6x at 60
+ONE_LABEL_UP_TO = 32
 #: relative tolerance of the canonical tree's maximisations: far above float32 rounding (~1e-7 per score),
 #: far below score differences that mean something
 TOL = 1e-5
