@@ -16,12 +16,13 @@ restricts the labels of each token. End transitions are added by the caller into
 potentials (see :func:`chain_potentials`).
 
 The reference is the recursion below over a semiring (:func:`_recursion`: log-sum-exp for log Z, max for
-Viterbi), in float64 whatever the scores' dtype. A state s = (a, p) is the last ``order`` labels, a the
+Viterbi), each step relative to its maximum (exact in float32 at any scale). A state s = (a, p) is the last ``order`` labels, a the
 oldest and p the rest (empty for order 1), and one token's potentials read as X_t[a, p, c]:
 
     alpha_t[(p, c)] = (+)_a alpha_{t-1}[(a, p)] * X_t[a, p, c],    log Z = (+)_s alpha_N[s]
 
-The marginals are the gradient of log Z (autograd of the reference), Viterbi the gradient of its max.
+The marginals are the gradient of log Z (autograd of the reference); Viterbi is the same recursion in
+the max semiring with back-pointers.
 Faster lanes compute the same numbers where they are exact; :func:`_pick` (and, publicly,
 :func:`crf_lane`) says which lane runs when:
 
@@ -49,13 +50,14 @@ sentence then has zero marginals and gradient, and :func:`crf_viterbi` returns s
 """
 from typing import NamedTuple, Optional, Tuple, Union
 
+import numpy
 import torch
 
 from . import chain_bounded, chain_factored, chain_second
 from .chain_second import SecondOrderScores
 from .chain_common import as_steps, real_tokens, start_state
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
-from .semiring import LogSemiring, MaxSemiring, Semiring
+from .semiring import LogSemiring, Semiring
 
 Tensor = torch.Tensor
 
@@ -196,7 +198,7 @@ def crf_viterbi(potentials: Scores, lengths: Tensor, *, label_mask: Optional[Ten
             raise_if_not_finite(score, lambda b: _bad_position(scores, lengths, b))
             return Decoded(labels, None, score)
         potentials = _potentials(_masked(scores, mask), lengths).detach()
-    labels, score = _viterbi(potentials, lengths)
+        labels, score = _viterbi(potentials, lengths)
     raise_if_not_finite(score, lambda b: _bad_position(scores, lengths, b))
     return Decoded(labels, None, score)
 
@@ -297,32 +299,53 @@ def _transition_marginals(potentials: Tensor, lengths: Tensor, lane: _Lane) -> T
 
 
 def _recursion(semiring: Semiring, potentials: Tensor, lengths: Tensor) -> Tensor:
-    """The root (B,) float64 of the chain's recursion in ``semiring``; padding tokens keep the state."""
-    steps = as_steps(potentials).to(torch.float64)  # X_t[a, p, c]
+    """The root (B,) float64 of the chain's recursion in ``semiring``; padding tokens keep the state.
+
+    alpha_t grows like t times the scores' scale, so each step keeps it relative to its maximum (a
+    constant to autograd: log Z does not depend on where it is taken out) and sums the maxima in float64:
+    in float32 its entries then round by an ulp of the scores' size, not of t * std."""
+    steps = as_steps(potentials)  # X_t[a, p, c]
     batch, n, m, p, _ = steps.shape
     real = real_tokens(lengths, n)
     alpha = start_state(batch, m * p, steps)
+    shift = torch.zeros(batch, dtype=torch.float64, device=steps.device)
     if n == 0:  # no tokens: log Z 0, still a function of the (empty) potentials for autograd
         alpha = alpha + steps.sum()
-    for t in range(n):
+    for t, step in enumerate(steps.unbind(1)):  # (unbind: one backward op for all tokens, not one per token)
         # alpha_t[(p, c)] = (+)_a alpha_{t-1}[(a, p)] * X_t[a, p, c]
-        new = semiring.sum(alpha.reshape(batch, m, p, 1) + steps[:, t], (1,)).flatten(1)
-        alpha = torch.where(real[:, t, None], new, alpha)
+        new = semiring.sum(alpha.reshape(batch, m, p, 1) + step, (1,)).flatten(1)
+        top = new.detach().amax(1).clamp_min(torch.finfo(new.dtype).min)
+        alpha = torch.where(real[:, t, None], new - top[:, None], alpha)
+        shift = shift + torch.where(real[:, t], top, 0.0).to(torch.float64)
     # log Z = (+)_s alpha_N[s]
-    return semiring.sum(alpha, (1,))
+    return semiring.sum(alpha, (1,)).to(torch.float64) + shift
 
 
 def _viterbi(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
-    """The best sequence's labels (B, N) and score (B,): the gradient of the max recursion marks, at each
-    real token, the one transition (state, label) of the best sequence (ties: the first)."""
-    with torch.enable_grad():
-        leaf = potentials.detach().requires_grad_(True)
-        score = _recursion(MaxSemiring(), leaf, lengths)
-        found = score > float("-inf")
-        (marks,) = torch.autograd.grad(score, leaf, found.to(score.dtype))
-    labels = _token_label_sums(marks).argmax(-1)
-    keep = real_tokens(lengths, potentials.shape[1]) & found[:, None]
-    return labels * keep, score.detach().to(potentials.dtype)
+    """The reference recursion in the max semiring with back-pointers (the arg-max of each state's sum),
+    then the backtrack from the best final state (in numpy: one tiny gather per token)."""
+    steps = as_steps(potentials)
+    batch, n, m, p, _ = steps.shape
+    v = start_state(batch, m * p, potentials)
+    pointers = []
+    for t in range(n):
+        # alpha_t[(p, c)] = max_a alpha_{t-1}[(a, p)] + X_t[a, p, c]
+        best, arg = (v.reshape(batch, m, p, 1) + steps[:, t]).max(dim=1)
+        v = torch.where((t < lengths)[:, None], best.flatten(1), v)
+        pointers.append(arg.flatten(1))  # a for each new state (p, c)
+    score, state = v.max(dim=1)
+    labels = torch.zeros(batch, n, dtype=torch.long)
+    if n:
+        back = torch.stack(pointers, 1).cpu().numpy()
+        ends, rows, out = (lengths - 1).cpu().numpy(), numpy.arange(batch), labels.numpy()
+        state_np = state.cpu().numpy()
+        for t in range(n - 1, -1, -1):
+            out[:, t] = state_np % m  # y_t (masked below past the end)
+            previous = back[rows, t, state_np] * p + state_np // m  # the state before token t: (a, p)
+            state_np = numpy.where(t <= ends, previous, state_np)
+    labels = labels.to(potentials.device)
+    keep = real_tokens(lengths, n) & (score > float("-inf"))[:, None]
+    return labels * keep, score
 
 
 # -- the factored lane's inputs and fallbacks -------------------------------------------------------

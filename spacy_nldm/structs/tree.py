@@ -436,14 +436,21 @@ class _Arcs:
 
     def __init__(self, scores, allowed: Tensor, arc_mask: Optional[Tensor]):
         self.scores, self.allowed, self.arc_mask = scores, allowed, arc_mask
+        self.diagonals = None
 
     def raw(self, w: int) -> Tuple[Tensor, Tensor]:
         """The arcs of width w as the scores hold them, (B, S, M, M) each [label of start, label of end]:
         right s -> s+w, left s+w -> s."""
         if not isinstance(self.scores, DirectionalScores):
-            right = self.scores.diagonal(w, 1, 2).permute(0, 3, 1, 2)  # [b, s, a, c] = scores[b, s, s+w, a, c]
-            left = self.scores.diagonal(-w, 1, 2).permute(0, 3, 2, 1)  # [b, s, a, c] = scores[b, s+w, s, c, a]
-            return right, left
+            if self.diagonals is None:  # every width's arcs in one gather per direction (one backward op each)
+                n1 = self.scores.shape[1]
+                start = torch.cat([torch.arange(n1 - v) for v in range(1, n1)]).to(self.scores.device)
+                end = start + torch.cat([torch.full((n1 - v,), v) for v in range(1, n1)]).to(start.device)
+                sizes = [n1 - v for v in range(1, n1)]
+                right = self.scores[:, start, end].split(sizes, 1)  # [b, s, a, c] = scores[b, s, s+w, a, c]
+                left = self.scores[:, end, start].transpose(-1, -2).split(sizes, 1)  # = scores[b, s+w, s, c, a]
+                self.diagonals = (right, left)
+            return self.diagonals[0][w - 1], self.diagonals[1][w - 1]
         F, bias = self.scores.F, self.scores.distance_bias
         B, N, _, _, M = F.shape
         column = None if bias is None else min(w, bias.shape[1]) - 1
