@@ -139,8 +139,8 @@ class _Inside(torch.autograd.Function):
 
 def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int, with_grad: bool,
                    with_arcs: bool = True) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
-    """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or (2, K_b, M,
-    M) or None, lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the
+    """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or None,
+    lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the
     gradient of log Z, packed over the real tokens in the order of ``real``: d log Z / d F (T, 2, M+1, M) if
     ``with_arcs``, d log Z / d bias per sentence (B, *bias.shape), and otherwise the label marginals (T, M) (the
     arc marginals into each token, summed); and ``real`` (B, N) bool, the positions F is read at (only
@@ -191,23 +191,17 @@ def _run(packed, emissions, table, bias, lengths, limit, M, with_grad, arcs, gra
     offsets = np.zeros(B, dtype=np.int64)
     offsets[1:] = np.cumsum(lens)[:-1]
     T = emissions.shape[0] if emissions.shape[0] else packed.shape[0]
-    # the kernel reads the bias as (2, K_b, M, M); ``pairs`` False: a (2, K_b) bias, the same for every pair
-    # (no per-pair factors, its gradient summed over the pairs in [..., 0, 0])
-    pairs = bias is not None and bias.dim() == 4
-    b64 = np.zeros((2, 0, M, M))
+    b64 = np.zeros((2, 0))
     if bias is not None:
-        values = bias.detach().to(torch.float64).cpu().numpy()
-        b64 = np.ascontiguousarray(np.broadcast_to(values if pairs else values.reshape(*values.shape, 1, 1),
-                                                   (2, values.shape[1], M, M)))
-    g = M if pairs else 1
+        b64 = np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy())
     log_z = np.zeros(B)
-    grad_bias = (np.zeros((B, 2, b64.shape[1], g, g)) if with_grad and with_bias_grad and bias is not None
-                 else np.zeros((0, 2, 0, g, g)))
+    grad_bias = (np.zeros((B, 2, b64.shape[1])) if with_grad and with_bias_grad and bias is not None
+                 else np.zeros((0, 2, 0)))
     labels = np.zeros((T, M)) if with_labels else np.zeros((0, 1))
     grad_table = np.zeros((B, 2, M + 1, M)) if with_table else np.zeros((0, 2, 1, 1))
-    _kernel()(packed, emissions, table, offsets, b64, pairs, lens, int(limit), with_grad, arcs, log_z, grad,
+    _kernel()(packed, emissions, table, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad,
               grad_bias, labels, grad_table)
-    return log_z, grad_bias if pairs else grad_bias[..., 0, 0], labels, grad_table
+    return log_z, grad_bias, labels, grad_table
 
 
 _compiled = None
@@ -257,7 +251,7 @@ def _lg(v, shift):
     return np.log(v) + shift if v != 0.0 else -np.inf  # NaN stays NaN
 
 
-def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias,  # noqa: C901
+def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias,  # noqa: C901
            labels, grad_table):  # one recurrence per block
     B = lengths.shape[0]
     factored = Fe.shape[0] > 0  # F[row, x, h, c] = Fe[row, c] + Ft[x, h, c]
@@ -268,26 +262,16 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
     M = Fe.shape[1] if factored else F.shape[3]
     Kb = bias.shape[1]
     neg = -np.inf
-    # the distance bias (2, Kb, M, M) [x, length, head label, dependent label] laid out as the incomplete items
-    # are ([k, a, c]: s has label a, t has c): bias[0, k] (s -> t) and left_bias[k] = bias[1, k] transposed
-    # (t -> s); with ``pairs`` also as factors exp(bias - top) (EBr, EBl), the tops in Btop[x, k] (without
-    # ``pairs`` every pair has the bias Btop[x, k]: the factors are 1 and not multiplied)
-    EBr, EBl, left_bias = np.zeros((Kb, M, M)), np.zeros((Kb, M, M)), np.zeros((Kb, M, M))
+    # the distance bias (2, Kb) [x, length]: the same for every label pair, so it goes into the span's shift
+    # (Btop[x, k]) and, for the exact log-space recomputation, into (M, M) blocks laid out as the incomplete
+    # items ([k, a, c]: s has label a, t has c): right_bias[k] (s -> t) and left_bias[k] (t -> s)
+    right_bias, left_bias = np.zeros((Kb, M, M)), np.zeros((Kb, M, M))
     Btop = np.zeros((2, Kb))
     zero_bias = np.zeros((M, M))
     for k in range(Kb):
-        for x in range(2):
-            m = neg
-            for h in range(M):
-                for c in range(M):
-                    if bias[x, k, h, c] > m:
-                        m = bias[x, k, h, c]
-            Btop[x, k] = m
-        for a in range(M):
-            for c in range(M):
-                EBr[k, a, c] = np.exp(bias[0, k, a, c] - Btop[0, k])
-                EBl[k, a, c] = np.exp(bias[1, k, c, a] - Btop[1, k])
-                left_bias[k, a, c] = bias[1, k, c, a]
+        Btop[0, k], Btop[1, k] = bias[0, k], bias[1, k]
+        right_bias[k] = bias[0, k]
+        left_bias[k] = bias[1, k]
     KK = max(1, min(limit, N))
     P = N + 1
     # charts, [start, width, ...]; *s: shift, *p: scale before normalisation, *f: flagged, *l: exact logs
@@ -390,7 +374,7 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
             col = min(w, Kb) - 1  # the bias's column of width w (-1: no bias)
             top_r = Btop[0, col] if Kb > 0 else 0.0  # the shifts' part of the bias
             top_l = Btop[1, col] if Kb > 0 else 0.0
-            bias_r = bias[0, col] if Kb > 0 else zero_bias  # [a, c] as the items are laid out
+            bias_r = right_bias[col] if Kb > 0 else zero_bias  # [a, c] as the items are laid out
             bias_l = left_bias[col] if Kb > 0 else zero_bias
             # -- incomplete items of width w ------------------------------------------------------
             for s in range(n - w + 1):
@@ -433,14 +417,10 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + top_r
                     np.multiply(inner, E[t - 1, 0], IRv[s, w])
-                    if Kb > 0 and pairs:
-                        np.multiply(IRv[s, w], EBr[col], IRv[s, w])
                 _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias_r, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + top_l
                     np.multiply(inner, E[s - 1, 1], ILv[s, w])
-                    if Kb > 0 and pairs:
-                        np.multiply(ILv[s, w], EBl[col], ILv[s, w])
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bias_l,
                                        False)
             # -- complete items of width w --------------------------------------------------------
@@ -670,10 +650,9 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
                             if with_table:
                                 grad_table[b, 0, a + 1, c] += gIR[s, w, a, c]
                                 grad_table[b, 1, c + 1, a] += gIL[s, w, a, c]
-                            if bias_grad:  # per pair, or (without ``pairs``) summed in [..., 0, 0]
-                                pa, pc = (a, c) if pairs else (0, 0)
-                                grad_bias[b, 0, col, pa, pc] += gIR[s, w, a, c]
-                                grad_bias[b, 1, col, pc, pa] += gIL[s, w, a, c]
+                            if bias_grad:  # summed over the label pairs
+                                grad_bias[b, 0, col] += gIR[s, w, a, c]
+                                grad_bias[b, 1, col] += gIL[s, w, a, c]
                             tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
                 # inner: shares of each split k
                 if not If[s, w]:
