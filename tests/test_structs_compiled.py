@@ -7,7 +7,7 @@ import importlib.util
 
 from brute import enumerate_tree_model, expand_directional
 from spacy_nldm.structs import (DirectionalScores, LogSemiring, MaxSemiring, label_marginals, log_partition, marginals,
-                                sentence_by_sentence, tree_lane)
+                                sentence_by_sentence, tree_lane, viterbi)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba is not installed")
 
@@ -108,10 +108,11 @@ def test_the_lane_runs_where_it_applies_and_only_there():
     assert tree_lane(DirectionalScores(F, bias), lengths, max_dist=k) == "compiled"
     assert tree_lane(DirectionalScores(F, bias, token_independent=True), lengths, max_dist=k) == "factored"
     assert sentence_by_sentence("cpu")
-    # not for a label mask, an arc mask, the max semiring or dense scores
+    assert tree_lane(DirectionalScores(F, bias, token_independent=True), lengths, semiring=MaxSemiring) == "compiled"
+    # not for a label mask, an arc mask or dense scores
     mask = torch.ones(F.shape[0], F.shape[1] + 1, F.shape[4], dtype=torch.bool)
     arc_mask = torch.ones(1, F.shape[1] + 1, F.shape[1] + 1, dtype=torch.bool)
-    for kw in (dict(label_mask=mask), dict(arc_mask=arc_mask), dict(semiring=MaxSemiring)):
+    for kw in (dict(label_mask=mask), dict(arc_mask=arc_mask)):
         assert tree_lane(DirectionalScores(F, bias), lengths, max_dist=k, **kw) == "reference"
         with pytest.raises(ValueError, match="cannot take"):
             log_partition(DirectionalScores(F, bias), lengths, max_dist=k, lane="compiled", **kw)
@@ -251,3 +252,32 @@ def test_dense_one_label_gradient_against_finite_differences():
     scores = torch.randn(2, 6, 6, 1, 1, generator=gen, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([5, 3])
     assert torch.autograd.gradcheck(lambda s: log_partition(s, lengths, max_dist=2, lane="compiled"), (scores,))
+
+
+def test_viterbi_on_the_compiled_lane_makes_the_references_choices():
+    """Labels, heads and score of the compiled Viterbi equal the reference's exactly, ties included (integer
+    scores: many exactly tied trees, both take the first split and label pair), with -inf arcs, a distance
+    bias, max_dist and empty sentences; against enumeration on small cases."""
+    for seed in range(24):
+        gen = torch.Generator().manual_seed(seed)
+        n, m = int(torch.randint(1, 9, (), generator=gen)), int(torch.randint(1, 5, (), generator=gen))
+        F = torch.randn(5, n, 2, m + 1, m, generator=gen)
+        if seed % 3 == 0:
+            F = F.round()
+        if seed % 4 == 1:
+            F[torch.rand(F.shape, generator=gen) < 0.3] = float("-inf")
+        bias = torch.randn(2, 3, generator=gen) if seed % 2 else None
+        lengths = torch.randint(0, n + 1, (5,), generator=gen)
+        for k in (None, 1, 3):
+            got, want = (viterbi(DirectionalScores(F, bias), lengths, max_dist=k, lane=lane)
+                         for lane in ("compiled", "reference"))
+            assert torch.equal(got.labels, want.labels) and torch.equal(got.heads, want.heads), (seed, k)
+            torch.testing.assert_close(got.score, want.score)
+    gen = torch.Generator().manual_seed(7)
+    F = torch.randn(2, 4, 2, 3, 2, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([4, 3])
+    best = viterbi(DirectionalScores(F), lengths, lane="compiled")
+    for b in range(2):
+        n_b = int(lengths[b])
+        want_score = enumerate_tree_model(expand_directional(F)[b].numpy(), n_b)[1]
+        assert abs(float(best.score[b]) - float(want_score)) < 1e-10

@@ -950,3 +950,176 @@ def _pick(values, lengths, count, tol):
             choice, shortest = c, lengths[c]
     return choice
 
+
+
+# -- Viterbi (the max semiring) -------------------------------------------------------------------------
+
+
+def viterbi(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """The best (labels, tree) of DirectionalScores F (B, N, 2, M+1, M) (CPU), the distance bias (2, K_b) or
+    None, lengths (B,) (0 for impossible sentences) and the longest arc ``limit`` (>= 1): labels (B, N), heads
+    (B, N) (0 = the root; 0 beyond each length and where no tree is finite) and the best score (B,) float64.
+    The reference's recurrences in the max semiring in float64, ties to the first split and label pair as
+    the reference takes them."""
+    B, N, _, _, M = F.shape
+    real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
+    packed = np.ascontiguousarray(F.detach()[real].to(torch.float64).numpy())  # (T, 2, M+1, M)
+    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
+    offsets = np.zeros(B, dtype=np.int64)
+    offsets[1:] = np.cumsum(lens)[:-1]
+    b64 = np.zeros((2, 0)) if bias is None else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy())
+    best = np.zeros(B)
+    labels, heads = np.zeros(packed.shape[0], dtype=np.int64), np.zeros(packed.shape[0], dtype=np.int64)
+    _viterbi_kernel()(packed, offsets, b64, lens, int(limit), best, labels, heads)
+    out_labels, out_heads = torch.zeros(B, N, dtype=torch.long), torch.zeros(B, N, dtype=torch.long)
+    out_labels[real], out_heads[real] = torch.from_numpy(labels), torch.from_numpy(heads)
+    found = torch.from_numpy(best) > -np.inf
+    keep = found[:, None]
+    return out_labels * keep, out_heads * keep, torch.from_numpy(best)
+
+
+_VITERBI = None
+
+
+def _viterbi_kernel():
+    global _VITERBI
+    if _VITERBI is None:
+        from numba import njit
+
+        _VITERBI = njit(cache=True, nogil=True)(_viterbi_batch)
+    return _VITERBI
+
+
+def _viterbi_batch(F, offsets, bias, lengths, limit, best, labels, heads):  # noqa: C901 - the items, as in tree.py
+    """Per sentence b of length n (its rows of the packed F from offsets[b]), items [s, w] for w <= K:
+    CR[s, w, a], CL[s, w, c], IR / IL[s, w, a, c] and the tail T[i, a], each with the arg-max that won it
+    (inner split r; (d, c) for CR and the tail; (e, a) for CL), then the backtrack from the root."""
+    B = lengths.shape[0]
+    M = F.shape[3]
+    Kb = bias.shape[1]
+    neg = -np.inf
+    N = 1
+    for b in range(B):
+        N = max(N, lengths[b])
+    KK = max(1, min(limit, N))
+    P = N + 1
+    CR, CL = np.full((P, KK + 1, M), neg), np.full((P, KK + 1, M), neg)
+    CRb, CLb = np.zeros((P, KK + 1, M), np.int64), np.zeros((P, KK + 1, M), np.int64)
+    IR, IL = np.full((P, KK + 1, M, M), neg), np.full((P, KK + 1, M, M), neg)
+    Ik = np.zeros((P, KK + 1, M, M), np.int64)
+    T, Tb = np.full((P, M), neg), np.zeros((P, M), np.int64)
+    stack = np.zeros((4 * P + 8, 5), np.int64)
+    for b in range(B):
+        n, o = lengths[b], offsets[b]
+        if n <= 0:
+            best[b] = 0.0
+            continue
+        K = min(KK, n)
+        CR[: n + 1] = neg
+        CL[: n + 1] = neg
+        IR[: n + 1] = neg
+        IL[: n + 1] = neg
+        for i in range(n + 1):  # CR[i, i, a] = CL[i, i, a] = 0; the root carries label 0
+            for a in range(M if i > 0 else 1):
+                CR[i, 0, a] = 0.0
+                CL[i, 0, a] = 0.0
+        for w in range(1, K + 1):
+            col = min(w, Kb) - 1
+            for s in range(n - w + 1):
+                t = s + w
+                ah = 1 if s == 0 else M
+                for a in range(ah):
+                    for c in range(M):
+                        # inner(s, t, a, c) = max_r CR[s, r, a] + CL[r+1, t, c]
+                        top, arg = neg, s
+                        for r in range(s, t):
+                            v = CR[s, r - s, a] + CL[r + 1, t - r - 1, c]
+                            if v > top:
+                                top, arg = v, r
+                        Ik[s, w, a, c] = arg
+                        if s == 0:
+                            IR[s, w, a, c] = top + F[o + t - 1, 0, 0, c]
+                        else:
+                            rb = bias[0, col] if Kb > 0 else 0.0
+                            lb = bias[1, col] if Kb > 0 else 0.0
+                            IR[s, w, a, c] = top + (F[o + t - 1, 0, a + 1, c] + rb)
+                            IL[s, w, a, c] = top + (F[o + s - 1, 1, c + 1, a] + lb)
+            for s in range(n - w + 1):
+                ah = 1 if s == 0 else M
+                for a in range(ah):  # CR[s, t, a] = max_{d, c} IR[s, s+d, a, c] + CR[s+d, t, c]
+                    top, arg = neg, 0
+                    for d in range(1, w + 1):
+                        for c in range(M):
+                            v = IR[s, d, a, c] + CR[s + d, w - d, c]
+                            if v > top:
+                                top, arg = v, (d - 1) * M + c
+                    CR[s, w, a], CRb[s, w, a] = top, arg
+                if s == 0:
+                    continue
+                for c in range(M):  # CL[s, t, c] = max_{e, a} CL[s, s+e, a] + IL[s+e, t, a, c]
+                    top, arg = neg, 0
+                    for e in range(w):
+                        for a in range(M):
+                            v = CL[s, e, a] + IL[s + e, w - e, a, c]
+                            if v > top:
+                                top, arg = v, e * M + a
+                    CL[s, w, c], CLb[s, w, c] = top, arg
+        if n <= K:
+            best[b] = CR[0, n, 0]
+        else:  # the tail T[i, a] = CR[i, n, a] (n - i <= K), else max_{d, c} IR[i, i+d, a, c] + T[i+d, c]
+            for i in range(n - K, n + 1):
+                for a in range(M):
+                    T[i, a] = CR[i, n - i, a]
+            for i in range(n - K - 1, -1, -1):
+                for a in range(M):
+                    top, arg = neg, 0
+                    if a < (1 if i == 0 else M):
+                        for d in range(1, K + 1):
+                            for c in range(M):
+                                v = IR[i, d, a, c] + T[i + d, c]
+                                if v > top:
+                                    top, arg = v, (d - 1) * M + c
+                    T[i, a], Tb[i, a] = top, arg
+            best[b] = T[0, 0]
+        if not best[b] > neg:
+            continue
+        # backtrack: rows (kind, s, t, a, c); kinds 0 IR, 1 IL, 2 CR (label a), 3 CL (label c), 4 T (i = s, a)
+        top_ = 0
+        stack[0, 0], stack[0, 1], stack[0, 2], stack[0, 3], stack[0, 4] = (2, 0, n, 0, 0) if n <= K else (4, 0, n, 0, 0)
+        while top_ >= 0:
+            kind, s, t, a, c = stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 3], stack[top_, 4]
+            top_ -= 1
+            if kind == 4:
+                if n - s <= K:
+                    top_ += 1
+                    stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 3] = 2, s, n, a
+                else:
+                    d, c2 = Tb[s, a] // M + 1, Tb[s, a] % M
+                    top_ += 1
+                    stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 3], stack[top_, 4] = 0, s, s + d, a, c2
+                    top_ += 1
+                    stack[top_, 0], stack[top_, 1], stack[top_, 3] = 4, s + d, c2
+            elif kind == 2:
+                if s < t:
+                    d, c2 = CRb[s, t - s, a] // M + 1, CRb[s, t - s, a] % M
+                    top_ += 1
+                    stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 3], stack[top_, 4] = 0, s, s + d, a, c2
+                    top_ += 1
+                    stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 3] = 2, s + d, t, c2
+            elif kind == 3:
+                if s < t:
+                    e, a2 = CLb[s, t - s, c] // M, CLb[s, t - s, c] % M
+                    top_ += 1
+                    stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 4] = 3, s, s + e, a2
+                    top_ += 1
+                    stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 3], stack[top_, 4] = 1, s + e, t, a2, c
+            else:
+                if kind == 0:  # the arc s -> t: t gets label c
+                    heads[o + t - 1], labels[o + t - 1] = s, c
+                else:  # the arc t -> s: s gets label a
+                    heads[o + s - 1], labels[o + s - 1] = t, a
+                r = Ik[s, t - s, a, c]
+                top_ += 1
+                stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 3] = 2, s, r, a
+                top_ += 1
+                stack[top_, 0], stack[top_, 1], stack[top_, 2], stack[top_, 4] = 3, r + 1, t, c

@@ -120,6 +120,9 @@ def log_partition(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = Non
     problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
     semiring = as_semiring(semiring)
     chosen = _pick(scores, problem, semiring, lane)
+    if isinstance(semiring, MaxSemiring) and chosen != "reference":  # (the best score: from viterbi's lane)
+        return viterbi(scores, lengths, label_mask=label_mask, max_dist=max_dist, arc_mask=arc_mask,
+                       lane=chosen).score
     root = None
     if chosen != "reference" and not isinstance(scores, DirectionalScores):
         root = single_label.log_partition(scores, problem.lengths, problem.limit)
@@ -171,11 +174,21 @@ def label_marginals(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = N
 
 
 def viterbi(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max_dist: Optional[int] = None,
-            arc_mask: Optional[Tensor] = None) -> Decoded:
+            arc_mask: Optional[Tensor] = None, lane: Optional[str] = None) -> Decoded:
     """Best joint (labels, tree), the paper's approximate MAP: :class:`~.checks.Decoded` with ``labels``
     (B, N) label ids of tokens 1..N, ``heads`` (B, N) head positions in 0..N (0 = root) and ``score`` (B,).
-    The tree is the gradient of the best score with respect to the arcs (one best tree, ties to the first)."""
+    On the reference the tree is the gradient of the best score with respect to the arcs (one best tree,
+    ties to the first split and label pair); ``lane="compiled"`` (the default for DirectionalScores on the
+    CPU without masks) runs the same recurrences with back-pointers in one numba loop per sentence."""
     problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
+    chosen = _pick(scores, problem, MaxSemiring(), lane)
+    if chosen == "compiled" and isinstance(scores, DirectionalScores):
+        real = torch.arange(scores.F.shape[1])[None, :] < problem.lengths[:, None]
+        if not bool((torch.isnan(scores.F) | (scores.F == float("inf")))[real].any()):
+            labels, heads, best = compiled.viterbi(scores.F, scores.distance_bias, problem.lengths, problem.limit)
+            best = torch.where(problem.impossible, NEG, best.to(problem.dtype))
+            found = (best > NEG)[:, None]
+            return Decoded(labels * found, heads * found, best)
     with torch.enable_grad():
         arcs = [()] + [tuple(a.detach().requires_grad_() for a in problem.arcs.width(w))
                        for w in range(1, problem.limit + 1)]
@@ -455,9 +468,11 @@ class _Arcs:
         B, N, _, _, M = F.shape
         column = None if bias is None else min(w, bias.shape[1]) - 1
         tokens_right, tokens_left = F[:, w:, 0, 1:], F[:, : N - w, 1, 1:].transpose(-1, -2)
-        if bias is not None:  # between tokens only
-            tokens_right, tokens_left = tokens_right + bias[0, column], tokens_left + bias[1, column]
-        root = F[:, w - 1 : w, 0, 0, None, :].expand(B, 1, M, M)  # root -> w, read with the root's label 0
+        if bias is not None:  # between tokens only, added in float64 (as the compiled lanes add it)
+            bias = bias.to(torch.float64)
+            tokens_right = tokens_right.to(torch.float64) + bias[0, column]
+            tokens_left = tokens_left.to(torch.float64) + bias[1, column]
+        root = F[:, w - 1 : w, 0, 0, None, :].expand(B, 1, M, M).to(tokens_right.dtype)  # root -> w, label 0
         return torch.cat([root, tokens_right], 1), torch.cat([root, tokens_left], 1)  # (left[:, 0]: masked)
 
     def ok(self, w: int) -> Tuple[Tensor, Tensor]:
@@ -528,16 +543,18 @@ def _prepare(scores, lengths, label_mask, arc_mask, max_dist) -> _Problem:
 
 
 def _pick(scores, problem: _Problem, semiring: Semiring, lane: Optional[str]) -> str:
-    """The lane for these inputs, or ``lane`` itself (a ValueError where it cannot take them)."""
+    """The lane for these inputs, or ``lane`` itself (a ValueError where it cannot take them). The max
+    semiring has a compiled lane for DirectionalScores (:func:`viterbi`), the log semiring for both forms."""
     directional = isinstance(scores, DirectionalScores)
-    compiled_case = (type(semiring) is LogSemiring and problem.device.type == "cpu" and not problem.masked
-                     and problem.limit >= 1 and compiled.available())
-    one_label = not directional and scores.shape[-1] == 1
+    viterbi = isinstance(semiring, MaxSemiring)
+    compiled_case = ((type(semiring) is LogSemiring or viterbi) and problem.device.type == "cpu"
+                     and not problem.masked and problem.limit >= 1 and compiled.available())
+    one_label = not directional and scores.shape[-1] == 1 and not viterbi
     fits = compiled_case and (directional or one_label)
     if not fits:
         best = "reference"
     elif directional:
-        best = "factored" if scores.token_independent else "compiled"
+        best = "factored" if scores.token_independent and not viterbi else "compiled"
     else:
         best = "compiled" if scores.shape[1] - 1 <= ONE_LABEL_UP_TO else "reference"
     if lane is None or lane == best:
@@ -548,7 +565,7 @@ def _pick(scores, problem: _Problem, semiring: Semiring, lane: Optional[str]) ->
         return lane
     raise ValueError(f"lane {lane!r} cannot take these inputs: it needs DirectionalScores"
                      f"{' with token_independent' if lane == 'factored' else ' or dense one-label scores'} on the "
-                     "CPU, the log semiring, no label or arc mask")
+                     "CPU, the log semiring (or Viterbi: DirectionalScores), no label or arc mask")
 
 
 def _bad_arc(problem: _Problem, b: int) -> str:
