@@ -249,6 +249,12 @@ def lane_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, 
             rows.append(("tree", "log Z fwd+bwd, token-independent DirectionalScores", shape, "factored",
                          *alternate(fwd_bwd(lambda: factored("factored"), [e, table]),
                                     fwd_bwd(lambda: factored("reference"), [e, table]), repeats, device)))
+            def best(lane):
+                with torch.no_grad():
+                    return structs.viterbi(structs.DirectionalScores(F.detach()), lengths, lane=lane).score
+
+            rows.append(("tree", "Viterbi, DirectionalScores", shape, "compiled",
+                         *alternate(lambda: best("compiled"), lambda: best("reference"), repeats, device)))
             labels = torch.randint(m, (batch, n), generator=gen).to(device)
 
             def canonical(lane):

@@ -1,5 +1,7 @@
-"""The NLDM's inside and outside passes in one compiled loop per sentence (numba), for the common case:
-:class:`~.tree.DirectionalScores` on the CPU, the log semiring, no label or arc mask, finite scores.
+"""The tree's compiled lanes (numba), one loop per sentence, for :class:`~.tree.DirectionalScores` on the CPU
+without a label or arc mask: the inside and outside passes of the log semiring (:func:`log_partition`,
+:func:`label_marginals`), Viterbi with back-pointers (:func:`viterbi`) and the canonical tree of given
+labels (:func:`canonical_heads`). The inside and outside passes:
 
 Same recurrences as the reference in :mod:`.tree` (docs/algorithm.md), sentence by sentence, in float64:
 

@@ -18,23 +18,27 @@ Conventions (shared by every public function here):
 Scores are float32 or float64; -inf marks an impossible arc. A sentence with a position that allows
 no label, or without any tree of finite score, is impossible: its log Z and best score are -inf, its
 marginals and gradient 0, its decoded labels and heads 0. +inf or NaN in a score that is read raises
-a ValueError naming the sentence and the arc. Every sum is a log-sum-exp, so results are exact in
-float32 and float64 at any score scale.
+a ValueError naming the sentence and the arc. Every sum is a log-sum-exp taken in float64, so results are
+exact in float32 and float64 at any score scale.
 
 The reference is :func:`_inside`, the labelled Eisner recurrences of docs/algorithm.md over a semiring
 (:class:`~.semiring.LogSemiring` for log Z, :class:`~.semiring.MaxSemiring` for the best tree), one
 vectorised step per span width; marginals are its gradient (autograd), Viterbi the gradient of its max.
-One fast lane sits beside it, chosen by :func:`tree_lane` (``lane=`` forces one):
+The fast lanes sit beside it, chosen by :func:`tree_lane` (``lane=`` forces one; docs/algorithm.md has
+what each is worth):
 
 ==========  ==========================================================================  ====================
 lane        takes                                                                       module
 ==========  ==========================================================================  ====================
 reference   everything                                                                  here
-compiled    log Z and marginals of :class:`DirectionalScores` on the CPU, no label or   :mod:`.compiled`
-            arc mask (what the components train with): one numba loop per sentence,
-            float64, its outside pass in the same call; dense one-label scores (the     :mod:`.single_label`
-            gold labels' arcs, log S) of at most ``ONE_LABEL_UP_TO`` tokens likewise
-factored    the same for ``token_independent`` scores: emissions plus one table         :mod:`.compiled`
+compiled    log Z, marginals and Viterbi of DirectionalScores on the CPU without a      :mod:`.compiled`
+            label or arc mask (what the components train and tag with): one numba
+            loop per sentence in float64, the outside pass (or the back-pointers) in
+            the same call; the canonical tree of given labels likewise
+            dense one-label scores (the gold labels' arcs, log S) up to                 :mod:`.single_label`
+            ``ONE_LABEL_UP_TO`` tokens
+factored    log Z and marginals of ``token_independent`` DirectionalScores, read as     :mod:`.compiled`
+            emissions plus one table
 ==========  ==========================================================================  ====================
 
 :func:`canonical_heads` decodes the canonical tree of given labels: the shortest-arc tree among the
