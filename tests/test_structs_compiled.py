@@ -235,7 +235,7 @@ def test_dense_one_label_scores_on_the_compiled_lane(scale):
         torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-9)
         torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-9)
     assert tree_lane(scores, lengths) == "compiled"
-    wide = torch.zeros(1, 62, 62, 1, 1)  # past ONE_LABEL_UP_TO tokens the reference is faster
+    wide = torch.zeros(1, 62, 62, 1, 1)  # sentences longer than ONE_LABEL_UP_TO: the reference is faster
     assert tree_lane(wide, torch.tensor([61])) == "reference"
     assert tree_lane(torch.zeros(1, 4, 4, 2, 2), torch.tensor([3])) == "reference"
 

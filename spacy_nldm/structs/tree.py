@@ -560,7 +560,8 @@ def _pick(scores, problem: _Problem, semiring: Semiring, lane: Optional[str]) ->
     elif directional:
         best = "factored" if scores.token_independent and not viterbi else "compiled"
     else:
-        best = "compiled" if scores.shape[1] - 1 <= ONE_LABEL_UP_TO else "reference"
+        longest = int(problem.lengths.max()) if len(problem.lengths) else 0  # (the loop's cost is per sentence)
+        best = "compiled" if longest <= ONE_LABEL_UP_TO else "reference"
     if lane is None or lane == best:
         return best
     if lane not in LANES:
