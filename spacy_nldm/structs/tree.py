@@ -27,19 +27,19 @@ vectorised step per span width; marginals are its gradient (autograd), Viterbi t
 The fast lanes sit beside it, chosen by :func:`tree_lane` (``lane=`` forces one; docs/algorithm.md has
 what each is worth):
 
-==========  ==========================================================================  ====================
+==========  ==========================================================================  =========================
 lane        takes                                                                       module
-==========  ==========================================================================  ====================
+==========  ==========================================================================  =========================
 reference   everything                                                                  here
 compiled    log Z, marginals and Viterbi of DirectionalScores on the CPU without a      :mod:`.compiled`
             label or arc mask (what the components train and tag with): one numba
-            loop per sentence in float64, the outside pass (or the back-pointers) in
-            the same call; the canonical tree of given labels likewise
+            loop per sentence in float64, the outside pass (or the back-pointers) in     :mod:`.compiled_decoders`
+            the same call; the canonical tree of given labels likewise                  (Viterbi, canonical)
             dense one-label scores (the gold labels' arcs, log S) up to                 :mod:`.single_label`
             ``ONE_LABEL_UP_TO`` tokens
 factored    log Z and marginals of ``token_independent`` DirectionalScores, read as     :mod:`.compiled`
             emissions plus one table
-==========  ==========================================================================  ====================
+==========  ==========================================================================  =========================
 
 :func:`canonical_heads` decodes the canonical tree of given labels: the shortest-arc tree among the
 near-best ones, by the same recurrences in a tolerant max.
@@ -48,7 +48,7 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from . import compiled, single_label
+from . import compiled, compiled_decoders, single_label
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
 from .semiring import LogSemiring, MaxSemiring, Semiring, as_semiring
 
@@ -189,7 +189,8 @@ def viterbi(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max
     if chosen == "compiled" and isinstance(scores, DirectionalScores):
         real = torch.arange(scores.F.shape[1])[None, :] < problem.lengths[:, None]
         if not bool((torch.isnan(scores.F) | (scores.F == float("inf")))[real].any()):
-            labels, heads, best = compiled.viterbi(scores.F, scores.distance_bias, problem.lengths, problem.limit)
+            labels, heads, best = compiled_decoders.viterbi(scores.F, scores.distance_bias, problem.lengths,
+                                                            problem.limit)
             best = torch.where(problem.impossible, NEG, best.to(problem.dtype))
             found = (best > NEG)[:, None]
             return Decoded(labels * found, heads * found, best)
@@ -230,7 +231,7 @@ def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Option
     bias = None if distance_bias is None else distance_bias.detach().to("cpu", torch.float64)
     lens = lengths.cpu()
     if lane == "compiled" or (lane is None and compiled.available()):
-        heads = compiled.canonical_heads(dep, codes, bias, lens, limit, tol)
+        heads = compiled_decoders.canonical_heads(dep, codes, bias, lens, limit, tol)
     else:
         heads = _canonical_reference(dep, codes, bias, lens, limit, tol)
     # the tree's score, dependent by dependent (float64)
