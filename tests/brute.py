@@ -125,16 +125,3 @@ def chain_reference(potentials, lengths):
     log_z = torch.logsumexp(alpha, 1)
     (grad,) = torch.autograd.grad(log_z.sum(), leaf)
     return log_z.detach(), grad.sum(dim=tuple(range(2, grad.dim() - 1)))
-
-
-def torch_lane():
-    """A context in which log Z goes through the torch stages (no compiled loop)."""
-    from spacy_nldm.structs import compiled
-
-    class Off:
-        def __enter__(self):
-            self.before, compiled.enabled = compiled.enabled, False
-
-        def __exit__(self, *exc):
-            compiled.enabled = self.before
-    return Off()

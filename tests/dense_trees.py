@@ -1,4 +1,4 @@
-"""The canonical tree as first written (spacy_nldm.models.trees before the banded charts): tolerant
+"""The canonical tree as first written (a dense (N+1, N+1) chart, before the banded ones): tolerant
 first-order Eisner over dense (N+1, N+1) charts, every span of every width. Kept as the reference that the
 banded version (O(N k) memory with max_dist) must match bit for bit: same heads, same float64 scores."""
 from typing import List, Optional, Tuple

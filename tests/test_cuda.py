@@ -2,8 +2,8 @@
 
 Skipped where torch sees no CUDA device (CI). On a GPU machine: ``python -m pytest tests/test_cuda.py``
 (``projects/paper/scripts/gpu_checks.sh`` runs it with the other GPU checks). The core is compared in float32 with the
-CPU's float32 (same inputs, drawn on the CPU), also at score scales where the exp-space lanes hand
-sentences to the log-space ones; the components are trained on the GPU through thinc's CuPy ops, saved,
+CPU's float32 (same inputs, drawn on the CPU, where the compiled lanes run), at score scales 1 to 300; the
+components are trained on the GPU through thinc's CuPy ops, saved,
 and loaded on the CPU, where they must tag alike.
 """
 import random

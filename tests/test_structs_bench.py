@@ -110,3 +110,16 @@ def test_chain_inputs_without_pytorch_crf(monkeypatch):
     assert crf.transitions.shape == (3, 3) and em.shape == (2, 5, 3) and bool(mask.all())
     log_z = structs.crf_log_partition(bench_peers._our_potentials(crf, em, lengths), lengths)
     assert bool(torch.isfinite(log_z).all())
+
+
+def test_bench_structs_lanes_times_every_lane_against_the_reference():
+    """--lanes: a row per lane and input, with that lane's time, the reference's and their ratio."""
+    result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "", "--lanes",
+                                 "--peer-repeats", "1", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    header = rows(result.output, "| structure |")
+    assert cells(header[0]) == ["structure", "call", "shape", "lane", "lane s", "reference s", "lane / reference"]
+    body = [cells(line) for line in rows(result.output, "| tree |") + rows(result.output, "| chain-")]
+    assert {row[3] for row in body} >= {"compiled", "factored", "bounded", "gold", "trigram"}
+    for row in body:
+        assert ratio_agrees(number(row[4]), number(row[5]), number(row[6])), row

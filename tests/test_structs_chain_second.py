@@ -46,14 +46,14 @@ def test_against_enumeration_with_a_label_mask():
 @pytest.mark.parametrize("scale, trigram_scale", [(0.5, 0.5), (5.0, 5.0), (20.0, 20.0), (1000.0, 20.0)])
 def test_float32_matches_the_potentials_lanes_in_float64(scale, trigram_scale):
     """log Z, gradients (emissions and trigram), marginals and Viterbi against the order-2 potentials
-    (the checked lane) in float64; emissions of any scale, trigrams of std up to 20 (spanning ~100 nats,
+    (the reference) in float64; emissions of any scale, trigrams of std up to 20 (spanning ~100 nats,
     inside SPAN)."""
     lengths = torch.randint(1, 21, (12,), generator=torch.Generator().manual_seed(3))
     ref = _scores(scale, m=6, n=20, batch=12, seed=int(scale), trigram_scale=trigram_scale)
     ours = SecondOrderScores(*(x.detach().float().requires_grad_(True) for x in ref))
     assert crf_lane(ours, lengths) == "trigram"
     pot = ref.potentials(lengths)
-    assert crf_lane(pot, lengths) == "checked"
+    assert crf_lane(pot, lengths) == "reference"
     want = crf_log_partition(pot, lengths)
     got = crf_log_partition(ours, lengths)
     torch.testing.assert_close(got.double(), want.detach(), rtol=1e-6, atol=1e-5)
@@ -72,17 +72,17 @@ def test_gradients_against_finite_differences():
 
 
 def test_wide_trigrams_go_to_the_potentials_and_agree():
-    """A trigram spanning more than SPAN nats takes the checked lane on its potentials (exact at any
+    """A trigram spanning more than SPAN nats takes the reference on its potentials (exact at any
     scale); forcing the trigram lane on it is refused."""
     scores, lengths = _scores(1.0, trigram_scale=200.0, seed=2), torch.tensor(LENGTHS)
     assert not chain_second.takes(scores)
-    assert crf_lane(scores, lengths) == "checked"
+    assert crf_lane(scores, lengths) == "reference"
     with pytest.raises(ValueError, match="spans at most"):
         crf_log_partition(scores, lengths, lane="trigram")
     torch.testing.assert_close(crf_log_partition(scores, lengths), crf_log_partition(scores.potentials(lengths), lengths))
     narrow = _scores(1.0, seed=2)
     torch.testing.assert_close(crf_log_partition(narrow, lengths, lane="trigram"),
-                               crf_log_partition(narrow, lengths, lane="checked"))
+                               crf_log_partition(narrow, lengths, lane="reference"))
 
 
 def test_a_token_without_an_allowed_label_makes_log_z_minus_infinity():

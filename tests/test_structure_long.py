@@ -5,7 +5,7 @@ import torch
 
 from spacy_nldm import structs
 from spacy_nldm.models.structure import Chain, LatentTree
-from spacy_nldm.models.trees import canonical_heads
+from spacy_nldm.structs import canonical_heads
 
 
 @pytest.mark.parametrize("max_dist", [2, None])

@@ -25,20 +25,22 @@ def bench_structs(
     labels: str = typer.Option("5,17,25", help="Label counts M, comma-separated."),
     max_dists: str = typer.Option("none,5", help="Dependency length limits k ('none' = no limit)."),
     repeats: int = typer.Option(3, help="Timed runs per measurement (median reported)."),
-    reference_up_to: int = typer.Option(30, help="Also time the broadcast-logsumexp reference up to this n."),
+    reference_up_to: int = typer.Option(30, help="Also time the reference lane up to this n."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     dtype: str = typer.Option("float32", help="float32 or float64."),
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
     peers: bool = typer.Option(False, help="Also compare with torch-struct and pytorch-crf: speed and float32 error."),
     baseline: Optional[Path] = typer.Option(None, help="Also time log Z, Viterbi and ChainScores against this other checkout's structs."),
-    peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline)."),
+    peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline, --lanes)."),
+    lanes: bool = typer.Option(False, help="Also time every lane of the tree and the chain, each forced, against the reference."),
 ) -> None:
-    """Forward and backward time and peak memory of log_partition, with the 1st-order CRF at the same shape.
+    """Forward and backward time and peak memory of log_partition on DirectionalScores (as the components
+    give them; the lane tree_lane picks), with the 1st-order CRF at the same shape and the reference lane.
 
     'CPU s' is the process CPU time of forward+backward: on a shared machine with --threads 1 it is
-    close to the wall time the same run would take alone. ``--lengths ""`` skips this grid.
-    ``--peers`` and ``--baseline`` run in this process, alternating, with --threads (1 if 0).
+    close to the wall time the same run would take alone. An empty --lengths skips this grid.
+    ``--peers``, ``--baseline`` and ``--lanes`` run in this process, alternating, with --threads (1 if 0).
     """
     header = (
         "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | fwd+bwd CPU s | peak MB | CRF-1 fwd+bwd s "
@@ -65,8 +67,9 @@ def bench_structs(
                 line = _format(config, row)
                 lines.append(line)
                 typer.echo(line)
-    if peers or baseline is not None:
-        lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists, device)
+    if peers or baseline is not None or lanes:
+        lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists, device,
+                              lanes)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(_machine(device, threads) + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
@@ -74,9 +77,9 @@ def bench_structs(
 
 
 def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int, repeats: int,
-                 lengths: str, labels: str, max_dists: str, device: str = "cpu") -> list:
-    """The --peers and --baseline tables (printed as they come), as lines, on ``device`` (timed by wall
-    clock between synchronisations on CUDA)."""
+                 lengths: str, labels: str, max_dists: str, device: str = "cpu", lanes: bool = False) -> list:
+    """The --lanes, --peers and --baseline tables (printed as they come), as lines, on ``device`` (timed by
+    wall clock between synchronisations on CUDA)."""
     import torch
 
     from . import bench_peers
@@ -89,6 +92,12 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
         typer.echo(line)
 
     where = f"{threads} thread(s)" if device == "cpu" else device
+    if lanes:
+        emit(f"\nEvery lane forced, against the reference lane (B={batch}, float32, one process, {where}, "
+             f"alternating, {bench_peers.unit(device)}):\n")
+        emit("| structure | call | shape | lane | lane s | reference s | lane / reference |\n|---|---|---|---|---|---|---|")
+        for structure, call, shape, lane, ours, ref in bench_peers.lane_rows(batch, repeats, device):
+            emit(f"| {structure} | {call} | {shape} | {lane} | {ours:.4f} | {ref:.4f} | {ours / ref:.2f} |")
     if baseline is not None:
         other = bench_peers.load_baseline(baseline)
         emit(f"\nAgainst the structs of {baseline} (one process, {where}, alternating, {bench_peers.unit(device)}):\n")
@@ -173,7 +182,7 @@ def _median_time(fn, repeats: int, sync) -> float:
 def _measure(config: dict) -> dict:
     import torch
 
-    from ..structs import BroadcastLogSemiring, crf_log_partition, log_partition
+    from ..structs import DirectionalScores, crf_log_partition, log_partition
 
     if config["threads"]:
         torch.set_num_threads(config["threads"])
@@ -182,7 +191,8 @@ def _measure(config: dict) -> dict:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     b, n, m, k = config["batch"], config["n"], config["m"], config["max_dist"]
     gen = torch.Generator().manual_seed(0)
-    scores = torch.randn(b, n + 1, n + 1, m, m, generator=gen, dtype=dtype).to(device).requires_grad_(True)
+    F = torch.randn(b, n, 2, m + 1, m, generator=gen, dtype=dtype).to(device).requires_grad_(True)
+    scores = DirectionalScores(F)
     lengths = torch.full((b,), n, device=device)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -196,7 +206,7 @@ def _measure(config: dict) -> dict:
 
     def backward():
         state["z"].sum().backward()
-        scores.grad = None
+        F.grad = None
 
     forward(), backward()  # warm-up
     fwd, bwd, cpu = [], [], []
@@ -222,7 +232,8 @@ def _measure(config: dict) -> dict:
     if config["reference"]:
 
         def reference():
-            log_partition(scores, lengths, max_dist=k, semiring=BroadcastLogSemiring).sum().backward()
+            log_partition(scores, lengths, max_dist=k, lane="reference").sum().backward()
+            F.grad = None
 
         reference()  # warm-up
         row["reference"] = _median_time(reference, 1, sync)

@@ -210,6 +210,108 @@ def speed_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str,
     return rows
 
 
+def lane_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, str, str, str, float, float]]:
+    """(structure, call, shape, lane, lane s, reference s): every lane of the tree and the chain forced on an
+    input it takes, against the reference lane on the same input,
+    random scores of std 1, float32, on ``device`` (the compiled lanes: CPU only)."""
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=gen).to(device).requires_grad_(True)
+
+    def fwd_bwd(fn, leaves):
+        def run():
+            fn().sum().backward()
+            for leaf in leaves:
+                leaf.grad = None
+        return run
+
+    cpu = torch.device(device).type == "cpu"
+    for n, m in ((20, 17), (30, 17), (30, 25)):
+        lengths = torch.full((batch,), n, device=device)
+        F = draw(batch, n, 2, m + 1, m)
+        shape = f"n={n}, M={m}"
+
+        def tree(lane):
+            return structs.log_partition(structs.DirectionalScores(F), lengths, lane=lane)
+
+        if cpu:
+            rows.append(("tree", "log Z fwd+bwd, DirectionalScores", shape, "compiled",
+                         *alternate(fwd_bwd(lambda: tree("compiled"), [F]), fwd_bwd(lambda: tree("reference"), [F]),
+                                    repeats, device)))
+            e, table = draw(batch, n, m), draw(2, m + 1, m)
+
+            def factored(lane):
+                return structs.log_partition(structs.DirectionalScores(e[:, :, None, None, :] + table, None, True),
+                                             lengths, lane=lane)
+
+            rows.append(("tree", "log Z fwd+bwd, token-independent DirectionalScores", shape, "factored",
+                         *alternate(fwd_bwd(lambda: factored("factored"), [e, table]),
+                                    fwd_bwd(lambda: factored("reference"), [e, table]), repeats, device)))
+            def best(lane):
+                with torch.no_grad():
+                    return structs.viterbi(structs.DirectionalScores(F.detach()), lengths, lane=lane).score
+
+            rows.append(("tree", "Viterbi, DirectionalScores", shape, "compiled",
+                         *alternate(lambda: best("compiled"), lambda: best("reference"), repeats, device)))
+            labels = torch.randint(m, (batch, n), generator=gen).to(device)
+
+            def canonical(lane):
+                return structs.canonical_heads(F.detach(), labels, lengths, lane=lane)
+
+            rows.append(("tree", "canonical tree of given labels", shape, "compiled",
+                         *alternate(lambda: canonical("compiled"), lambda: canonical("reference"), repeats, device)))
+    if cpu:
+        for n in (12, 30, 40, 60):
+            arcs = draw(batch, n + 1, n + 1, 1, 1)
+            lengths = torch.full((batch,), n, device=device)
+            rows.append(("tree", "log S fwd+bwd, dense one-label (gold arcs)", f"n={n}, M=1", "compiled",
+                         *alternate(fwd_bwd(lambda: structs.log_partition(arcs, lengths, lane="compiled"), [arcs]),
+                                    fwd_bwd(lambda: structs.log_partition(arcs, lengths, lane="reference"), [arcs]),
+                                    repeats, device)))
+    for m in (17, 25):
+        n = 30
+        lengths = torch.full((batch,), n, device=device)
+        em, trans, start, end = draw(batch, n, m), draw(m, m), draw(m), draw(m)
+        factors = [em, trans, start, end]
+
+        def chain(lane, form):
+            if form == "ChainScores":
+                scores = structs.ChainScores(em, trans, start, end)
+            else:
+                scores = structs.chain_potentials(em, trans, lengths, start=start, end=end)
+            return structs.crf_log_partition(scores, lengths, lane=lane)
+
+        shape = f"n={n}, M={m}"
+        rows.append(("chain-1", "log Z fwd+bwd, potentials", shape, "bounded",
+                     *alternate(fwd_bwd(lambda: chain("bounded", "potentials"), factors),
+                                fwd_bwd(lambda: chain("reference", "potentials"), factors), repeats, device)))
+        rows.append(("chain-1", "log Z fwd+bwd, ChainScores", shape, "factored",
+                     *alternate(fwd_bwd(lambda: chain("factored", "ChainScores"), factors),
+                                fwd_bwd(lambda: chain("reference", "ChainScores"), factors), repeats, device)))
+        gold = torch.nn.functional.one_hot(torch.randint(m, (batch, n), generator=gen), m).bool().to(device)
+
+        def gold_score(lane):
+            return structs.crf_log_partition(structs.ChainScores(em, trans, start, end), lengths, label_mask=gold,
+                                             lane=lane)
+
+        rows.append(("chain-1", "log S fwd+bwd (gold labels), ChainScores", shape, "gold",
+                     *alternate(fwd_bwd(lambda: gold_score("gold"), factors), fwd_bwd(lambda: gold_score("reference"), factors),
+                                repeats, device)))
+        trigram = draw(m + 1, m + 1, m)
+
+        def second(lane, form):
+            scores = structs.SecondOrderScores(em, trigram)
+            return structs.crf_log_partition(scores if form == "factors" else scores.potentials(lengths), lengths,
+                                             lane=lane)
+
+        rows.append(("chain-2", "log Z fwd+bwd, SecondOrderScores", shape, "trigram",
+                     *alternate(fwd_bwd(lambda: second("trigram", "factors"), [em, trigram]),
+                                fwd_bwd(lambda: second("reference", "factors"), [em, trigram]), repeats, device)))
+    return rows
+
+
 def scale_rows(batch: int, repeats: int, peers: bool, device: str = "cpu") -> List[Tuple[float, List[str]]]:
     """Per score std: forward+backward seconds of the tree's log Z (dense, n=30, M=17) and the chain's
     (n=30, M=17; potentials, then ChainScores), and their ratios to pytorch-crf at the same scale
@@ -270,11 +372,11 @@ def accuracy_rows(peers: bool, device: str = "cpu") -> List[Tuple[float, List[st
     rows = []
     for scale in SCALES:
         cells = []
-        # the NLDM's labelled tree, dense scores, B=4, n=8, M=4: reference = broadcast logsumexp in float64
+        # the NLDM's labelled tree, dense scores, B=4, n=8, M=4: reference = the reference lane in float64
         gen = torch.Generator().manual_seed(int(scale))
         scores = (scale * torch.randn(4, 9, 9, 4, 4, generator=gen)).double()
         lengths = torch.tensor([8, 6, 8, 3])
-        ref = structs.log_partition(scores, lengths, semiring=structs.BroadcastLogSemiring)
+        ref = structs.log_partition(scores, lengths, lane="reference")
         ref_marg = structs.marginals(scores, lengths).labels  # float64: exact (tested against the reference)
         dl = lengths.to(device)
         got = structs.log_partition(on(scores), dl)
@@ -282,7 +384,7 @@ def accuracy_rows(peers: bool, device: str = "cpu") -> List[Tuple[float, List[st
         # unlabelled tree (M=1), B=4, n=12
         S = (scale * torch.randn(4, 12, 12, generator=gen)).double()
         tl = torch.full((4,), 12)
-        ref_tree = structs.log_partition(_our_tree(S), tl, semiring=structs.BroadcastLogSemiring)
+        ref_tree = structs.log_partition(_our_tree(S), tl, lane="reference")
         ref_tree_marg = structs.marginals(_our_tree(S), tl).arcs
         dtl = tl.to(device)
         cells += [f"{_rel(structs.log_partition(_our_tree(on(S)), dtl), ref_tree):.1e}",

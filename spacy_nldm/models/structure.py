@@ -8,7 +8,8 @@ O(n k M^2): a 5,000-token sentence decodes in seconds); log S of partial labels 
 F to the dense tensors. Segments are grouped by length into buckets whose expanded tensors stay under
 ``budget`` floats, so padding to the longest sentence of a batch costs neither memory nor time.
 Decoders return :class:`~spacy_nldm.structs.Decoded` (labels, heads, score), as structs does; the
-NLDM's tree is the canonical one of the decoded labels (:mod:`.trees`), so it does not depend on the batch.
+NLDM's tree is the canonical one of the decoded labels (:func:`~spacy_nldm.structs.canonical_heads`), so it
+does not depend on the batch.
 """
 import math
 from typing import List, Optional, Tuple
@@ -18,7 +19,6 @@ import torch
 from .. import structs
 from .layout import expand_chain, expand_tree
 from .smoothing import chain_moments, tree_moments, uniform_expectation
-from .trees import canonical_heads
 
 Tensor = torch.Tensor
 #: most floats one bucket's expanded score tensor may hold (16 MB in float32). With log Z read from
@@ -178,7 +178,7 @@ class LatentTree(Structure):
     """The NLDM: labels linked by a latent projective tree, arcs up to ``max_dist`` long.
 
     ``canonical``: :meth:`decode` returns, for the decoded labels, the canonical tree among the
-    (near-)best ones (:func:`~spacy_nldm.models.trees.canonical_heads`: the shortest arcs among the
+    (near-)best ones (:func:`~spacy_nldm.structs.canonical_heads`: the shortest arcs among the
     trees within a relative 1e-5 of the best) and its score, so that a doc's tree does not depend on
     the rounding of its batch; ``False``: Viterbi's own choice among them.
     """
@@ -215,9 +215,9 @@ class LatentTree(Structure):
         return (n + 1) ** 2 * m * m
 
     def one_bucket(self, F: Tensor) -> bool:
-        """On the CPU log Z and the marginals run in :mod:`spacy_nldm.structs.compiled`, sentence by
-        sentence, whatever the padding: one bucket, no reordering copy of F."""
-        return F.device.type == "cpu" and structs.compiled.enabled and structs.compiled.available()
+        """On the CPU log Z and the marginals run sentence by sentence (:func:`spacy_nldm.structs.sentence_by_sentence`),
+        whatever the padding: one bucket, no reordering copy of F."""
+        return structs.sentence_by_sentence(F.device)
 
     def expand(self, F: Tensor) -> Tensor:
         """(B, N, 2, M+1, M) factored scores -> (B, N+1, N+1, M, M) arc scores of structs
@@ -326,7 +326,7 @@ class LatentTree(Structure):
         """The canonical tree of ``labels`` (S, L) and its score: one tree among the (near-)equally scored
         ones, whatever the rounding; memory O(n k) with max_dist. A segment no tree can carry (score -inf)
         gets labels and heads 0, as structs' decoders leave it."""
-        heads, score = canonical_heads(F, labels, lengths, self.max_dist, distance_bias=self._bias(F))
+        heads, score = structs.canonical_heads(F, labels, lengths, self.max_dist, distance_bias=self._bias(F))
         heads, score = heads.to(labels.device), score.to(device=F.device, dtype=F.dtype)
         possible = torch.isfinite(score)
         labels = torch.where(possible[:, None], labels, torch.zeros_like(labels))

@@ -1,31 +1,44 @@
 """The structured core: PyTorch, and for the NLDM on the CPU a compiled lane (numba); no spaCy import.
 
-Latent projective trees over labels (NLDM): :func:`log_partition`, :func:`viterbi`, :func:`marginals`
-(:func:`label_marginals`: their label part only).
-Linear-chain CRFs of order 1 and 2: :func:`crf_log_partition`, :func:`crf_viterbi`, :func:`crf_marginals`.
-They take (B, N, M, M[, M]) potentials, or for order 1 a :class:`ChainScores` (emissions, one transition
-matrix, start and end scores, as pytorch-crf holds them) and for order 2 a :class:`SecondOrderScores`
-(emissions and one trigram table), which skip building the potentials;
-:func:`crf_lane` says which lane (:mod:`.chain`) computes them.
-Decoders return :class:`Decoded` (labels, heads, score). Score layouts are documented in :mod:`.tree`
-and :mod:`.chain`; semirings in :mod:`.semiring`.
+Latent projective trees over labels (NLDM), :mod:`.tree`: :func:`log_partition`, :func:`viterbi`,
+:func:`marginals` (:func:`label_marginals`: their label part only), :func:`canonical_heads` (the
+canonical tree of given labels); :func:`tree_lane` says which lane computes them, ``lane=`` forces one.
+Linear-chain CRFs of order 1 and 2, :mod:`.chain`: :func:`crf_log_partition`, :func:`crf_viterbi`,
+:func:`crf_marginals`. They take (B, N, M, M[, M]) potentials, or for order 1 a :class:`ChainScores` (emissions,
+one transition matrix, start and end scores, as pytorch-crf holds them) and for order 2 a
+:class:`SecondOrderScores` (emissions and one trigram table), which skip building the potentials;
+:func:`crf_lane` says which lane computes them. Decoders return :class:`Decoded` (labels, heads, score).
+Score layouts are documented in :mod:`.tree` and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
-from .arcs import distance_bias_matrix, gather_distance_bias
 from .chain_second import SecondOrderScores
 from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
-from .semiring import BroadcastLogSemiring, LogSemiring, MaxSemiring, Semiring
-from .tree import DirectionalScores, Marginals, count_trees, label_marginals, log_partition, marginals, viterbi
+from .semiring import LogSemiring, MaxSemiring, Semiring
+from .tree import (
+    DirectionalScores,
+    Marginals,
+    canonical_heads,
+    count_trees,
+    distance_bias_matrix,
+    label_marginals,
+    log_partition,
+    marginals,
+    sentence_by_sentence,
+    tree_lane,
+    viterbi,
+)
 
 __all__ = [
     "log_partition",
     "viterbi",
     "marginals",
     "label_marginals",
+    "canonical_heads",
     "count_trees",
+    "tree_lane",
+    "sentence_by_sentence",
     "DirectionalScores",
     "distance_bias_matrix",
-    "gather_distance_bias",
     "Marginals",
     "Decoded",
     "SecondOrderScores",
@@ -39,5 +52,4 @@ __all__ = [
     "Semiring",
     "LogSemiring",
     "MaxSemiring",
-    "BroadcastLogSemiring",
 ]

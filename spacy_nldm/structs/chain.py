@@ -15,17 +15,16 @@ potentials. ``lengths`` (B,) is an integer tensor of real token counts; ``label_
 restricts the labels of each token. End transitions are added by the caller into the last real token's
 potentials (see :func:`chain_potentials`).
 
-The reference is the log-space recursion below (:func:`_log_recursions`). A state s = (a, p) is the last
-``order`` labels, a the oldest and p the rest (empty for order 1), and one token's potentials read as
-X_t[a, p, c]:
+The reference is the recursion below over a semiring (:func:`_recursion`: log-sum-exp for log Z, max for
+Viterbi), each step relative to its maximum (exact in float32 at any scale). A state s = (a, p) is the last ``order`` labels, a the
+oldest and p the rest (empty for order 1), and one token's potentials read as X_t[a, p, c]:
 
-    forward:   alpha_t[(p, c)]    = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])
-    backward:  beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])
-    marginal:  P(s at t-1, c at t) = exp(alpha_{t-1}[s] + X_t[s, c] + beta_t[(p, c)] - log Z)
+    alpha_t[(p, c)] = (+)_a alpha_{t-1}[(a, p)] * X_t[a, p, c],    log Z = (+)_s alpha_N[s]
 
-with log Z = log sum_s exp(alpha_N[s]); the gradient of log Z is the transition marginals, from the
-explicit backward recursion (not autograd). Faster lanes compute the same numbers where they are exact;
-:func:`_pick` (and, publicly, :func:`crf_lane`) says which lane runs when:
+The marginals are the gradient of log Z (autograd of the reference); Viterbi is the same recursion in
+the max semiring with back-pointers.
+Faster lanes compute the same numbers where they are exact; :func:`_pick` (and, publicly,
+:func:`crf_lane`) says which lane runs when:
 
 ==========  ====================================================================  ======================
 lane        takes                                                                 module
@@ -36,19 +35,15 @@ factored    :class:`ChainScores` (on a GPU only where ``bounded`` does not take 
             its potentials); the sentences it does not trust go to the
             potentials' lane
 trigram     :class:`~.chain_second.SecondOrderScores` whose trigram is finite and  :mod:`.chain_second`
-            spans at most 200 nats (exp space in float64); wider ones go to
-            ``checked`` on their potentials
+            spans at most 200 nats (exp space in float64); wider ones go to the
+            reference on their potentials
 bounded     order-1 potentials without a label mask, every real token finite and  :mod:`.chain_bounded`
             spanning at most 354 nats (float32 run in float64 beyond 43.7)
-checked     order-2 potentials, and finite order-1 potentials with wider tokens;  :mod:`.chain_checked`
-            the sentences it flags are redone in log space
-log         everything else: order-1 potentials holding -inf (label masks,        here
-            forbidden transitions)
+reference   everything else: order-2 potentials, masks, -inf, wider tokens         here
 ==========  ====================================================================  ======================
 
 ``lane=`` on :func:`crf_log_partition` and :func:`crf_marginals` forces one (a ValueError where it cannot
 take the input); every lane is exact at any score scale, so forcing one changes the speed, not the result.
-Viterbi runs in log space (max over the oldest label per token) with back-pointers.
 
 A token with no allowed label (every label masked, or every potential -inf) makes log Z = -inf; its
 sentence then has zero marginals and gradient, and :func:`crf_viterbi` returns score -inf and labels 0.
@@ -58,16 +53,16 @@ from typing import NamedTuple, Optional, Tuple, Union
 import numpy
 import torch
 
-from . import chain_bounded, chain_checked, chain_factored, chain_second
+from . import chain_bounded, chain_factored, chain_second
 from .chain_second import SecondOrderScores
-from .chain_common import Logs, as_steps, real_tokens, running_sums, start_state
+from .chain_common import as_steps, real_tokens, start_state
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
-from .semiring import exp_, logsumexp
+from .semiring import LogSemiring, Semiring
 
 Tensor = torch.Tensor
 
 #: the lanes, in the order :func:`_pick` considers them
-LANES = ("gold", "factored", "trigram", "bounded", "checked", "log")
+LANES = ("gold", "factored", "trigram", "bounded", "reference")
 
 #: on a GPU, ChainScores of at most this many potentials (B * N * M * M) take the bounded lane on their
 #: potentials where it applies: there a step costs its kernel launches, and the bounded lane's one batched
@@ -243,12 +238,9 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
     - ChainScores: factored, skipping the (B, N, M, M) potentials (1.3-2.9x against the potentials'
       lanes on the CPU at std 1-100); on a GPU the bounded lane where it takes the potentials
       (:data:`GPU_POTENTIALS_UP_TO`).
-    - order 2: checked (1.2x against log space at M = 25).
-    - order 1 without a mask: bounded where every token spans at most 354 nats (1.5-2.5x against log
-      space at std 1-30); else checked where every score is finite (wide emissions over narrow
-      transitions: 1.3-1.4x against log space); else log space. A masked (or -inf) token makes the
-      checked lane's sums exact zeros that it cannot tell from underflow: it would redo every sentence
-      in log space, 1.4x slower than going there at once.
+    - SecondOrderScores: trigram (0.15-0.3x the reference's time at M = 17-25).
+    - order 1 without a mask: bounded where every token spans at most 354 nats (0.35-0.4x the
+      reference's time at std 1, M = 17-25); else the reference.
     """
     factored = isinstance(scores, ChainScores)
     trigram = isinstance(scores, SecondOrderScores)
@@ -270,7 +262,7 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
     if gold is not None:
         return _Lane("gold")
     if trigram:
-        return _Lane("trigram" if chain_second.takes(scores) else "checked")
+        return _Lane("trigram" if chain_second.takes(scores) else "reference")
     if factored:
         batch, n, m = scores.emissions.shape
         if scores.emissions.is_cuda and mask is None and batch * n * m * m <= GPU_POTENTIALS_UP_TO:
@@ -278,159 +270,66 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
                 return _Lane("bounded")
         return _Lane("factored")
     if scores.dim() == 5 or mask is not None:
-        return _Lane("checked" if scores.dim() == 5 else "log")
+        return _Lane("reference")
     spans = chain_bounded.widest_span(scores, lengths)
     if spans is not None and chain_bounded.takes(spans[1], scores.dtype):
         return _Lane("bounded", spans)
-    return _Lane("checked" if spans is not None and spans[1] < float("inf") else "log")
+    return _Lane("reference")
 
 
 def _log_partition(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tensor:
-    """log Z (B,) of potentials by ``lane`` (bounded, checked or log), differentiable."""
+    """log Z (B,) of potentials by ``lane`` (bounded or the reference), differentiable."""
     if lane.name == "bounded":
         return chain_bounded.log_partition(potentials, lengths, lane.spans)
-    return _FromLogs.apply(potentials, lengths, _checked if lane.name == "checked" else _reference)
+    return _recursion(LogSemiring(), potentials, lengths).to(potentials.dtype)
 
 
 def _transition_marginals(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tuple[Tensor, Tensor]:
     """Transition marginals like ``potentials`` (0 beyond the lengths) and log Z (B,), by ``lane``."""
     if lane.name == "bounded":
         return chain_bounded.marginals(potentials, lengths, lane.spans)
-    alphas, betas, log_z = (_checked if lane.name == "checked" else _reference)(potentials, lengths, True)
-    return _marginals_from_logs(potentials, lengths, alphas, betas, log_z), log_z
+    with torch.enable_grad():
+        leaf = potentials.detach().requires_grad_(True)
+        log_z = _recursion(LogSemiring(), leaf, lengths)
+        (marg,) = torch.autograd.grad(log_z.sum(), leaf)
+    return marg, log_z.detach().to(potentials.dtype)
 
 
-# -- the reference: log space -----------------------------------------------------------------------
+# -- the reference ----------------------------------------------------------------------------------
 
 
-def _log_recursions(potentials: Tensor, lengths: Tensor, backward: bool) -> Tuple[Logs, Optional[Logs]]:
-    """alphas (B, N+1, S) before token 0 and after each token, and betas (B, N, S) after each token (or
-    None), as :class:`~.chain_common.Logs`: each token's values relative to their maximum, whose sums
-    are the shifts. One log-sum-exp per token; exact at any scale. Padding tokens copy the state."""
+def _recursion(semiring: Semiring, potentials: Tensor, lengths: Tensor) -> Tensor:
+    """The root (B,) float64 of the chain's recursion in ``semiring``; padding tokens keep the state.
+
+    alpha_t grows like t times the scores' scale, so each step keeps it relative to its maximum (a
+    constant to autograd: log Z does not depend on where it is taken out) and sums the maxima in float64:
+    in float32 its entries then round by an ulp of the scores' size, not of t * std."""
     steps = as_steps(potentials)  # X_t[a, p, c]
     batch, n, m, p, _ = steps.shape
     real = real_tokens(lengths, n)
-    forward = steps.permute(0, 1, 3, 4, 2).contiguous()  # X_t[a, p, c] at [t, p, c, a]: sum over the last axis
-    alpha = start_state(batch, m * p, potentials)  # relative to shift_0 = 0
-    alphas, tops = [alpha], []
-    for t in range(n):
-        # alpha_t[(p, c)] = log sum_a exp(alpha_{t-1}[(a, p)] + X_t[a, p, c])   (less shift_t)
-        terms = alpha.reshape(batch, m, p).transpose(1, 2).unsqueeze(2) + forward[:, t]  # (B, P, C, A)
-        new, top = _relative_(logsumexp(terms, -1).flatten(1))
-        alpha = torch.where(real[:, t, None], new, alpha)
-        alphas.append(alpha)
-        tops.append(top)
-    alphas = Logs(torch.stack(alphas, 1), _shifts(tops, real, potentials))
-    if not backward:
-        return alphas, None
-    if n == 0:
-        return alphas, Logs(potentials.new_zeros(batch, 0, m * p), potentials.new_zeros(batch, 0))
-    beta = potentials.new_zeros(batch, m * p)  # beta after the last token: 0
-    betas, tops = [beta], []
-    for t in range(n - 1, 0, -1):
-        # beta_{t-1}[(a, p)] = log sum_c exp(X_t[a, p, c] + beta_t[(p, c)])   (less shift_{t-1})
-        new, top = _relative_(logsumexp(steps[:, t] + beta.reshape(batch, 1, p, m), -1).flatten(1))
-        beta = torch.where(real[:, t, None], new, beta)
-        betas.append(beta)
-        tops.append(top)
-    shifts = _shifts(tops[::-1], real[:, 1:], potentials, backward=True)
-    return alphas, Logs(torch.stack(betas[::-1], 1), shifts)
-
-
-def _log_z(alphas: Logs) -> Tensor:
-    # log Z = shift_N + log sum_s exp(alpha_N[s] - shift_N)
-    return alphas.shift[:, -1] + torch.logsumexp(alphas.rel[:, -1], dim=1)
-
-
-def _reference(potentials: Tensor, lengths: Tensor, backward: bool):
-    """alphas, betas (or None) and log Z by the log-space recursions."""
-    alphas, betas = _log_recursions(potentials, lengths, backward)
-    return alphas, betas, _log_z(alphas)
-
-
-def _checked(potentials: Tensor, lengths: Tensor, backward: bool):
-    """alphas, betas (or None) and log Z by the checked lane, its suspect sentences redone in log space."""
-    alphas, betas, suspect = chain_checked.recursions(potentials, lengths, backward)
-    if bool(suspect.all()):
-        return _reference(potentials, lengths, backward)
-    if bool(suspect.any()):
-        rows = suspect.nonzero().squeeze(1)
-        exact = _log_recursions(potentials[rows], lengths[rows], backward)
-        alphas = alphas.index_copy(rows, exact[0])
-        betas = None if betas is None else betas.index_copy(rows, exact[1])
-    return alphas, betas, _log_z(alphas)
-
-
-def _marginals_from_logs(potentials, lengths, alphas: Logs, betas: Logs, log_z, grad: Optional[Tensor] = None):
-    """P(state s before token t and label c at t), like ``potentials``, times ``grad`` (B,) if given;
-    0 beyond the lengths and for impossible sentences.
-
-    The exponent is formed from alpha and beta relative to their per-token shifts (values of the
-    scores' size) and one constant per token, log Z - shift_{t-1}(alpha) - shift_t(beta); that constant
-    rounds by up to an ulp of log Z (1e-3 at log Z of 1e4 in float32), the same for every entry of the
-    token, so each token's marginals are divided by their sum (1 in exact arithmetic), which removes it
-    and makes a sure transition get probability 1.
-    """
-    steps = as_steps(potentials)
-    batch, n, m, p, _ = steps.shape
-    # clamping an impossible sentence's -inf keeps exp(-inf - log Z) at 0 instead of NaN
-    floor = log_z.clamp_min(torch.finfo(potentials.dtype).min)[:, None]
-    common = (floor - alphas.shift[:, :-1]).sub_(betas.shift).reshape(batch, n, 1, 1, 1)
-    before = alphas.rel[:, :-1].reshape(batch, n, m, p, 1)  # alpha_{t-1}[(a, p)] - shift_{t-1}
-    after = betas.rel.reshape(batch, n, 1, p, m)  # beta_t[(p, c)] - shift_t
-    # P(s, c at t) = exp(alpha_{t-1}[s] + X_t[s, c] + beta_t[(p, c)] - log Z), shifts taken out
-    marg = exp_((steps + before).add_(after).sub_(common))
-    padding = (~real_tokens(lengths, n)).nonzero(as_tuple=True)
-    if len(padding[0]):
-        marg[padding] = 0.0
-    total = marg.flatten(2).sum(-1).clamp_min_(torch.finfo(potentials.dtype).tiny)
-    factor = (1.0 if grad is None else grad[:, None]) / total
-    return marg.mul_(factor.reshape(batch, n, 1, 1, 1)).reshape(potentials.shape)
-
-
-class _FromLogs(torch.autograd.Function):
-    """log Z by ``recursions`` (:func:`_reference` or :func:`_checked`); its gradient (the transition
-    marginals) from the backward recursion, run in the forward pass when a gradient will be needed."""
-
-    @staticmethod
-    def forward(ctx, potentials: Tensor, lengths: Tensor, recursions) -> Tensor:
-        alphas, betas, log_z = recursions(potentials, lengths, ctx.needs_input_grad[0])
-        if betas is not None:
-            ctx.save_for_backward(potentials, lengths, *alphas, *betas, log_z)
-        return log_z
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        potentials, lengths, alpha_rel, alpha_shift, beta_rel, beta_shift, log_z = ctx.saved_tensors
-        alphas, betas = Logs(alpha_rel, alpha_shift), Logs(beta_rel, beta_shift)
-        return _marginals_from_logs(potentials, lengths, alphas, betas, log_z, grad=grad), None, None
-
-
-def _relative_(values: Tensor) -> Tuple[Tensor, Tensor]:
-    """``values`` (B, S) minus their maximum top (B,), in place, and top (the most negative float where
-    every value is -inf, so that they stay -inf)."""
-    top = values.amax(-1).clamp_min_(torch.finfo(values.dtype).min)
-    return values.sub_(top[:, None]), top
-
-
-def _shifts(tops: list, real: Tensor, like: Tensor, backward: bool = False) -> Tensor:
-    """The shifts (B, T+1) from the maxima ``tops`` (T of them, in token order) the steps took out of the
-    real tokens ``real`` (B, T): forward, shift_t = sum of the tops up to t; backward, of those after t.
-    (An impossible sentence's shifts may reach -inf; its values are all -inf then.)"""
-    if not tops:
-        return like.new_zeros(real.shape[0], 1)
-    return running_sums(torch.where(real, torch.stack(tops, 1), 0.0), backward)
+    alpha = start_state(batch, m * p, steps)
+    shift = torch.zeros(batch, dtype=torch.float64, device=steps.device)
+    if n == 0:  # no tokens: log Z 0, still a function of the (empty) potentials for autograd
+        alpha = alpha + steps.sum()
+    for t, step in enumerate(steps.unbind(1)):  # (unbind: one backward op for all tokens, not one per token)
+        # alpha_t[(p, c)] = (+)_a alpha_{t-1}[(a, p)] * X_t[a, p, c]
+        new = semiring.sum(alpha.reshape(batch, m, p, 1) + step, (1,)).flatten(1)
+        top = new.detach().amax(1).clamp_min(torch.finfo(new.dtype).min)
+        alpha = torch.where(real[:, t, None], new - top[:, None], alpha)
+        shift = shift + torch.where(real[:, t], top, 0.0).to(torch.float64)
+    # log Z = (+)_s alpha_N[s]
+    return semiring.sum(alpha, (1,)).to(torch.float64) + shift
 
 
 def _viterbi(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
-    """Max-sum forward with back-pointers (exact in log space), then the backtrack from the best final
-    state (in numpy: one tiny gather per token)."""
+    """The reference recursion in the max semiring with back-pointers (the arg-max of each state's sum),
+    then the backtrack from the best final state (in numpy: one tiny gather per token)."""
     steps = as_steps(potentials)
     batch, n, m, p, _ = steps.shape
     v = start_state(batch, m * p, potentials)
     pointers = []
     for t in range(n):
-        # v_t[(p, c)] = max_a v_{t-1}[(a, p)] + X_t[a, p, c]
+        # alpha_t[(p, c)] = max_a alpha_{t-1}[(a, p)] + X_t[a, p, c]
         best, arg = (v.reshape(batch, m, p, 1) + steps[:, t]).max(dim=1)
         v = torch.where((t < lengths)[:, None], best.flatten(1), v)
         pointers.append(arg.flatten(1))  # a for each new state (p, c)

@@ -1,40 +1,13 @@
-"""What :mod:`.chain` and its fast lanes (:mod:`.chain_bounded`, :mod:`.chain_checked`,
-:mod:`.chain_factored`) share. It imports none of them, and the lanes do not import :mod:`.chain`."""
-from typing import NamedTuple
-
+"""What :mod:`.chain` and its fast lanes (:mod:`.chain_bounded`, :mod:`.chain_factored`, :mod:`.chain_second`)
+share. It imports none of them, and the lanes do not import :mod:`.chain`."""
 import torch
 
 Tensor = torch.Tensor
 
 
-class Logs(NamedTuple):
-    """Log values ``rel + shift[..., None]`` of alpha or beta: ``rel`` (B, T, S), each token's maximum 0
-    (-inf throughout where no state is reachable), and ``shift`` (B, T) the per-token offsets.
-
-    The shifts grow with the position (t times the scores' scale), so in float32 absolute values would
-    round by an ulp of t * std (5e-4 at std 300, t = 30); the marginals of token t depend only on
-    differences within it, and are formed from the relative values, which round by an ulp of the scores'
-    own size."""
-
-    rel: Tensor
-    shift: Tensor
-
-    def index_copy(self, rows: Tensor, other: "Logs") -> "Logs":
-        return Logs(self.rel.index_copy(0, rows, other.rel), self.shift.index_copy(0, rows, other.shift))
-
-
 def real_tokens(lengths: Tensor, n: int) -> Tensor:
     """(B, N) bool: token t is within its sentence."""
     return torch.arange(n, device=lengths.device)[None, :] < lengths[:, None]
-
-
-def running_sums(steps: Tensor, backward: bool = False) -> Tensor:
-    """(B, T, ...) per-step offsets -> (B, T+1, ...) the offset of each token's values: forward, the sum of
-    the steps up to it (0 before the first); backward, of the steps after it (0 after the last)."""
-    zero = torch.zeros_like(steps[:, :1])
-    if backward:
-        return torch.cat([steps.flip(1).cumsum(1).flip(1), zero], 1)
-    return torch.cat([zero, steps.cumsum(1)], 1)
 
 
 def as_steps(potentials: Tensor) -> Tensor:
@@ -50,15 +23,6 @@ def start_state(batch: int, size: int, like: Tensor) -> Tensor:
     alpha = like.new_full((batch, size), float("-inf"))
     alpha[:, 0] = 0.0
     return alpha
-
-
-def identity(m: int, p: int, like: Tensor) -> Tensor:
-    """Potentials (A, P, C) of a token that changes nothing (a padding token): 0 where the new label c
-    repeats the newest label of the state (a for order 1, p for order 2), -inf elsewhere."""
-    keep = torch.eye(m, dtype=torch.bool, device=like.device)
-    keep = keep.reshape(m, 1, m) if p == 1 else keep.reshape(1, m, m)
-    zero = torch.zeros((), dtype=like.dtype, device=like.device)
-    return torch.where(keep, zero, float("-inf"))
 
 
 def theta(dtype: torch.dtype) -> float:

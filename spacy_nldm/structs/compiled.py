@@ -1,7 +1,8 @@
-"""The NLDM's inside and outside passes in one compiled loop per sentence (numba), for the common case:
-:class:`~.arcs.DirectionalScores` on the CPU, the log semiring, no label or arc mask, finite scores.
+"""The tree's compiled inside and outside passes (numba), one loop per sentence, for
+:class:`~.tree.DirectionalScores` on the CPU without a label or arc mask (:func:`log_partition`,
+:func:`label_marginals`); the compiled decoders are in :mod:`.compiled_decoders`.
 
-Same recurrences as :mod:`.inside` (docs/algorithm.md), sentence by sentence, in float64:
+Same recurrences as the reference in :mod:`.tree` (docs/algorithm.md), sentence by sentence, in float64:
 
 - inner(s, t)[a, c] = log sum_{k=s..t-1} exp(CR[s, k, a] + CL[k+1, t, c])
 - IR[s, t][a, c] = inner(s, t)[a, c] + arc(s -> t, a, c);  IL[s, t][a, c] = inner(s, t)[a, c] + arc(t -> s, c, a)
@@ -14,17 +15,16 @@ value is 1; the incomplete items keep their totals, at most the number of splits
 exp-space products with one scale factor per split (a matrix-vector product, no exp per term). If any of
 its totals falls below ``THRESHOLD`` relative to its scale (where float64 could lose the digits of a term),
 the item is recomputed in log space from its operands' exact log values and kept in log form as well
-("flagged"); its consumers then read those. So the results are exact at any score scale, like the torch
-path's, and only the far tails of extreme score scales pay for log space.
+("flagged"); its consumers then read those. So the results are exact at any score scale, like the
+reference's, and only the far tails of extreme score scales pay for log space.
 
 The outside pass goes over the same items in reverse and gives d log Z / d item, the item's marginal. A
 split's share of an item is term / total: in exp space (g / total) * scale * v_x * v_y, which is at most g;
 for a flagged item exp(x + y - item) in log space. The incomplete items' marginals are the arc marginals,
-which are the gradient of F (and, summed per width and direction, of the distance bias; a label-pair bias
-(2, K, M, M) is read as one, a (2, K) bias as the same value for every label pair).
+which are the gradient of F (and, summed per width and direction, of the distance bias (2, K), which the
+kernel reads as the same value for every label pair).
 """
 import importlib.util
-import os
 from typing import Optional, Tuple
 
 import numpy as np
@@ -33,9 +33,6 @@ import torch
 
 Tensor = torch.Tensor
 
-#: False (or the environment variable SPACY_NLDM_COMPILED=0): every log Z goes through the torch stages
-enabled = os.environ.get("SPACY_NLDM_COMPILED", "1") != "0"
-
 #: a total below this (relative to its contraction's scale) is recomputed in log space: far above float64's
 #: smallest normal number (2.2e-308), so every term that underflowed or is subnormal is negligible beside it
 THRESHOLD = 1e-280
@@ -43,14 +40,108 @@ THRESHOLD = 1e-280
 
 def available() -> bool:
     """Whether the compiled kernel can run here: numba is installed (a dependency; without it, an unusual
-    install, the torch stages compute everything). numba itself is imported on first use only."""
+    install, the reference computes everything). numba itself is imported on first use only."""
     return importlib.util.find_spec("numba") is not None
+
+
+def log_partition(scores, lengths: Tensor, limit: int, factored: bool) -> Tensor:
+    """log Z (B,) of :class:`~.tree.DirectionalScores` (CPU, no masks; ``lengths`` 0 for impossible
+    sentences), differentiable with respect to F and the distance bias; ``factored``: read as emissions
+    plus one table (``token_independent`` scores, see :func:`_factors`)."""
+    factors = _factors(scores.F, lengths) if factored else None
+    if factors is not None:
+        return _FactoredInside.apply(*factors, scores.distance_bias, lengths, limit)
+    return _Inside.apply(scores.F, scores.distance_bias, lengths, limit)
+
+
+def label_marginals(scores, lengths: Tensor, limit: int, factored: bool) -> Optional[Tensor]:
+    """The label marginals (B, N, M) float64, unnormalised (the arc marginals into each token, summed), or
+    None if log Z is not finite somewhere (+inf or NaN read: the reference names it)."""
+    F, bias = scores.F, scores.distance_bias
+    factors = _factors(F, lengths) if factored else None
+    if factors is not None:
+        log_z, packed, _, _, real = inside_outside_factored(*factors, bias, lengths, limit, True, with_bias_grad=False)
+    else:
+        log_z, _, _, packed, real = inside_outside(F, bias, lengths, limit, True, with_arcs=False)
+    if not bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
+        return None
+    labels = torch.zeros(real.shape + (F.shape[-1],), dtype=torch.float64)
+    labels[real] = packed
+    return labels
+
+
+def _factors(F: Tensor, lengths: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+    """For token-independent F: (emissions (B, N, M), table (2, M+1, M)) with F[b, d, x, a, c] =
+    emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] (F's dtype, so that log Z keeps
+    it) and the table is the first real token's F relative to that row (the difference taken in float64,
+    where it is exact). Differentiable functions of F; None if no sentence has a token."""
+    filled = (lengths > 0).nonzero()
+    if len(filled) == 0:
+        return None
+    first = F[int(filled[0]), 0].to(torch.float64)  # (2, M+1, M)
+    return F[:, :, 0, 1], first - first[0, 1]
+
+
+class _FactoredInside(torch.autograd.Function):
+    """log Z (B,) by the compiled inside pass on emissions (B, N, M) and one table (2, M+1, M); the outside
+    pass runs in the same call when a gradient will be asked for (the label marginals for the emissions,
+    the summed arc marginals for the table)."""
+
+    @staticmethod
+    def forward(ctx, emissions: Tensor, table: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int) -> Tensor:
+        with_grad = any(ctx.needs_input_grad[:3])
+        log_z, d_emissions, d_table, d_bias, real = inside_outside_factored(emissions, table, bias, lengths, limit,
+                                                                            with_grad)
+        ctx.grads, ctx.real, ctx.shape = (d_emissions, d_table, d_bias), real, emissions.shape
+        ctx.dtypes = (emissions.dtype, table.dtype, None if bias is None else bias.dtype)
+        return log_z.to(emissions.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        d_emissions, d_table, d_bias = ctx.grads  # float64; emissions packed over the real tokens
+        scale = grad_root.to(torch.float64)
+        out_e = out_t = out_b = None
+        if ctx.needs_input_grad[0]:
+            out_e = torch.zeros(ctx.shape, dtype=torch.float64)
+            out_e[ctx.real] = d_emissions * scale[:, None].expand(ctx.real.shape)[ctx.real][:, None]
+            out_e = out_e.to(ctx.dtypes[0])
+        if ctx.needs_input_grad[1]:
+            out_t = (d_table * scale.reshape(-1, 1, 1, 1)).sum(0).to(ctx.dtypes[1])
+        if ctx.needs_input_grad[2]:
+            out_b = (d_bias * scale.reshape(-1, 1, 1)).sum(0).to(ctx.dtypes[2])
+        return out_e, out_t, out_b, None, None
+
+
+class _Inside(torch.autograd.Function):
+    """log Z (B,) by the compiled inside pass; its outside pass runs in the same call when a gradient will
+    be asked for, and the backward pass only scales it."""
+
+    @staticmethod
+    def forward(ctx, F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int) -> Tensor:
+        with_grad = any(ctx.needs_input_grad[:2])
+        log_z, grad, grad_bias, _, real = inside_outside(F, bias, lengths, limit, with_grad)
+        ctx.grads, ctx.real, ctx.shape = (grad, grad_bias), real, F.shape
+        return log_z.to(F.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        grad, grad_bias = ctx.grads  # packed over the real tokens, float64
+        scale = grad_root.to(torch.float64)
+        d_F = d_bias = None
+        if ctx.needs_input_grad[0]:
+            if not bool((scale == 1.0).all()):  # (a loss's sum of log Z: all 1, nothing to scale)
+                grad = grad * scale[:, None].expand(ctx.real.shape)[ctx.real].reshape(-1, 1, 1, 1)
+            d_F = grad_root.new_zeros(ctx.shape)
+            d_F[ctx.real] = grad.to(grad_root.dtype)
+        if ctx.needs_input_grad[1]:
+            d_bias = (grad_bias * scale.reshape(-1, 1, 1)).sum(0).to(grad_root.dtype)
+        return d_F, d_bias, None, None
 
 
 def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int, with_grad: bool,
                    with_arcs: bool = True) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
-    """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or (2, K_b, M,
-    M) or None, lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the
+    """For DirectionalScores F (B, N, 2, M+1, M) (any float dtype, CPU), distance bias (2, K_b) or None,
+    lengths (B,) and the longest arc ``limit`` (>= 1): log Z (B,) float64; with ``with_grad`` the
     gradient of log Z, packed over the real tokens in the order of ``real``: d log Z / d F (T, 2, M+1, M) if
     ``with_arcs``, d log Z / d bias per sentence (B, *bias.shape), and otherwise the label marginals (T, M) (the
     arc marginals into each token, summed); and ``real`` (B, N) bool, the positions F is read at (only
@@ -101,23 +192,17 @@ def _run(packed, emissions, table, bias, lengths, limit, M, with_grad, arcs, gra
     offsets = np.zeros(B, dtype=np.int64)
     offsets[1:] = np.cumsum(lens)[:-1]
     T = emissions.shape[0] if emissions.shape[0] else packed.shape[0]
-    # the kernel reads the bias as (2, K_b, M, M); ``pairs`` False: a (2, K_b) bias, the same for every pair
-    # (no per-pair factors, its gradient summed over the pairs in [..., 0, 0])
-    pairs = bias is not None and bias.dim() == 4
-    b64 = np.zeros((2, 0, M, M))
+    b64 = np.zeros((2, 0))
     if bias is not None:
-        values = bias.detach().to(torch.float64).cpu().numpy()
-        b64 = np.ascontiguousarray(np.broadcast_to(values if pairs else values.reshape(*values.shape, 1, 1),
-                                                   (2, values.shape[1], M, M)))
-    g = M if pairs else 1
+        b64 = np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy())
     log_z = np.zeros(B)
-    grad_bias = (np.zeros((B, 2, b64.shape[1], g, g)) if with_grad and with_bias_grad and bias is not None
-                 else np.zeros((0, 2, 0, g, g)))
+    grad_bias = (np.zeros((B, 2, b64.shape[1])) if with_grad and with_bias_grad and bias is not None
+                 else np.zeros((0, 2, 0)))
     labels = np.zeros((T, M)) if with_labels else np.zeros((0, 1))
     grad_table = np.zeros((B, 2, M + 1, M)) if with_table else np.zeros((0, 2, 1, 1))
-    _kernel()(packed, emissions, table, offsets, b64, pairs, lens, int(limit), with_grad, arcs, log_z, grad,
+    _kernel()(packed, emissions, table, offsets, b64, lens, int(limit), with_grad, arcs, log_z, grad,
               grad_bias, labels, grad_table)
-    return log_z, grad_bias if pairs else grad_bias[..., 0, 0], labels, grad_table
+    return log_z, grad_bias, labels, grad_table
 
 
 _compiled = None
@@ -167,7 +252,7 @@ def _lg(v, shift):
     return np.log(v) + shift if v != 0.0 else -np.inf  # NaN stays NaN
 
 
-def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias,  # noqa: C901
+def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z, grad, grad_bias,  # noqa: C901
            labels, grad_table):  # one recurrence per block
     B = lengths.shape[0]
     factored = Fe.shape[0] > 0  # F[row, x, h, c] = Fe[row, c] + Ft[x, h, c]
@@ -178,26 +263,16 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
     M = Fe.shape[1] if factored else F.shape[3]
     Kb = bias.shape[1]
     neg = -np.inf
-    # the distance bias (2, Kb, M, M) [x, length, head label, dependent label] laid out as the incomplete items
-    # are ([k, a, c]: s has label a, t has c): bias[0, k] (s -> t) and left_bias[k] = bias[1, k] transposed
-    # (t -> s); with ``pairs`` also as factors exp(bias - top) (EBr, EBl), the tops in Btop[x, k] (without
-    # ``pairs`` every pair has the bias Btop[x, k]: the factors are 1 and not multiplied)
-    EBr, EBl, left_bias = np.zeros((Kb, M, M)), np.zeros((Kb, M, M)), np.zeros((Kb, M, M))
+    # the distance bias (2, Kb) [x, length]: the same for every label pair, so it goes into the span's shift
+    # (Btop[x, k]) and, for the exact log-space recomputation, into (M, M) blocks laid out as the incomplete
+    # items ([k, a, c]: s has label a, t has c): right_bias[k] (s -> t) and left_bias[k] (t -> s)
+    right_bias, left_bias = np.zeros((Kb, M, M)), np.zeros((Kb, M, M))
     Btop = np.zeros((2, Kb))
     zero_bias = np.zeros((M, M))
     for k in range(Kb):
-        for x in range(2):
-            m = neg
-            for h in range(M):
-                for c in range(M):
-                    if bias[x, k, h, c] > m:
-                        m = bias[x, k, h, c]
-            Btop[x, k] = m
-        for a in range(M):
-            for c in range(M):
-                EBr[k, a, c] = np.exp(bias[0, k, a, c] - Btop[0, k])
-                EBl[k, a, c] = np.exp(bias[1, k, c, a] - Btop[1, k])
-                left_bias[k, a, c] = bias[1, k, c, a]
+        Btop[0, k], Btop[1, k] = bias[0, k], bias[1, k]
+        right_bias[k] = bias[0, k]
+        left_bias[k] = bias[1, k]
     KK = max(1, min(limit, N))
     P = N + 1
     # charts, [start, width, ...]; *s: shift, *p: scale before normalisation, *f: flagged, *l: exact logs
@@ -300,7 +375,7 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
             col = min(w, Kb) - 1  # the bias's column of width w (-1: no bias)
             top_r = Btop[0, col] if Kb > 0 else 0.0  # the shifts' part of the bias
             top_l = Btop[1, col] if Kb > 0 else 0.0
-            bias_r = bias[0, col] if Kb > 0 else zero_bias  # [a, c] as the items are laid out
+            bias_r = right_bias[col] if Kb > 0 else zero_bias  # [a, c] as the items are laid out
             bias_l = left_bias[col] if Kb > 0 else zero_bias
             # -- incomplete items of width w ------------------------------------------------------
             for s in range(n - w + 1):
@@ -343,14 +418,10 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + top_r
                     np.multiply(inner, E[t - 1, 0], IRv[s, w])
-                    if Kb > 0 and pairs:
-                        np.multiply(IRv[s, w], EBr[col], IRv[s, w])
                 _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias_r, True)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + top_l
                     np.multiply(inner, E[s - 1, 1], ILv[s, w])
-                    if Kb > 0 and pairs:
-                        np.multiply(ILv[s, w], EBl[col], ILv[s, w])
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bias_l,
                                        False)
             # -- complete items of width w --------------------------------------------------------
@@ -580,10 +651,9 @@ def _batch(F, Fe, Ft, offsets, bias, pairs, lengths, limit, with_grad, with_arcs
                             if with_table:
                                 grad_table[b, 0, a + 1, c] += gIR[s, w, a, c]
                                 grad_table[b, 1, c + 1, a] += gIL[s, w, a, c]
-                            if bias_grad:  # per pair, or (without ``pairs``) summed in [..., 0, 0]
-                                pa, pc = (a, c) if pairs else (0, 0)
-                                grad_bias[b, 0, col, pa, pc] += gIR[s, w, a, c]
-                                grad_bias[b, 1, col, pc, pa] += gIL[s, w, a, c]
+                            if bias_grad:  # summed over the label pairs
+                                grad_bias[b, 0, col] += gIR[s, w, a, c]
+                                grad_bias[b, 1, col] += gIL[s, w, a, c]
                             tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
                 # inner: shares of each split k
                 if not If[s, w]:
@@ -687,4 +757,3 @@ def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, Fe, Ft, o
                 x = inner + arc
             logs[s, w, a, c] = x
     shifts[s, w] = _encode(logs[s, w].ravel(), values[s, w].ravel())
-

@@ -1,20 +1,8 @@
-"""Semirings for the tree's chart algorithm: one interface, instances with two attributes.
+"""Semirings for the tree's recurrences: (log-sum-exp, +) and (max, +), over log-space items.
 
-Chart items are always log-space tensors (a structure's score is the sum of its arc scores). A semiring
-says how the items of one split are summed (:meth:`Semiring.sum`, over broadcast terms), and two
-attributes tell the tree code how to run:
-
-- ``exp_space``: the contractions may run in exp space, as matrix products with per-item shifts
-  (:mod:`.contract`), each one checked against underflow and redone in log space where the check
-  fails. Only for (log-sum-exp, +), whose sums are sums of exponentials (with up to four labels the
-  tree stays in log space anyway: there the log-space operations are fewer and cheaper);
-- ``backward``: how the gradient of the root item is taken. ``"outside"``: the explicit outside pass
-  of the log semiring (the gradient is the marginals); ``"backtrack"``: follow the arg-maxes recorded
-  in the forward pass (the gradient marks one best structure); ``"recompute"``: any semiring, by
-  recomputing one stage at a time under autograd.
-
-Use them as instances (``LogSemiring()``) or classes; a subclass inherits its parent's choices, so
-``class MyLog(LogSemiring): pass`` runs exactly like :class:`LogSemiring`.
+A structure's score is the sum of its arc scores, so the semiring's product is always ``+``; a semiring
+says how the terms of one item are summed (:meth:`Semiring.sum`, over the given axes of a broadcast
+tensor of terms). Pass them as instances (``LogSemiring()``) or classes.
 """
 from typing import Tuple
 
@@ -24,14 +12,15 @@ Tensor = torch.Tensor
 
 
 class Semiring:
-    """(sum, +) over log-space values. Subclasses define :meth:`sum` and may change the attributes."""
+    """(sum, +) over log-space values. Subclasses define :meth:`sum`."""
 
-    exp_space: bool = False
-    backward: str = "recompute"
-
-    def sum(self, x: Tensor, dim: int) -> Tensor:
-        """The semiring sum of x over ``dim``."""
+    def sum(self, x: Tensor, dims: Tuple[int, ...]) -> Tensor:
+        """The semiring sum of x over the axes ``dims``."""
         raise NotImplementedError
+
+    def fill(self, mask: Tensor, dtype: torch.dtype) -> Tensor:
+        """The semiring's one (0) where ``mask`` holds, its zero (-inf) elsewhere."""
+        return torch.zeros((), dtype=dtype, device=mask.device).where(mask, float("-inf"))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -40,32 +29,18 @@ class Semiring:
 class LogSemiring(Semiring):
     """(log-sum-exp, +): log partition functions; the gradient of the result is the marginals."""
 
-    exp_space = True
-    backward = "outside"
-
-    def sum(self, x: Tensor, dim: int) -> Tensor:
-        return logsumexp(x, dim)
-
-
-class BroadcastLogSemiring(LogSemiring):
-    """(log-sum-exp, +) evaluated the straightforward way, by broadcasting and ``logsumexp`` with a
-    backward pass by autograd: the reference that :class:`LogSemiring` is tested and timed against."""
-
-    exp_space = False
-    backward = "recompute"
+    def sum(self, x: Tensor, dims: Tuple[int, ...]) -> Tensor:
+        return logsumexp(x, dims)
 
 
 class MaxSemiring(Semiring):
-    """(max, +): Viterbi. :meth:`argsum` also returns the index that won, for the backtrack."""
+    """(max, +): Viterbi. The gradient of a sum goes to one maximal term (the first), so the gradient of
+    a best score marks one best structure."""
 
-    backward = "backtrack"
-
-    def sum(self, x: Tensor, dim: int) -> Tensor:
-        return x.amax(dim)
-
-    def argsum(self, x: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
-        best = x.max(dim)
-        return best.values, best.indices
+    def sum(self, x: Tensor, dims: Tuple[int, ...]) -> Tensor:
+        dims = tuple(d % x.dim() for d in dims)
+        keep = [d for d in range(x.dim()) if d not in dims]
+        return x.permute(*keep, *dims).flatten(len(keep)).max(-1).values
 
 
 def as_semiring(semiring) -> Semiring:
@@ -74,12 +49,6 @@ def as_semiring(semiring) -> Semiring:
         semiring = semiring()
     if not isinstance(semiring, Semiring):
         raise TypeError(f"semiring must be a Semiring instance or class, got {semiring!r}")
-    if semiring.backward not in ("outside", "backtrack", "recompute"):
-        raise ValueError(f"unknown backward strategy {semiring.backward!r}")
-    if semiring.backward == "outside" and not isinstance(semiring, LogSemiring):
-        raise ValueError("the explicit outside pass computes the log semiring's shares: subclass LogSemiring")
-    if semiring.backward == "backtrack" and not hasattr(semiring, "argsum"):
-        raise ValueError("backtracking needs argsum(x, dim) -> (values, indices)")
     return semiring
 
 
@@ -98,24 +67,27 @@ _FLOOR = {dtype: 1.7 * torch.finfo(dtype).tiny for dtype in (torch.float32, torc
 
 
 class _LogSumExp(torch.autograd.Function):
-    """log-sum-exp whose gradient is 0, not NaN, where every term is -inf, and whose exponentials
-    skip torch's slow path for results below the smallest normal number (see :func:`exp_`)."""
+    """log-sum-exp over the axes ``dims`` whose gradient is 0, not NaN, where every term is -inf, and whose
+    exponentials skip torch's slow path for results below the smallest normal number (see :func:`exp_`).
+    The backward pass reuses the forward pass's exponentials: d out / d x = exp(x - top) / total."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, dim: int) -> Tensor:
-        top = x.amax(dim, keepdim=True).clamp_min_(torch.finfo(x.dtype).min)
-        out = exp_(x - top).sum(dim).log_().add_(top.squeeze(dim))
-        ctx.save_for_backward(x, out)
-        ctx.dim = dim
-        return out
+    def forward(ctx, x: Tensor, dims) -> Tensor:
+        top = x.amax(dims, keepdim=True).clamp_min_(torch.finfo(x.dtype).min)
+        exps = exp_(x - top)
+        total = exps.sum(dims, keepdim=True)
+        ctx.save_for_backward(exps, total)
+        ctx.dims = dims
+        return total.log().add_(top).squeeze(dims)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        x, out = ctx.saved_tensors
-        out = out.unsqueeze(ctx.dim).clamp_min(torch.finfo(x.dtype).min)  # exp(-inf - finite) = 0
-        return exp_(x - out).mul_(grad.unsqueeze(ctx.dim)), None
+        exps, total = ctx.saved_tensors
+        for d in sorted(d % exps.dim() for d in ctx.dims):
+            grad = grad.unsqueeze(d)
+        return exps * torch.where(total > 0, grad / total, 0.0), None
 
 
-def logsumexp(x: Tensor, dim: int) -> Tensor:
-    """log sum exp over ``dim``; -inf (with gradient 0) when every term is -inf."""
-    return _LogSumExp.apply(x, dim)
+def logsumexp(x: Tensor, dims) -> Tensor:
+    """log sum exp over ``dims`` (an axis or a tuple of axes); -inf (with gradient 0) when every term is -inf."""
+    return _LogSumExp.apply(x, (dims,) if isinstance(dims, int) else tuple(dims))

@@ -22,6 +22,25 @@ Tensor = torch.Tensor
 _compiled = None
 
 
+def log_partition(scores: Tensor, lengths: Tensor, limit: int) -> Tensor:
+    """log Z (B,) of dense one-label scores (B, N+1, N+1, 1, 1) (CPU, no masks; ``lengths`` 0 for impossible
+    sentences), differentiable; the outside pass runs in the same call when a gradient will be asked for."""
+    return _SingleLabel.apply(scores, lengths, limit)
+
+
+class _SingleLabel(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, scores: Tensor, lengths: Tensor, limit: int) -> Tensor:
+        log_z, grad = inside_outside(scores[..., 0, 0], lengths, limit, ctx.needs_input_grad[0])
+        ctx.grad = grad
+        return log_z.to(scores.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_root: Tensor):
+        grad = ctx.grad * grad_root.to(torch.float64).reshape(-1, 1, 1)
+        return grad[..., None, None].to(grad_root.dtype), None, None
+
+
 def inside_outside(arcs: Tensor, lengths: Tensor, limit: int, with_grad: bool):
     """For arcs (B, N+1, N+1) (any float dtype, CPU), lengths (B,) and the longest arc ``limit`` (>= 1): log Z
     (B,) float64 and, with ``with_grad``, d log Z / d arcs (B, N+1, N+1) float64 (else None)."""

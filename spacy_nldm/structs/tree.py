@@ -1,4 +1,5 @@
-"""Labelled projective dependency trees over a label sequence: the NLDM's inside, Viterbi and marginals.
+"""Labelled projective dependency trees over a label sequence: the NLDM's inside, Viterbi, marginals and
+canonical tree. A reader starts here.
 
 Conventions (shared by every public function here):
 
@@ -17,30 +18,86 @@ Conventions (shared by every public function here):
 Scores are float32 or float64; -inf marks an impossible arc. A sentence with a position that allows
 no label, or without any tree of finite score, is impossible: its log Z and best score are -inf, its
 marginals and gradient 0, its decoded labels and heads 0. +inf or NaN in a score that is read raises
-a ValueError naming the sentence and the arc. Every result is exact in float32 and float64 at any
-score scale (exp-space contractions are checked and redone in log space where they could lose mass,
-see :mod:`.contract`).
+a ValueError naming the sentence and the arc. Every sum is a log-sum-exp taken in float64, so results are
+exact in float32 and float64 at any score scale.
 
-The algorithm is in :mod:`.inside` (the stages), :mod:`.outside` (the backward passes), :mod:`.charts`
-(the chart layouts), :mod:`.contract` (the contractions) and :mod:`.arcs`; docs/algorithm.md maps the
-paper's recurrences to the code. On the CPU, log Z of :class:`DirectionalScores` without masks (what the
-components train and decode with) runs in :mod:`.compiled` instead: the same recurrences, one compiled
-loop per sentence, its outside pass in the same call; so does log Z of dense scores with one label (the
-gold labels' arcs, log S), in :mod:`.single_label`. ``compiled.enabled = False`` (or the environment
-variable ``SPACY_NLDM_COMPILED=0``) sends everything through the torch stages.
+The reference is :func:`_inside`, the labelled Eisner recurrences of docs/algorithm.md over a semiring
+(:class:`~.semiring.LogSemiring` for log Z, :class:`~.semiring.MaxSemiring` for the best tree), one
+vectorised step per span width; marginals are its gradient (autograd), Viterbi the gradient of its max.
+The fast lanes sit beside it, chosen by :func:`tree_lane` (``lane=`` forces one; docs/algorithm.md has
+what each is worth):
+
+==========  ==========================================================================  =========================
+lane        takes                                                                       module
+==========  ==========================================================================  =========================
+reference   everything                                                                  here
+compiled    log Z, marginals and Viterbi of DirectionalScores on the CPU without a      :mod:`.compiled`
+            label or arc mask (what the components train and tag with): one numba
+            loop per sentence in float64, the outside pass (or the back-pointers) in     :mod:`.compiled_decoders`
+            the same call; the canonical tree of given labels likewise                  (Viterbi, canonical)
+            dense one-label scores (the gold labels' arcs, log S) up to                 :mod:`.single_label`
+            ``ONE_LABEL_UP_TO`` tokens
+factored    log Z and marginals of ``token_independent`` DirectionalScores, read as     :mod:`.compiled`
+            emissions plus one table
+==========  ==========================================================================  =========================
+
+:func:`canonical_heads` decodes the canonical tree of given labels: the shortest-arc tree among the
+near-best ones, by the same recurrences in a tolerant max.
 """
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from .arcs import ArcScores, DenseArcs, DirectionalArcs, DirectionalScores
-from . import compiled, single_label
+from . import compiled, compiled_decoders, single_label
 from .checks import Decoded, check_label_mask, check_lengths, check_scores, raise_if_not_finite
-from .inside import Inside
-from .outside import backtrack, outside_by_recomputation, outside_log, outside_log_space
 from .semiring import LogSemiring, MaxSemiring, Semiring, as_semiring
 
 Tensor = torch.Tensor
+NEG = float("-inf")
+#: the lanes :func:`tree_lane` chooses from and ``lane=`` accepts
+LANES = ("reference", "compiled", "factored")
+#: dense one-label scores (the gold labels' arcs, log S) take the compiled lane up to this many tokens: one
+#: thread, B=32, fwd+bwd, it takes 0.3x the reference's time at n = 12, 0.7x at 30, 1.0x at 40, 1.6x at 60
+ONE_LABEL_UP_TO = 32
+#: relative tolerance of the canonical tree's maximisations: far above float32 rounding (~1e-7 per score),
+#: far below score differences that mean something
+TOL = 1e-5
+
+
+class DirectionalScores:
+    """Arc scores that depend on the dependent, the arc's direction and the two labels only,
+    not on the head's position: ``F[b, d-1, 0, a, c]`` scores every arc h -> d with h < d and
+    ``F[b, d-1, 1, a, c]`` every arc with h > d, head label ``a - 1`` (``a = 0``: the root, only
+    for direction 0) and dependent label c; shape (B, N, 2, M+1, M).
+
+    ``distance_bias`` (2, K), optional: ``distance_bias[x, w-1]`` is added to every arc between two
+    tokens of length w (``|h - d| = w``) and direction x, the last column to arcs of length K and more;
+    arcs from the root get none. It is differentiable like F (its gradient is the expected number of
+    arcs of each direction and length).
+
+    ``token_independent = True`` is the caller's statement that every token's scores are one emission row
+    plus one shared table, ``F[b, d, x, a, c] = e[b, d, c] + table[x, a, c]`` (as the components' bilinear
+    and emission_transition scorers make them): the ``factored`` lane then reads ``e = F[:, :, 0, 1]`` and
+    the table relative to it from the first real token.
+    """
+
+    def __init__(self, F: Tensor, distance_bias: Optional[Tensor] = None, token_independent: bool = False):
+        if not isinstance(F, Tensor) or F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
+            shape = tuple(F.shape) if isinstance(F, Tensor) else type(F).__name__
+            raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {shape}")
+        if distance_bias is not None and not (isinstance(distance_bias, Tensor) and distance_bias.dim() == 2
+                                              and distance_bias.shape[0] == 2 and distance_bias.shape[1] >= 1):
+            shape = tuple(distance_bias.shape) if isinstance(distance_bias, Tensor) else type(distance_bias).__name__
+            raise ValueError(f"distance_bias must have shape (2, K), K >= 1, got {shape}")
+        self.F = F
+        self.distance_bias = distance_bias
+        self.token_independent = bool(token_independent)
+
+    @property
+    def shape(self) -> Tuple[int, int, int, int, int]:
+        """The shape of the dense arc tensor these scores stand for."""
+        B, N, _, _, M = self.F.shape
+        return (B, N + 1, N + 1, M, M)
 
 
 class Marginals(NamedTuple):
@@ -52,109 +109,54 @@ class Marginals(NamedTuple):
     labels: Tensor
 
 
-def log_partition(
-    scores,
-    lengths: Tensor,
-    *,
-    label_mask: Optional[Tensor] = None,
-    max_dist: Optional[int] = None,
-    arc_mask: Optional[Tensor] = None,
-    semiring=LogSemiring,
-) -> Tensor:
+# -- public API ---------------------------------------------------------------------------------------
+
+
+def log_partition(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max_dist: Optional[int] = None,
+                  arc_mask: Optional[Tensor] = None, semiring=LogSemiring, lane: Optional[str] = None) -> Tensor:
     """log of the sum over label sequences and projective trees of exp(tree score), shape (B,).
 
-    With ``label_mask`` set to the gold labels this is log S(x, y); without it, log Z(x).
-    Differentiable: its gradient with respect to the scores is the arc marginals. ``semiring`` (an
-    instance or a class, see :mod:`.semiring`) may be :class:`~.semiring.BroadcastLogSemiring`, the
-    slow reference, or :class:`~.semiring.MaxSemiring` (the best score; its gradient marks the best tree).
+    With ``label_mask`` set to the gold labels this is log S(x, y); without it, log Z(x). Differentiable:
+    its gradient with respect to the scores is the arc marginals. ``semiring`` (an instance or a class):
+    :class:`~.semiring.LogSemiring` or :class:`~.semiring.MaxSemiring` (the best score). ``lane``: see
+    :func:`tree_lane`; every lane gives the same result.
     """
     problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
     semiring = as_semiring(semiring)
+    chosen = _pick(scores, problem, semiring, lane)
+    if isinstance(semiring, MaxSemiring) and chosen != "reference":  # (the best score: from viterbi's lane)
+        return viterbi(scores, lengths, label_mask=label_mask, max_dist=max_dist, arc_mask=arc_mask,
+                       lane=chosen).score
     root = None
-    if _compiled_lane(semiring, problem, label_mask):
-        factors = _factors(scores, problem)
-        if factors is not None:  # token-independent scores: emissions and one table (see DirectionalScores)
-            root = _CompiledFactoredInside.apply(*factors, problem.arcs.bias, problem)
-        else:
-            root = _CompiledInside.apply(problem.arcs.tensor, problem.arcs.bias, problem)
-    elif _single_label_lane(semiring, problem, label_mask):
-        root = _CompiledSingleLabel.apply(problem.arcs.tensor, problem)
+    if chosen != "reference" and not isinstance(scores, DirectionalScores):
+        root = single_label.log_partition(scores, problem.lengths, problem.limit)
+    elif chosen != "reference":
+        root = compiled.log_partition(scores, problem.lengths, problem.limit, chosen == "factored")
     if root is not None and not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
-        root = None  # +inf or NaN read somewhere: the torch stages name it
+        root = None  # +inf or NaN read somewhere: the reference names it
     if root is None:
-        root = _Inside.apply(semiring, problem.arcs.tensor, problem.arcs.bias, problem)
-    result = torch.where(problem.impossible, float("-inf"), root)
+        root = _inside(semiring, problem.arcs.width, problem).to(problem.dtype)
+    result = torch.where(problem.impossible, NEG, root)
     raise_if_not_finite(result, lambda b: _bad_arc(problem, b))
     return result
 
 
-def viterbi(
-    scores,
-    lengths: Tensor,
-    *,
-    label_mask: Optional[Tensor] = None,
-    max_dist: Optional[int] = None,
-    arc_mask: Optional[Tensor] = None,
-) -> Decoded:
-    """Best joint (labels, tree), the paper's approximate MAP: :class:`~.checks.Decoded` with
-    ``labels`` (B, N) label ids of tokens 1..N, ``heads`` (B, N) head positions in 0..N (0 = root)
-    and ``score`` (B,)."""
-    problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
-    with torch.no_grad():
-        inside = Inside(MaxSemiring(), problem.arcs.detach(), problem.allowed, problem.lengths, problem.limit)
-        best = torch.where(problem.impossible, float("-inf"), inside.run())
-        raise_if_not_finite(best, lambda b: _bad_arc(problem, b))
-        marked = _MarkedArcs(best.shape[0], problem.arcs.shape[1], inside.limit, best.device)
-        for w, marks in backtrack(inside, (best > float("-inf")).to(best.dtype)):
-            marked.add(w, marks)
-        labels, heads = marked.decode(problem.arcs.shape[-1])
-    return Decoded(labels, heads, best)
+def tree_lane(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max_dist: Optional[int] = None,
+              arc_mask: Optional[Tensor] = None, semiring=LogSemiring) -> str:
+    """The lane (one of :data:`LANES`) that :func:`log_partition` and :func:`marginals` take for these inputs."""
+    return _pick(scores, _prepare(scores, lengths, label_mask, arc_mask, max_dist), as_semiring(semiring), None)
 
 
-class _MarkedArcs:
-    """The arcs the backtrack marks, by dependent: for each position j (B, N+1) and each width w and
-    direction, the largest mark of the arcs into j and where it is in the (M, M) label grid. Filled by
-    whole slices, one width at a time, and decoded once: nothing waits for the device (a ``nonzero``
-    per width would stall a GPU's queue twice per width)."""
-
-    def __init__(self, batch: int, positions: int, limit: int, device):
-        # [..., 0, w-1]: the arc (j-w) -> j, from the right; [..., 1, w-1]: the arc (j+w) -> j, from the left
-        widths = max(limit, 1)  # limit 0 (no tokens): nothing is marked, every label and head 0
-        self.mark = torch.zeros(batch, positions, 2, widths, device=device)
-        self.where = torch.zeros(batch, positions, 2, widths, dtype=torch.long, device=device)
-
-    def add(self, w: int, marks) -> None:
-        """The marks (:class:`~.arcs.WidthArcs`, (B, S, M, M) [label of s, label of s+w]) of width w."""
-        spans = marks.right.shape[1]
-        for direction, marked, deps in ((0, marks.right, slice(w, w + spans)), (1, marks.left, slice(0, spans))):
-            value, index = marked.flatten(2).max(-1)  # (B, S): a tree has at most one arc per span and direction
-            self.mark[:, deps, direction, w - 1] = value
-            self.where[:, deps, direction, w - 1] = index
-
-    def decode(self, m: int):
-        """labels, heads (B, N): each token's label and head position (0 = the root), 0 where unmarked."""
-        widths = self.mark.shape[3]
-        value, pick = self.mark.flatten(2).max(-1)  # (B, N+1): the one marked (direction, width)
-        index = self.where.flatten(2).gather(2, pick[:, :, None]).squeeze(2)
-        direction, width = pick // widths, pick % widths + 1
-        position = torch.arange(self.mark.shape[1], device=value.device)
-        # from the right, the dependent is s+w: its label is c (index % M); from the left it is s: label a
-        heads = torch.where(direction == 0, position - width, position + width)
-        labels = torch.where(direction == 0, index % m, index // m)
-        marked = value > 0
-        return torch.where(marked, labels, 0)[:, 1:], torch.where(marked, heads, 0)[:, 1:]
+def sentence_by_sentence(device) -> bool:
+    """Whether log Z and the marginals of DirectionalScores on ``device`` run sentence by sentence (the
+    compiled lanes), so that padding a batch to its longest sentence costs nothing."""
+    return torch.device(device).type == "cpu" and compiled.available()
 
 
-def marginals(
-    scores,
-    lengths: Tensor,
-    *,
-    label_mask: Optional[Tensor] = None,
-    max_dist: Optional[int] = None,
-    arc_mask: Optional[Tensor] = None,
-) -> Marginals:
+def marginals(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max_dist: Optional[int] = None,
+              arc_mask: Optional[Tensor] = None, lane: Optional[str] = None) -> Marginals:
     """Posterior marginals of arcs and labels (:class:`Marginals`), from the gradient of log Z."""
-    arcs, labels, factor = _marginals(scores, lengths, label_mask, max_dist, arc_mask)
+    arcs, labels, factor = _marginals(scores, lengths, label_mask, max_dist, arc_mask, lane)
     if isinstance(scores, DirectionalScores):
         arcs = arcs * factor[:, :, None, None, None]
     else:
@@ -162,34 +164,264 @@ def marginals(
     return Marginals(arcs, labels)
 
 
-def label_marginals(
-    scores,
-    lengths: Tensor,
-    *,
-    label_mask: Optional[Tensor] = None,
-    max_dist: Optional[int] = None,
-    arc_mask: Optional[Tensor] = None,
-) -> Tensor:
-    """P(y_d = c | x), (B, N, M): :func:`marginals`' ``labels``, without the arc marginals (on the compiled
-    lane they are not even written)."""
-    if isinstance(scores, DirectionalScores) and label_mask is None and arc_mask is None:
-        problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
-        if _compiled_lane(LogSemiring(), problem, label_mask):
-            factors = _factors(scores, problem)
-            if factors is not None:
-                log_z, packed, _, _, real = compiled.inside_outside_factored(
-                    *factors, problem.arcs.bias, problem.lengths, problem.limit, True, with_bias_grad=False)
-            else:
-                log_z, _, _, packed, real = compiled.inside_outside(scores.F, problem.arcs.bias, problem.lengths,
-                                                                   problem.limit, True, with_arcs=False)
-            if bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
-                labels = torch.zeros(real.shape + (scores.F.shape[-1],), dtype=torch.float64)
-                labels[real] = packed
-                return (labels * _sum_to_one(labels).unsqueeze(-1)).to(scores.F.dtype)
-    return _marginals(scores, lengths, label_mask, max_dist, arc_mask)[1]
+def label_marginals(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max_dist: Optional[int] = None,
+                    arc_mask: Optional[Tensor] = None, lane: Optional[str] = None) -> Tensor:
+    """P(y_d = c | x), (B, N, M): :func:`marginals`' ``labels`` (on the compiled lanes the arc marginals are
+    not even written)."""
+    problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
+    chosen = _pick(scores, problem, LogSemiring(), lane)
+    if chosen != "reference" and isinstance(scores, DirectionalScores):
+        labels = compiled.label_marginals(scores, problem.lengths, problem.limit, chosen == "factored")
+        if labels is not None:
+            return (labels * _sum_to_one(labels).unsqueeze(-1)).to(scores.F.dtype)
+    return _marginals(scores, lengths, label_mask, max_dist, arc_mask, chosen)[1]
 
 
-def _marginals(scores, lengths, label_mask, max_dist, arc_mask):
+def viterbi(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max_dist: Optional[int] = None,
+            arc_mask: Optional[Tensor] = None, lane: Optional[str] = None) -> Decoded:
+    """Best joint (labels, tree), the paper's approximate MAP: :class:`~.checks.Decoded` with ``labels``
+    (B, N) label ids of tokens 1..N, ``heads`` (B, N) head positions in 0..N (0 = root) and ``score`` (B,).
+    On the reference the tree is the gradient of the best score with respect to the arcs (one best tree,
+    ties to the first split and label pair); ``lane="compiled"`` (the default for DirectionalScores on the
+    CPU without masks) runs the same recurrences with back-pointers in one numba loop per sentence."""
+    problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
+    chosen = _pick(scores, problem, MaxSemiring(), lane)
+    if chosen == "compiled" and isinstance(scores, DirectionalScores):
+        real = torch.arange(scores.F.shape[1])[None, :] < problem.lengths[:, None]
+        if not bool((torch.isnan(scores.F) | (scores.F == float("inf")))[real].any()):
+            labels, heads, best = compiled_decoders.viterbi(scores.F, scores.distance_bias, problem.lengths,
+                                                            problem.limit)
+            best = torch.where(problem.impossible, NEG, best.to(problem.dtype))
+            found = (best > NEG)[:, None]
+            return Decoded(labels * found, heads * found, best)
+    with torch.enable_grad():
+        arcs = [()] + [tuple(a.detach().requires_grad_() for a in problem.arcs.width(w))
+                       for w in range(1, problem.limit + 1)]
+        best = torch.where(problem.impossible, NEG, _inside(MaxSemiring(), arcs.__getitem__, problem))
+        raise_if_not_finite(best, lambda b: _bad_arc(problem, b))
+        leaves = [a for pair in arcs for a in pair]
+        found = (best > NEG).to(best.dtype)
+        marks = torch.autograd.grad(best, leaves, found, allow_unused=True) if leaves else []
+    labels, heads = _decode_marks(marks, problem)
+    return Decoded(labels, heads, best.detach().to(problem.dtype))
+
+
+def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Optional[int] = None, tol: float = TOL,
+                    distance_bias: Optional[Tensor] = None, lane: Optional[str] = None) -> Tuple[Tensor, Tensor]:
+    """The canonical tree of given labels: heads (B, N) (0 = the root, 0 beyond each length) and its score
+    (B,) float64 (the sum of its arcs' scores, dependent by dependent), for DirectionalScores F
+    (B, N, 2, M+1, M), labels (B, N) and the distance bias (2, K) or None.
+
+    Many trees score the same or within rounding of each other (every tree that keeps each token's head
+    direction and head label scores exactly the same), and which one Viterbi returns follows the last bits
+    of the scores. This one does not: the recurrences in the tolerant max of :class:`_Canonical` keep, of the
+    candidates within ``tol`` (relative) of the best, the one with the shortest arcs in all (the first split
+    on a tie). ``lane``: ``"reference"`` (these recurrences in torch) or ``"compiled"`` (the same choices in
+    one numba loop per sentence, the default on the CPU); both give the same heads and scores, bit for bit."""
+    check_scores(F, "directional scores")
+    lengths = check_lengths(lengths, labels.shape[0], labels.shape[1], labels.device)
+    if lane not in (None, "reference", "compiled"):
+        raise ValueError(f"lane must be 'reference', 'compiled' or None, got {lane!r}")
+    B, N = labels.shape
+    limit = N if max_dist is None else min(int(max_dist), N)
+    # dep[b, d-1, x, code] = F[b, d-1, x, code, label of d]; codes (B, N+1): each position's label + 1, 0 = root
+    dep = F.detach().gather(-1, labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1))[..., 0]
+    dep = dep.to("cpu", torch.float64)
+    codes = torch.cat([labels.new_zeros(B, 1), labels + 1], 1).cpu()
+    bias = None if distance_bias is None else distance_bias.detach().to("cpu", torch.float64)
+    lens = lengths.cpu()
+    if lane == "compiled" or (lane is None and compiled.available()):
+        heads = compiled_decoders.canonical_heads(dep, codes, bias, lens, limit, tol)
+    else:
+        heads = _canonical_reference(dep, codes, bias, lens, limit, tol)
+    # the tree's score, dependent by dependent (float64)
+    d = torch.arange(1, N + 1)
+    head_codes = codes.gather(1, heads)
+    arcs = dep[torch.arange(B)[:, None], d - 1, (heads > d).long(), head_codes]
+    if bias is not None:
+        column = ((heads - d).abs().clamp(1, bias.shape[1]) - 1)
+        arcs = arcs + torch.where(heads > 0, bias[(heads > d).long(), column], 0.0)
+    real = d[None, :] <= lens[:, None]
+    score = torch.zeros(B, dtype=torch.float64)
+    for j in range(N):
+        score = score + torch.where(real[:, j], arcs[:, j], 0.0)
+    return heads.to(labels.device, labels.dtype), score
+
+
+def _canonical_reference(dep: Tensor, codes: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
+                         tol: float) -> Tensor:
+    """Heads (B, N) of the canonical trees: the reference recurrences in :class:`_Canonical`, one label per
+    position; the tree is the gradient of the root's value with respect to the arcs."""
+    B, N = codes.shape[0], codes.shape[1] - 1
+    n1 = N + 1
+    allowed = (torch.arange(n1)[None, :] <= lengths[:, None])[..., None]  # (B, N+1, 1): the root and the tokens
+    problem = _Problem(None, allowed, lengths, torch.zeros(B, dtype=torch.bool), max(limit, 1), torch.float64,
+                       torch.device("cpu"), False)
+    values = []
+    for w in range(1, problem.limit + 1):
+        ends_inside = torch.arange(w, n1)[None, :] <= lengths[:, None]  # (B, S)
+        # the arc s -> s+w reads the dependent s+w's row at the head's code, the arc s+w -> s the dependent s's
+        right = dep[:, w - 1 :, 0].gather(-1, codes[:, : n1 - w, None])[..., 0]
+        left = torch.cat([torch.full((B, 1), NEG, dtype=dep.dtype),
+                          dep[:, : N - w, 1].gather(-1, codes[:, w + 1 :, None])[..., 0]], 1)
+        if bias is not None:  # between tokens only
+            column = min(w, bias.shape[1]) - 1
+            right = torch.cat([right[:, :1], right[:, 1:] + bias[0, column]], 1)
+            left = left + bias[1, column]
+        values.append(tuple(torch.where(ends_inside, arc, NEG).requires_grad_() for arc in (right, left)))
+
+    def width(w: int):  # (value, total arc length w) pairs, (B, S, 1, 1, 2)
+        return tuple(torch.stack([v, torch.full_like(v, float(w))], -1)[:, :, None, None] for v in values[w - 1])
+
+    with torch.enable_grad():
+        root = _inside(_Canonical(tol), width, problem)[..., 0]
+        found = (root > NEG).to(root.dtype)
+        leaves = [v for pair in values for v in pair]
+        marks = torch.autograd.grad(root, leaves, found, allow_unused=True)
+    marks = [None if g is None else g[:, :, None, None] for g in marks]
+    return _decode_marks(marks, problem)[1]
+
+
+class _Canonical(Semiring):
+    """The tolerant max of :func:`canonical_heads` over (value, total arc length) pairs, the last axis: the
+    product adds both; the sum keeps, of the terms within ``tol`` (relative) of the largest value, the one
+    of least length, the first on a tie (its gradient goes to that term only)."""
+
+    def __init__(self, tol: float):
+        self.tol = tol
+
+    def fill(self, mask: Tensor, dtype: torch.dtype) -> Tensor:
+        zero = torch.zeros((), dtype=dtype, device=mask.device)
+        return torch.stack([zero.where(mask, NEG), zero.expand(mask.shape)], -1)
+
+    def sum(self, x: Tensor, dims: Tuple[int, ...]) -> Tensor:
+        dims = tuple(d % (x.dim() - 1) for d in dims)
+        keep = [d for d in range(x.dim() - 1) if d not in dims]
+        x = x.permute(*keep, *dims, x.dim() - 1).flatten(len(keep), -2)  # (..., terms, 2)
+        value, length = x[..., 0], x[..., 1]
+        best = value.detach().amax(-1, keepdim=True)
+        floor = best - self.tol * best.abs().clamp_min(1.0)
+        pick = torch.where(value.detach() >= floor, length, float("inf")).argmin(-1, keepdim=True)
+        return torch.stack([value.gather(-1, pick)[..., 0], length.gather(-1, pick)[..., 0]], -1)
+
+
+def count_trees(n: int, max_dist: Optional[int] = None) -> int:
+    """Number of projective trees over n tokens with a free root (1, 3, 12, 55, 273, ...): log Z of zero
+    scores with one label, so it checks the recurrences too."""
+    scores = torch.zeros(1, n + 1, n + 1, 1, 1, dtype=torch.float64)
+    log_z = log_partition(scores, torch.tensor([n]), max_dist=max_dist, lane="reference")
+    return int(round(float(log_z.exp())))
+
+
+def distance_bias_matrix(distance_bias: Tensor, n1: int, max_dist: Optional[int] = None) -> Tensor:
+    """(n1, n1) [h, d]: the bias (2, K) of the arc h -> d between tokens (h, d >= 1) of length at most
+    ``max_dist``, 0 elsewhere (root arcs, self-arcs, longer arcs); differentiable."""
+    positions = torch.arange(n1, device=distance_bias.device)
+    offset = positions[None, :] - positions[:, None]  # d - h
+    column = (offset.abs() - 1).clamp(0, distance_bias.shape[1] - 1)
+    tokens = (positions[:, None] >= 1) & (positions[None, :] >= 1) & (offset != 0)
+    if max_dist is not None:
+        tokens = tokens & (offset.abs() <= max_dist)
+    bias = torch.where(offset > 0, distance_bias[0][column], distance_bias[1][column])
+    return torch.where(tokens, bias, 0.0)
+
+
+# -- the reference recurrences ------------------------------------------------------------------------
+
+
+def _inside(semiring: Semiring, width: Callable[[int], Tuple[Tensor, Tensor]], problem: "_Problem") -> Tensor:
+    """The root item (B, *E) of the labelled Eisner recurrences in ``semiring`` (docs/algorithm.md), every
+    span of one width at a time; ``width(w)`` gives the arcs of width w, (right, left) (B, S, M, M, *E) each,
+    S = N+1-w spans, [label of the span's start, label of its end], the semiring's zero where not allowed
+    (E: the shape of one semiring value, () but for :class:`_Canonical`).
+
+    Each kind of item has a chart (B, spans, widths, ...) that grows by one width per step, indexed by the
+    span's start (``*_s``: starts 0.., widths ascending) or by its end (``*_e``: ends w.., widths descending)
+    and keeps only the spans that later widths read, so that every sum below reads its operands as slices."""
+    allowed, K = problem.allowed, problem.limit
+    n1 = allowed.shape[1]
+    # CR[i, i, a] = CL[i, i, a] = 0 (the semiring's one) for each allowed label a of i
+    base = semiring.fill(allowed, torch.float64)  # (B, N+1, M, *E)
+    cr_s = cr_e = cl_s = cl_e = base.unsqueeze(2)
+    ir_s = il_e = None
+    complete, incomplete = [base], [None]  # CR and IR of each width, by start (for the root and the tail)
+    for w in range(1, K + 1):
+        right, left = width(w)
+        # what width w reads: the spans that start before N+1-w (by start) or end after w-1 (by end)
+        cr_s, cl_s, cr_e, cl_e = _first(cr_s), _first(cl_s), _last(cr_e), _last(cl_e)
+        # inner(s, t, a, c) = (+)_{r=s..t-1} CR[s, r, a] * CL[r+1, t, c]
+        inner = semiring.sum(cr_s.unsqueeze(4) + cl_e.unsqueeze(3), (2,))
+        # IR[s, t, a, c] = inner(s, t, a, c) * s[s -> t, a, c]
+        ir = inner + right
+        # IL[s, t, a, c] = inner(s, t, a, c) * s[t -> s, c, a]    (never into the root: left[:, 0] is zero)
+        il = inner + left
+        ir_s = ir.unsqueeze(2) if ir_s is None else torch.cat([_first(ir_s), ir.unsqueeze(2)], 2)
+        il_e = il.unsqueeze(2) if il_e is None else torch.cat([il.unsqueeze(2), _last(il_e)], 2)
+        # CR[s, t, a] = (+)_{r=s+1..t, c} IR[s, r, a, c] * CR[r, t, c]
+        cr = semiring.sum(ir_s + cr_e.unsqueeze(3), (2, 4))
+        # CL[s, t, c] = (+)_{r=s..t-1, a} CL[s, r, a] * IL[r, t, a, c]
+        cl = semiring.sum(cl_s.unsqueeze(4) + il_e, (2, 3))
+        cr_s, cr_e = torch.cat([cr_s, cr.unsqueeze(2)], 2), torch.cat([cr.unsqueeze(2), cr_e], 2)
+        cl_s, cl_e = torch.cat([cl_s, cl.unsqueeze(2)], 2), torch.cat([cl.unsqueeze(2), cl_e], 2)
+        complete.append(cr), incomplete.append(ir)
+    lengths = problem.lengths
+    batch = torch.arange(len(lengths), device=lengths.device)
+    if K >= n1 - 1:  # log Z = CR[0, n, 0]
+        return torch.stack([cr[:, 0] for cr in complete], 1)[batch, lengths, 0]
+    # with max_dist, the tail T[i] = CR[i, n] (only right-complete items that end at n can be wider than K):
+    # T[i, a] = CR[i, n, a] if n - i <= K, else (+)_{r=i+1..i+K, c} IR[i, r, a, c] * T[r, c]
+    complete = torch.stack([_pad(cr, w) for w, cr in enumerate(complete)], 2)  # (B, N+1, K+1, M, *E)
+    incomplete = torch.stack([_pad(ir, w) for w, ir in enumerate(incomplete) if w], 2)  # (B, N+1, K, M, M, *E)
+    nothing = torch.full_like(base[:, 0], NEG)
+    tail: List[Tensor] = [nothing] * K
+    for i in range(n1 - 1, -1, -1):
+        rest = semiring.sum(incomplete[:, i] + torch.stack(tail[-1 : -K - 1 : -1], 1).unsqueeze(2), (1, 3))
+        dist = _per_sentence(lengths - i, rest)
+        near = complete[batch, i, (lengths - i).clamp(0, K)]
+        tail.append(torch.where(dist > K, rest, torch.where(dist >= 0, near, nothing)))
+    return tail[-1][:, 0]  # log Z = T[0, 0]
+
+
+def _first(chart: Tensor) -> Tensor:
+    """A chart (B, S, ...) without its last span (a split, whose backward pass does not fill a whole chart)."""
+    return chart.split([chart.shape[1] - 1, 1], 1)[0]
+
+
+def _last(chart: Tensor) -> Tensor:
+    """A chart (B, S, ...) without its first span."""
+    return chart.split([1, chart.shape[1] - 1], 1)[1]
+
+
+def _pad(items: Tensor, w: int) -> Tensor:
+    """Items of width w by start (B, N+1-w, ...), padded with -inf to (B, N+1, ...)."""
+    return torch.nn.functional.pad(items, (0, 0) * (items.dim() - 2) + (0, w), value=NEG)
+
+
+def _per_sentence(values: Tensor, like: Tensor) -> Tensor:
+    """``values`` (B,) shaped to broadcast against ``like`` (B, ...)."""
+    return values.reshape(-1, *(1,) * (like.dim() - 1))
+
+
+def _decode_marks(marks, problem: "_Problem") -> Tuple[Tensor, Tensor]:
+    """labels, heads (B, N) of the arcs the Viterbi gradient ``marks`` (right, left per width) picked: each
+    dependent has one marked arc (0 everywhere for an impossible sentence)."""
+    B, n1, M = problem.allowed.shape
+    value = torch.zeros(B, n1, device=problem.allowed.device)
+    labels = torch.zeros(B, n1, dtype=torch.long, device=value.device)
+    heads = torch.zeros(B, n1, dtype=torch.long, device=value.device)
+    for w in range(1, problem.limit + 1):
+        right, left = (value.new_zeros(B, n1 - w, M, M) if g is None else g.detach() for g in marks[2 * w - 2 : 2 * w])
+        for marked, deps, head, pick in ((right, slice(w, n1), -w, lambda i: i % M),
+                                         (left, slice(0, n1 - w), w, lambda i: i // M)):
+            top, index = marked.flatten(2).max(-1)  # (B, S): at most one arc per span and direction
+            hit = top > value[:, deps]
+            value[:, deps] = torch.where(hit, top, value[:, deps])
+            labels[:, deps] = torch.where(hit, pick(index), labels[:, deps])
+            heads[:, deps] = torch.where(hit, torch.arange(n1, device=value.device)[deps] + head, heads[:, deps])
+    return labels[:, 1:], heads[:, 1:]
+
+
+def _marginals(scores, lengths, label_mask, max_dist, arc_mask, lane):
     """The arc marginals (unnormalised), the label marginals and each token's normalising factor (B, N)."""
     directional = isinstance(scores, DirectionalScores)
     tensor = scores.F if directional else scores
@@ -197,9 +429,8 @@ def _marginals(scores, lengths, label_mask, max_dist, arc_mask):
     with torch.enable_grad():
         leaf = tensor.detach().requires_grad_(True)
         bias = scores.distance_bias.detach() if directional and scores.distance_bias is not None else None
-        log_z = log_partition(DirectionalScores(leaf, bias, scores.token_independent) if directional else leaf, lengths,
-                              label_mask=label_mask,
-                              max_dist=max_dist, arc_mask=arc_mask)
+        given = DirectionalScores(leaf, bias, scores.token_independent) if directional else leaf
+        log_z = log_partition(given, lengths, label_mask=label_mask, max_dist=max_dist, arc_mask=arc_mask, lane=lane)
         (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
     labels = arcs.sum(dim=(2, 3)) if directional else arcs.sum(dim=(1, 3))[:, 1:]
     factor = _sum_to_one(labels)
@@ -207,49 +438,92 @@ def _marginals(scores, lengths, label_mask, max_dist, arc_mask):
 
 
 def _sum_to_one(labels: Tensor) -> Tensor:
-    """(B, N) the factor that makes each token's label marginals (B, N, M) sum to 1 (0 where they are all 0).
-    Every token of a possible sentence has one head and one label, so its marginals sum to 1: dividing by
-    the computed sum removes the rounding that tied structures (equal scores, summed in different orders)
-    pick up at large scores, ~1e-3 absolute at scores of 1e4 in float32."""
+    """(B, N) the factor that makes each token's label marginals (B, N, M) sum to 1 (0 where they are all 0):
+    every token of a possible sentence has one head and one label, so dividing by the computed sum removes
+    the rounding that tied structures pick up at large scores."""
     total = labels.sum(-1)
     return torch.where(total > 0, 1.0 / total, 0.0)
 
 
-def count_trees(n: int, max_dist: Optional[int] = None) -> int:
-    """Number of projective trees over n tokens with a free root (1, 3, 12, 55, 273, ...).
+# -- inputs -------------------------------------------------------------------------------------------
 
-    Runs the inside algorithm on zero scores with one label, so it checks the recurrences too.
-    """
-    scores = torch.zeros(1, n + 1, n + 1, 1, 1, dtype=torch.float64)
-    log_z = log_partition(scores, torch.tensor([n]), max_dist=max_dist)
-    return int(round(float(log_z.exp())))
+
+class _Arcs:
+    """The arcs of one width at a time, masked: :meth:`width`. ``allowed`` (B, N+1, M) the labels of each
+    position (none past a sentence's end), ``arc_mask`` (B or 1, N+1, N+1) or None."""
+
+    def __init__(self, scores, allowed: Tensor, arc_mask: Optional[Tensor]):
+        self.scores, self.allowed, self.arc_mask = scores, allowed, arc_mask
+        self.diagonals = None
+
+    def raw(self, w: int) -> Tuple[Tensor, Tensor]:
+        """The arcs of width w as the scores hold them, (B, S, M, M) each [label of start, label of end]:
+        right s -> s+w, left s+w -> s."""
+        if not isinstance(self.scores, DirectionalScores):
+            if self.diagonals is None:  # every width's arcs in one gather per direction (one backward op each)
+                n1 = self.scores.shape[1]
+                start = torch.cat([torch.arange(n1 - v) for v in range(1, n1)]).to(self.scores.device)
+                end = start + torch.cat([torch.full((n1 - v,), v) for v in range(1, n1)]).to(start.device)
+                sizes = [n1 - v for v in range(1, n1)]
+                right = self.scores[:, start, end].split(sizes, 1)  # [b, s, a, c] = scores[b, s, s+w, a, c]
+                left = self.scores[:, end, start].transpose(-1, -2).split(sizes, 1)  # = scores[b, s+w, s, c, a]
+                self.diagonals = (right, left)
+            return self.diagonals[0][w - 1], self.diagonals[1][w - 1]
+        F, bias = self.scores.F, self.scores.distance_bias
+        B, N, _, _, M = F.shape
+        column = None if bias is None else min(w, bias.shape[1]) - 1
+        tokens_right, tokens_left = F[:, w:, 0, 1:], F[:, : N - w, 1, 1:].transpose(-1, -2)
+        if bias is not None:  # between tokens only, added in float64 (as the compiled lanes add it)
+            bias = bias.to(torch.float64)
+            tokens_right = tokens_right.to(torch.float64) + bias[0, column]
+            tokens_left = tokens_left.to(torch.float64) + bias[1, column]
+        root = F[:, w - 1 : w, 0, 0, None, :].expand(B, 1, M, M).to(tokens_right.dtype)  # root -> w, label 0
+        return torch.cat([root, tokens_right], 1), torch.cat([root, tokens_left], 1)  # (left[:, 0]: masked)
+
+    def ok(self, w: int) -> Tuple[Tensor, Tensor]:
+        """(B, S, M, M) bool each: which arcs of width w (and label pairs) exist."""
+        start, end = self.allowed[:, :-w], self.allowed[:, w:]
+        pairs = start[..., :, None] & end[..., None, :]
+        right, left = pairs, pairs.clone()
+        left[:, 0] = False  # never into the root
+        if self.arc_mask is not None:
+            right = right & self.arc_mask.diagonal(w, 1, 2)[..., None, None]
+            left = left & self.arc_mask.diagonal(-w, 1, 2)[..., None, None]
+        return right, left
+
+    def width(self, w: int) -> Tuple[Tensor, Tensor]:
+        """The arcs of width w with the disallowed ones at -inf (whatever the scores hold there), in float64
+        (the recurrences run in float64 whatever the scores' dtype: a float32 item of magnitude 1e4 holds
+        only 3 decimals, too few for the marginals)."""
+        return tuple(torch.where(ok, arc.to(torch.float64), NEG) for arc, ok in zip(self.raw(w), self.ok(w)))
 
 
 class _Problem(NamedTuple):
-    arcs: ArcScores
-    allowed: Tensor  # (B, N+1, M) bool: the labels each position may take
+    arcs: _Arcs
+    allowed: Tensor  # (B, N+1, M) bool: the labels each position may take (the root: label 0)
     lengths: Tensor  # (B,) long, 0 for impossible sentences
     impossible: Tensor  # (B,) bool
     limit: int  # K, the longest arc
+    dtype: torch.dtype  # of the scores (and the results); the recurrences run in float64
+    device: torch.device
+    masked: bool  # a label or an arc mask was given
 
 
 def _prepare(scores, lengths, label_mask, arc_mask, max_dist) -> _Problem:
-    """Check the inputs; the arcs, allowed labels and lengths the inside pass reads."""
-    bias = None
+    """Check the inputs; the arcs, allowed labels and lengths the recurrences read."""
     if isinstance(scores, DirectionalScores):
-        tensor, shape, source = scores.F, scores.shape, DirectionalArcs
+        tensor = scores.F
         check_scores(tensor, "directional scores")
         if scores.distance_bias is not None:
             check_scores(scores.distance_bias, "distance_bias")
             if not bool(torch.isfinite(scores.distance_bias).all()):
                 raise ValueError(f"distance_bias must be finite, got {scores.distance_bias.tolist()}")
-            bias = scores.distance_bias.to(device=tensor.device, dtype=tensor.dtype)
     else:
         check_scores(scores)
         if scores.dim() != 5 or scores.shape[1] != scores.shape[2] or scores.shape[3] != scores.shape[4]:
             raise ValueError(f"scores must have shape (B, N+1, N+1, M, M), got {tuple(scores.shape)}")
-        tensor, shape, source = scores, tuple(scores.shape), DenseArcs
-    batch, n1, _, m, _ = shape
+        tensor = scores
+    batch, n1, _, m, _ = scores.shape
     device = tensor.device
     lengths = check_lengths(lengths, batch, n1 - 1, device)
     if max_dist is not None and (isinstance(max_dist, bool) or int(max_dist) != max_dist or max_dist < 1):
@@ -269,172 +543,50 @@ def _prepare(scores, lengths, label_mask, arc_mask, max_dist) -> _Problem:
     root = torch.zeros(m, dtype=torch.bool, device=device)
     root[0] = True
     allowed = torch.cat([root.expand(batch, 1, m), allowed[:, 1:]], dim=1)  # the root carries label 0
-    return _Problem(source(tensor, lengths, arc_mask, shape, bias), allowed, lengths, impossible, limit)
+    return _Problem(_Arcs(scores, allowed, arc_mask), allowed, lengths, impossible, limit, tensor.dtype, device,
+                    mask is not None or arc_mask is not None)
 
 
-class _Inside(torch.autograd.Function):
-    """Root items T[0, 0] (B,) in the semiring; the backward pass by the semiring's strategy.
-
-    The forward pass fills the charts stage by stage without an autograd graph; the backward pass goes
-    over the stages in reverse and pushes the gradient into the arcs, memory O(B n k M^2).
-    """
-
-    @staticmethod
-    def forward(ctx, semiring: Semiring, tensor: Tensor, bias: Optional[Tensor], problem: _Problem) -> Tensor:
-        """``tensor`` and ``bias`` are ``problem.arcs.tensor`` and ``.bias``, passed so that autograd sees them."""
-        inside = Inside(semiring, problem.arcs.detach(), problem.allowed, problem.lengths, problem.limit)
-        root = inside.run()
-        ctx.inside = inside
-        return root
-
-    @staticmethod
-    def backward(ctx, grad_root: Tensor):
-        inside = ctx.inside
-        possible = inside.charts.tail.log[:, 0, 0] > float("-inf")
-        grad_root = torch.where(possible, grad_root, 0.0)
-        strategy = inside.semiring.backward
-        if strategy == "outside":
-            grad = outside_log(inside, grad_root) if inside.exp_space else outside_log_space(inside, grad_root)
-        elif strategy == "recompute":
-            grad = outside_by_recomputation(inside, grad_root)
-        else:
-            grad = inside.arcs.new_grad(inside.limit)
-            for w, marks in backtrack(inside, grad_root):
-                inside.arcs.add_grad(grad, w, marks)
-        if not bool(possible.all()):  # a sentence without a finite tree: gradient 0, never NaN
-            grad = torch.where(possible.reshape(-1, *((1,) * (grad.dim() - 1))), grad, 0.0)
-        return None, grad, inside.arcs.bias_grad, None
-
-
-def _compiled_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
-    """Whether :mod:`.compiled` computes this log Z: the log semiring itself, DirectionalScores on the CPU,
-    no label or arc mask (anything else, and ``compiled.enabled = False``: the torch stages of :mod:`.inside`;
-    a score of +inf or NaN is sent there too, which names it)."""
-    return isinstance(problem.arcs, DirectionalArcs) and _compiled_case(semiring, problem, label_mask)
-
-
-def _single_label_lane(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
-    """Whether :mod:`.single_label` computes this log Z: dense scores with one label (M = 1: the gold labels'
-    arcs, log S), the log semiring, on the CPU, no label or arc mask."""
-    arcs = problem.arcs
-    return isinstance(arcs, DenseArcs) and arcs.tensor.shape[-1] == 1 and _compiled_case(semiring, problem, label_mask)
-
-
-def _compiled_case(semiring: Semiring, problem: _Problem, label_mask: Optional[Tensor]) -> bool:
-    """What both compiled loops need: numba (and ``compiled.enabled``), the log semiring itself, the CPU, no
-    label or arc mask, an arc limit of at least 1."""
-    arcs = problem.arcs
-    return (compiled.enabled and compiled.available() and type(semiring) is LogSemiring and label_mask is None
-            and arcs.arc_mask is None and arcs.tensor.device.type == "cpu" and problem.limit >= 1)
-
-
-def _factors(scores, problem: _Problem) -> Optional[Tuple[Tensor, Tensor]]:
-    """For token-independent DirectionalScores: (emissions (B, N, M), table (2, M+1, M)) with
-    F[b, d, x, a, c] = emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] (F's dtype, so
-    that log Z keeps it) and the table is the first real token's F relative to that row (the difference
-    taken in float64, where it is exact). Differentiable functions of F; None otherwise."""
-    if not (isinstance(scores, DirectionalScores) and scores.token_independent):
-        return None
-    filled = (problem.lengths > 0).nonzero()
-    if len(filled) == 0:
-        return None
-    F = problem.arcs.tensor
-    first = F[int(filled[0]), 0].to(torch.float64)  # (2, M+1, M)
-    return F[:, :, 0, 1], first - first[0, 1]
-
-
-class _CompiledFactoredInside(torch.autograd.Function):
-    """log Z (B,) by the compiled inside pass on emissions (B, N, M) and one table (2, M+1, M); the outside
-    pass runs in the same call when a gradient will be asked for (the label marginals for the emissions,
-    the summed arc marginals for the table)."""
-
-    @staticmethod
-    def forward(ctx, emissions: Tensor, table: Tensor, bias: Optional[Tensor], problem: _Problem) -> Tensor:
-        with_grad = any(ctx.needs_input_grad[:3])
-        log_z, d_emissions, d_table, d_bias, real = compiled.inside_outside_factored(
-            emissions, table, bias, problem.lengths, problem.limit, with_grad)
-        ctx.grads, ctx.real, ctx.shape = (d_emissions, d_table, d_bias), real, emissions.shape
-        ctx.dtypes = (emissions.dtype, table.dtype, None if bias is None else bias.dtype)
-        return log_z.to(emissions.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_root: Tensor):
-        d_emissions, d_table, d_bias = ctx.grads  # float64; emissions packed over the real tokens
-        scale = grad_root.to(torch.float64)
-        out_e = out_t = out_b = None
-        if ctx.needs_input_grad[0]:
-            out_e = torch.zeros(ctx.shape, dtype=torch.float64)
-            out_e[ctx.real] = d_emissions * scale[:, None].expand(ctx.real.shape)[ctx.real][:, None]
-            out_e = out_e.to(ctx.dtypes[0])
-        if ctx.needs_input_grad[1]:
-            out_t = (d_table * scale.reshape(-1, 1, 1, 1)).sum(0).to(ctx.dtypes[1])
-        if ctx.needs_input_grad[2]:
-            out_b = (d_bias * _per_sentence(scale, d_bias)).sum(0).to(ctx.dtypes[2])
-        return out_e, out_t, out_b, None
-
-
-class _CompiledSingleLabel(torch.autograd.Function):
-    """log Z (B,) of dense one-label scores (B, N+1, N+1, 1, 1) by :mod:`.single_label`; its outside pass runs
-    in the same call when a gradient will be asked for."""
-
-    @staticmethod
-    def forward(ctx, tensor: Tensor, problem: _Problem) -> Tensor:
-        log_z, grad = single_label.inside_outside(tensor[..., 0, 0], problem.lengths, problem.limit,
-                                                  ctx.needs_input_grad[0])
-        ctx.grad = grad
-        return log_z.to(tensor.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_root: Tensor):
-        grad = ctx.grad * grad_root.to(torch.float64).reshape(-1, 1, 1)
-        return grad[..., None, None].to(grad_root.dtype), None
-
-
-class _CompiledInside(torch.autograd.Function):
-    """log Z (B,) by the compiled inside pass; its outside pass runs in the same call when a gradient
-    will be asked for, and the backward pass only scales it."""
-
-    @staticmethod
-    def forward(ctx, tensor: Tensor, bias: Optional[Tensor], problem: _Problem) -> Tensor:
-        with_grad = any(ctx.needs_input_grad[:2])
-        log_z, grad, grad_bias, _, real = compiled.inside_outside(tensor, bias, problem.lengths, problem.limit,
-                                                                 with_grad)
-        ctx.grads, ctx.real, ctx.shape = (grad, grad_bias), real, tensor.shape
-        return log_z.to(tensor.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_root: Tensor):
-        grad, grad_bias = ctx.grads  # packed over the real tokens, float64
-        scale = grad_root.to(torch.float64)
-        d_tensor = d_bias = None
-        if ctx.needs_input_grad[0]:
-            if not bool((scale == 1.0).all()):  # (a loss's sum of log Z: all 1, nothing to scale)
-                grad = grad * scale[:, None].expand(ctx.real.shape)[ctx.real].reshape(-1, 1, 1, 1)
-            d_tensor = grad_root.new_zeros(ctx.shape)
-            d_tensor[ctx.real] = grad.to(grad_root.dtype)
-        if ctx.needs_input_grad[1]:
-            d_bias = (grad_bias * _per_sentence(scale, grad_bias)).sum(0).to(grad_root.dtype)
-        return d_tensor, d_bias, None
-
-
-def _per_sentence(scale: Tensor, grads: Tensor) -> Tensor:
-    """``scale`` (B,) shaped to multiply per-sentence gradients (B, ...)."""
-    return scale.reshape(-1, *(1,) * (grads.dim() - 1))
+def _pick(scores, problem: _Problem, semiring: Semiring, lane: Optional[str]) -> str:
+    """The lane for these inputs, or ``lane`` itself (a ValueError where it cannot take them). The max
+    semiring has a compiled lane for DirectionalScores (:func:`viterbi`), the log semiring for both forms."""
+    directional = isinstance(scores, DirectionalScores)
+    viterbi = isinstance(semiring, MaxSemiring)
+    compiled_case = ((type(semiring) is LogSemiring or viterbi) and problem.device.type == "cpu"
+                     and not problem.masked and problem.limit >= 1 and compiled.available())
+    one_label = not directional and scores.shape[-1] == 1 and not viterbi
+    fits = compiled_case and (directional or one_label)
+    if not fits:
+        best = "reference"
+    elif directional:
+        best = "factored" if scores.token_independent and not viterbi else "compiled"
+    else:
+        longest = int(problem.lengths.max()) if len(problem.lengths) else 0  # (the loop's cost is per sentence)
+        best = "compiled" if longest <= ONE_LABEL_UP_TO else "reference"
+    if lane is None or lane == best:
+        return best
+    if lane not in LANES:
+        raise ValueError(f"lane must be one of {LANES} or None, got {lane!r}")
+    if lane == "reference" or (lane == "compiled" and fits):
+        return lane
+    raise ValueError(f"lane {lane!r} cannot take these inputs: it needs DirectionalScores"
+                     f"{' with token_independent' if lane == 'factored' else ' or dense one-label scores'} on the "
+                     "CPU, the log semiring (or Viterbi: DirectionalScores), no label or arc mask")
 
 
 def _bad_arc(problem: _Problem, b: int) -> str:
     """The first arc of sentence b that is read and holds +inf or NaN."""
     arcs = problem.arcs
     for w in range(1, problem.limit + 1):
-        for name, raw, ok in zip(("right", "left"), arcs.raw(w, arcs.tensor.detach()), arcs.allowed(w)):
-            bad = (torch.isnan(raw[b]) | (raw[b] == float("inf"))) & ok[b][:, None, None]
+        for name, raw, ok in zip(("right", "left"), arcs.raw(w), arcs.ok(w)):
+            raw = raw.detach()
+            bad = (torch.isnan(raw[b]) | (raw[b] == float("inf"))) & ok[b]
             if bool(bad.any()):
                 s, a, c = bad.nonzero()[0].tolist()
                 head, dep = (s, s + w) if name == "right" else (s + w, s)
                 head_label, dep_label = (a, c) if name == "right" else (c, a)
-                where = (
-                    f"DirectionalScores F[{b}, {dep - 1}, {int(head > dep)}, {head_label + 1 if head else 0}, {dep_label}]"
-                    if isinstance(arcs, DirectionalArcs) else f"scores[{b}, {head}, {dep}, {head_label}, {dep_label}]"
-                )
+                where = (f"DirectionalScores F[{b}, {dep - 1}, {int(head > dep)}, {head_label + 1 if head else 0}, "
+                         f"{dep_label}]" if isinstance(arcs.scores, DirectionalScores)
+                         else f"scores[{b}, {head}, {dep}, {head_label}, {dep_label}]")
                 return f"the arc {head} -> {dep} (labels {head_label}, {dep_label}) is {raw[b][s, a, c].item()} ({where})"
     return "its result is not finite"

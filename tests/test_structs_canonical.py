@@ -1,0 +1,58 @@
+"""The canonical tree of given labels (structs.canonical_heads): both lanes make the same choices bit for bit,
+those of the dense algorithm as first written (tests/dense_trees.py); it is a best tree of the labels and its
+score is the sum of its arcs' scores."""
+import importlib.util
+
+import pytest
+import torch
+
+from dense_trees import dense_canonical_heads
+from spacy_nldm.structs import DirectionalScores, canonical_heads, log_partition, MaxSemiring
+
+LANES = ["reference"] + (["compiled"] if importlib.util.find_spec("numba") else [])
+
+
+def factored_scores(kind, S, N, M, generator):
+    """F (S, N, 2, M+1, M): token-dependent arcs, or emission + a transition table (many exactly tied trees)."""
+    if kind == "token":
+        return torch.randn(S, N, 2, M + 1, M, generator=generator)
+    return torch.randn(S, N, 1, 1, M, generator=generator) + torch.randn(1, 1, 2, M + 1, M, generator=generator)
+
+
+@pytest.mark.parametrize("lane", LANES)
+@pytest.mark.parametrize("max_dist", [None, 1, 2, 5])
+def test_both_lanes_make_the_dense_algorithms_choices_bit_for_bit(lane, max_dist):
+    generator = torch.Generator().manual_seed(max_dist or 0)
+    for kind in ("token", "transition"):
+        S, N, M = 24, 13, 3
+        F = factored_scores(kind, S, N, M, generator)
+        lengths = torch.randint(0, N + 1, (S,), generator=generator)
+        lengths[0] = N
+        labels = torch.randint(0, M, (S, N), generator=generator)
+        heads, scores = canonical_heads(F, labels, lengths, max_dist, lane=lane)
+        want_heads, want_scores = dense_canonical_heads(F, labels, lengths, max_dist)
+        assert torch.equal(heads, want_heads) and torch.equal(scores, want_scores)
+
+
+@pytest.mark.parametrize("max_dist", [None, 3])
+def test_it_is_a_best_tree_of_the_labels_with_a_distance_bias(max_dist):
+    """Its score is the best score of the labels (the max semiring under a one-label mask), bias included,
+    on both lanes alike."""
+    generator = torch.Generator().manual_seed(4)
+    S, N, M = 16, 9, 3
+    F = factored_scores("token", S, N, M, generator).double()
+    bias = torch.randn(2, 3, generator=generator, dtype=torch.float64)
+    lengths = torch.randint(1, N + 1, (S,), generator=generator)
+    labels = torch.randint(0, M, (S, N), generator=generator)
+    mask = torch.nn.functional.one_hot(torch.cat([labels.new_zeros(S, 1), labels], 1), M).bool()
+    best = log_partition(DirectionalScores(F, bias), lengths, label_mask=mask, max_dist=max_dist, semiring=MaxSemiring)
+    results = [canonical_heads(F, labels, lengths, max_dist, distance_bias=bias, lane=lane) for lane in LANES]
+    for heads, scores in results:
+        torch.testing.assert_close(scores, best, rtol=1e-5, atol=1e-5)
+        assert torch.equal(heads, results[0][0]) and torch.equal(scores, results[0][1])
+        assert max_dist is None or bool(((heads - torch.arange(1, N + 1)).abs() <= max_dist)[heads > 0].all())
+
+
+def test_a_bad_lane_is_refused():
+    with pytest.raises(ValueError, match="lane"):
+        canonical_heads(torch.zeros(1, 2, 2, 3, 2), torch.zeros(1, 2, dtype=torch.long), torch.tensor([2]), lane="x")
