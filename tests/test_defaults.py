@@ -1,4 +1,4 @@
-"""One source of defaults (:mod:`spacy_nldm.pipeline.defaults`): the factories' default configs and the component
+"""One source of defaults (:mod:`spacy_nldm.defaults`): the factories' default configs and the component
 class take theirs from it, and the registered architectures declare none of their own."""
 import inspect
 
@@ -7,7 +7,7 @@ import spacy
 from spacy.util import registry
 
 from spacy_nldm.models import build_crf_tagger, build_nldm_tagger
-from spacy_nldm.pipeline import defaults
+from spacy_nldm import defaults
 from spacy_nldm.pipeline.tagger import StructuredTagger
 
 FACTORIES = {"nldm_tagger": (defaults.NLDM, defaults.NLDM_MODEL, build_nldm_tagger),

@@ -464,7 +464,7 @@ def architecture(factory, tok2vec, **overrides):
     """The factory's registered architecture called with its default settings (``overrides`` changed)."""
     from spacy.util import registry
 
-    from spacy_nldm.pipeline import defaults
+    from spacy_nldm import defaults
 
     block = defaults.NLDM_MODEL if factory == "nldm_tagger" else defaults.CRF_MODEL
     settings = {k: v for k, v in block.items() if k not in ("@architectures", "tok2vec")}
@@ -579,7 +579,7 @@ def test_distance_bias_learns_and_round_trips(ark):
     """The NLDM's default distance bias gets its gradient from the loss (it leaves zero), is saved with
     the model, and a reloaded pipeline predicts the same tags, trees and scores."""
     from spacy_nldm.models.tagger import torch_scorer
-    from spacy_nldm.pipeline import defaults
+    from spacy_nldm import defaults
 
     nlp, pipe = trained("nldm_tagger", ark[:6], steps=4)
     bias = torch_scorer(pipe.model).distance_bias
@@ -648,7 +648,7 @@ def test_null_head_embeddings_depend_on_whether_the_tok2vec_listens():
     embeddings of its own (the scorer reads them beside the listener's vectors) and window layers over both
     (embed_mix where it has window layers); one with its own encoder, or with a stated width, gets what is
     stated."""
-    from spacy_nldm.pipeline import defaults
+    from spacy_nldm import defaults
 
     listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 32, "upstream": "*"}
     cases = [(dict(tok2vec=listener), (defaults.LISTENER_EMBED_WIDTH, defaults.LISTENER_EMBED_DEPTH, True)),

@@ -1,52 +1,11 @@
 """Command-line interface: ``python -m spacy_nldm <command>`` or ``spacy-nldm <command>``.
 
-Sub-command groups register themselves on :data:`app` when their module is imported below.
+The apps live in :mod:`.app`; importing the command modules below registers their commands on them.
 """
-import typer
-from typer.core import TyperGroup
+from . import bench, bench_pipeline, convert, tag  # noqa: F401  (register their commands)
+from .app import MARKUP, FullHelpGroup, app, bench_app  # noqa: F401
 
-# The help texts are plain text: with rich markup (typer's default), "[min, max]" or "[training]" in a help
-# text is read as a style tag and vanishes, and every flag is shown with a "<bool>" value it does not take.
-# Every Typer of the CLI (sub-apps too: each renders its own commands' help) passes MARKUP.
-MARKUP = None
-
-
-
-class FullHelpGroup(TyperGroup):
-    """A command group whose list of commands shows each command's whole first sentence, wrapped, where click
-    cuts it to the terminal's width with "..."; called without a command it prints its help and exits 0
-    (click's ``no_args_is_help`` exits 2, as for a usage error)."""
-
-    def format_commands(self, ctx, formatter) -> None:
-        rows = [(name, command.get_short_help_str(limit=1_000)) for name in self.list_commands(ctx)
-                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-    def parse_args(self, ctx, args):
-        if not args:
-            typer.echo(ctx.get_help())
-            ctx.exit(0)
-        return super().parse_args(ctx, args)
-
-
-app = typer.Typer(
-    name="spacy-nldm",
-    help="Neural Latent Dependency Model tools: data conversion, tagging, benchmarks.",
-    cls=FullHelpGroup,
-    add_completion=False,
-    rich_markup_mode=MARKUP,
-)
-bench_app = typer.Typer(help="Benchmarks that print speed and memory figures.", cls=FullHelpGroup,
-                        rich_markup_mode=MARKUP)
-app.add_typer(bench_app, name="bench")
-
-# Command modules: importing them registers their commands.
-from . import bench  # noqa: E402,F401
-from . import bench_pipeline  # noqa: E402,F401
-from . import convert  # noqa: E402,F401
-from . import tag  # noqa: E402,F401
+__all__ = ["app", "bench_app", "main", "MARKUP", "FullHelpGroup"]
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from . import bench_app
+from .app import bench_app
 
 
 @bench_app.command("structs")

@@ -16,10 +16,10 @@ from typing import Dict, List, Optional
 
 import typer
 
-from ..pipeline.defaults import NLDM_MODEL
-from . import bench_app
+from ..defaults import NLDM_MODEL
+from .app import bench_app
 
-#: ``model`` and ``component`` settings over the factory's defaults (:mod:`spacy_nldm.pipeline.defaults`)
+#: ``model`` and ``component`` settings over the factory's defaults (:mod:`spacy_nldm.defaults`)
 SYSTEMS: Dict[str, Dict] = {
     "nldm": {"factory": "nldm_tagger", "model": {}},
     "nldm store_tree=false": {"factory": "nldm_tagger", "model": {}, "component": {"store_tree": False}},

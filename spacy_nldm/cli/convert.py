@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from . import MARKUP, FullHelpGroup, app
+from .app import MARKUP, FullHelpGroup, app
 
 convert_app = typer.Typer(
     help="Convert corpora to spaCy DocBin files (.spacy), checking the input.", cls=FullHelpGroup,

@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from . import app
+from .app import app
 
 
 @app.command("tag")

@@ -38,7 +38,7 @@ def build_nldm_tagger(
     "longer" without max_dist), starting at 0: a prior over the latent trees (not in the paper).
     ``dropout``: rate of (inverted) dropout on the vectors at the scorer's input, in training only.
     ``embed_width``, ``embed_depth``, ``embed_mix``: the head's own embeddings (:func:`.tagger.head_features`).
-    The defaults are the factory's (:data:`spacy_nldm.pipeline.defaults.NLDM_MODEL`)."""
+    The defaults are the factory's (:data:`spacy_nldm.defaults.NLDM_MODEL`)."""
     if max_dist is not None and max_dist < 1:
         raise ValueError(f"max_dist must be >= 1 or null, not {max_dist}")
     lengths = (max_dist or DISTANCE_BIAS_LENGTHS) if distance_bias else 0
@@ -64,7 +64,7 @@ def build_crf_tagger(
 ) -> Model[List[Doc], TokenScores]:
     """Linear-chain CRF of ``order`` 1 or 2 on the same edge scorers (order 2 adds a label-trigram
     transition table to the first-order edge score); the other settings as for the NLDM. The defaults are the
-    factory's (:data:`spacy_nldm.pipeline.defaults.CRF_MODEL`)."""
+    factory's (:data:`spacy_nldm.defaults.CRF_MODEL`)."""
     scorer = make_scorer(edge_scorer, n_dirs=1, label_dim=label_dim, rank=rank, order=order, emission=emission,
                          dropout=dropout)
     own = head_features(tok2vec, embed_width, embed_depth, embed_mix)

@@ -16,6 +16,7 @@ from spacy.tokens import Doc
 from thinc.api import ArgsKwargs, Model, torch2xp, xp2torch
 from thinc.types import Floats2d
 
+from ..defaults import OWN_ATTRS, OWN_ROWS, resolve_embed_mix, resolve_head_embeddings
 from .segments import ScoreGradient, TokenScores
 from .shim import torch_layer
 from .structure import Chain, LatentTree, Structure
@@ -47,10 +48,8 @@ def head_features(tok2vec: Model, embed_width: Optional[int], embed_depth: Optio
     vectors] whose backprop returns the tok2vec vectors' gradient. ``embed_width`` > 0: hash embeddings of
     the head's own (:func:`head_embeddings`) beside the tok2vec's vectors, with ``embed_depth`` > 0 layers of
     window context; ``embed_mix``: those layers read [tok2vec vectors; embeddings] (residual) instead of the
-    embeddings alone. Null settings are resolved by :mod:`spacy_nldm.pipeline.defaults`, by whether the
+    embeddings alone. Null settings are resolved by :mod:`spacy_nldm.defaults`, by whether the
     tok2vec listens to a shared spaCy tok2vec."""
-    # (imported here: the pipeline package imports this module)
-    from ..pipeline.defaults import resolve_embed_mix, resolve_head_embeddings
 
     listening = listens_to_tok2vec(tok2vec)
     width, depth = resolve_head_embeddings(embed_width, embed_depth, listening)
@@ -127,7 +126,6 @@ def head_embeddings(width: int, depth: int = 0) -> Model[List[Doc], List[Floats2
     head word features of its own, beside those of an encoder sized for the whole pipeline."""
     from spacy.util import registry
 
-    from ..pipeline.defaults import OWN_ATTRS, OWN_ROWS  # (imported here: the pipeline package imports this module)
 
     build = registry.architectures.get("spacy.MultiHashEmbed.v2")
     embed = build(width=width, attrs=list(OWN_ATTRS), rows=list(OWN_ROWS), include_static_vectors=False)

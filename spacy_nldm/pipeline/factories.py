@@ -5,7 +5,7 @@ from spacy.language import Language
 from thinc.api import Config, Model
 
 from .. import models  # noqa: F401  (registers the architectures)
-from . import defaults
+from .. import defaults
 from . import scorers  # noqa: F401  (registers the scorer)
 from .tagger import StructuredTagger
 

@@ -27,7 +27,7 @@ from ..models.segments import ScoreGradient, SegmentScores, TokenScores, pad_seg
 from ..models.smoothing import mixture_weight
 from ..models.tagger import get_structure, resize_labels
 from .averages import ParamAverages, average_the_pipeline, listens
-from .defaults import NLDM
+from ..defaults import NLDM
 from .extensions import register_extensions
 
 

@@ -1,4 +1,5 @@
-"""The components' default settings: the one place they are written.
+"""The components' default settings: the one place they are written (a module of its own, which imports nothing
+of the package, so that the models and the pipeline both read it without importing each other).
 
 The factories' default configs (what ``nlp.add_pipe`` and ``spacy init config -p nldm_tagger`` give) and the
 component class's keyword defaults come from here; the registered architectures declare no defaults of their
@@ -9,7 +10,7 @@ from typing import Optional, Tuple
 
 from thinc.api import Config
 
-#: settings of both components (see :class:`~.tagger.StructuredTagger` for their meaning)
+#: settings of both components (see :class:`~spacy_nldm.pipeline.tagger.StructuredTagger` for their meaning)
 COMMON = {
     "attr": "tag",
     "max_length": 256,
