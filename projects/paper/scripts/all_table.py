@@ -2,7 +2,8 @@
 
     python -m projects.paper.scripts.all_table --dataset twitter --systems softmax,crf1,crf2,nldm
 reads metrics/<dataset>/<system>.json (spacy evaluate --gold-preproc on the test split),
-training/<dataset>/<system>/model-best/meta.json (dev accuracy) and training/<dataset>/<system>/time.json,
+training/<dataset>/<system>/model-best/meta.json and config.cfg (dev accuracy, max steps) and, where a step
+recorded it (scripts/timed.py), training/<dataset>/<system>/time.json (times),
 writes the table (git-ignored: the committed reference run is projects/paper/results/reference/<dataset>.md, which no run
 writes) and says where the trained pipelines are and how to load one.
 """
@@ -17,6 +18,7 @@ if not __package__:  # run by path: the repository root on sys.path (for project
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
 from projects.paper.registry import DATASETS, PAPER_TABLE2, SYSTEM_NAMES, SYSTEMS, parse_list
+from spacy.util import load_config
 
 
 def main() -> None:
@@ -29,7 +31,7 @@ def main() -> None:
     systems = parse_list(args.systems, SYSTEMS)
     out = args.output or Path("metrics") / f"{key}.md"
     rows = []
-    total = 0.0
+    total, timed = 0.0, False
     for s in systems:
         metrics = Path("metrics") / key / f"{s}.json"
         meta = Path("training") / key / s / "model-best" / "meta.json"
@@ -39,10 +41,9 @@ def main() -> None:
         t = json.loads(timing.read_text())["seconds"] if timing.exists() else None
         cpu = json.loads(timing.read_text()).get("cpu_seconds") if timing.exists() else None
         total += t or 0.0
-        steps = None
-        if timing.exists():
-            cmd = json.loads(timing.read_text())["command"]
-            steps = cmd[cmd.index("--training.max_steps") + 1] if "--training.max_steps" in cmd else None
+        trained = meta.parent / "config.cfg"  # the budget the run trained with (spacy train writes it)
+        steps = load_config(trained)["training"]["max_steps"] if trained.exists() else None
+        timed = timed or timing.exists()
         rows.append(
             f"| {SYSTEM_NAMES[s]} (`{s}`) | {'%.2f' % test if test is not None else '–'} | "
             f"{'%.2f' % (dev * 100) if dev is not None else '–'} | {PAPER_TABLE2[s][key]:.2f} | "
@@ -61,7 +62,9 @@ def main() -> None:
         *rows,
         "",
         f"Total training wall time: {total / 60:.1f} min (CPU time = wall time on an idle machine at one thread; "
-        "the wall time here depends on what else ran on the shared 2-core machine).",
+        "the wall time here depends on what else ran on the shared 2-core machine)." if timed else
+        "Times: not recorded (the main job runs spacy train itself; `python -m projects.paper.scripts.timed` records "
+        "a step's time as training/<dataset>/<system>/time.json).",
         "",
     ])
     out.parent.mkdir(parents=True, exist_ok=True)
