@@ -76,16 +76,16 @@ def test_clear_errors_for_a_missing_file_and_a_pipeline_without_nldm_tagger(tmp_
     test.write_text("1\tlove\t_\tV\tV\t_\t0\t_\t_\t_\t0\t0\t0\t1\n", encoding="utf8")
     with pytest.raises(SystemExit) as exit_:
         main(["--model", str(tmp_path / "no-model"), "--test", str(test)])
-    assert exit_.value.code == 2 and "no-model does not exist" in capsys.readouterr().err
+    assert exit_.value.code == 2 and str(tmp_path / "no-model") in capsys.readouterr().err  # names what is missing
     with pytest.raises(SystemExit):
         main(["--model", str(tmp_path), "--test", str(tmp_path / "no-test")])
-    assert "Tweebank v1 test file" in capsys.readouterr().err
+    assert str(tmp_path / "no-test") in capsys.readouterr().err
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     nlp.to_disk(tmp_path / "plain")
     with pytest.raises(SystemExit):
         main(["--model", str(tmp_path / "plain"), "--test", str(test)])
-    assert "no nldm_tagger component" in capsys.readouterr().err
+    assert "nldm_tagger" in capsys.readouterr().err  # the component it needs
 
 
 def test_an_untrained_nldm_pipeline_is_scored_end_to_end(tmp_path):
