@@ -45,4 +45,4 @@ def test_bench_pipeline_compares_with_the_crf(tmp_path):
 
 def test_bench_pipeline_needs_an_existing_data_file(tmp_path):
     result = runner.invoke(app, ["bench", "pipeline", str(tmp_path / "none.txt"), "--limit", "2"])
-    assert result.exit_code == 1 and "none.txt: file not found" in result.output
+    assert result.exit_code == 1 and str(tmp_path / "none.txt") in result.output

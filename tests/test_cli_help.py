@@ -78,17 +78,6 @@ def test_bracketed_text_of_the_help_texts_is_printed(name, path, command):
             assert flat(bracketed) in out, f"{' '.join(path)} --help lost {bracketed!r}"
 
 
-@pytest.mark.parametrize("name,path,text", [
-    ("projects.paper", ["synth"], "lengths are uniform in [min, max]"),
-    ("projects.paper", ["spacy-train"], "([system] seed)"),
-    ("projects.paper", ["spacy-train"], "[training] max_steps"),
-    ("spacy-nldm", ["convert", "tweebank-v1"], "user_data['gold_heads']"),
-])
-def test_known_bracketed_strings_survive(name, path, text):
-    assert text in flat(rendered_help(name, path))
-
-
-
 @pytest.mark.parametrize("name,path,command", COMMANDS, ids=IDS)
 def test_help_shows_no_type_placeholders_and_groups_list_whole_descriptions(name, path, command):
     """A user reads metavars that say what to type (not click's ``<int range>``, not ``""`` for an empty

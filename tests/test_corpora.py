@@ -1,6 +1,7 @@
 """Converters on small fixtures: what they keep, and how they fail on each kind of malformed input."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -38,10 +39,25 @@ def _cli(*args):
     return _Result(CliRunner().invoke(app, ["convert", *map(str, args)]))
 
 
+def counts(path: Path):
+    """(sentences, tokens) of a DocBin on disk."""
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    docs = list(DocBin().from_disk(path).get_docs(Vocab()))
+    return len(docs), sum(len(doc) for doc in docs)
+
+
+def numbers(text: str) -> set:
+    """The integers a command printed (its counts), whatever the words around them."""
+    return set(re.findall(r"\d+", text))
+
+
+
 def test_cli_module_runs_as_a_process(tmp_path):
     res = subprocess.run([sys.executable, "-m", "spacy_nldm", "convert", "ark", str(tmp_path / "none.txt"),
                           "--output", str(tmp_path / "x.spacy")], capture_output=True, text=True)
-    assert res.returncode == 1 and "none.txt: file not found" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 1 and res.stderr.startswith(f"error: {tmp_path / 'none.txt'}") and "Traceback" not in res.stderr
 
 
 # ------------------------------------------------------------------------------------------------- ARK
@@ -95,11 +111,11 @@ def test_ark_cli_counts_and_clean_error(tmp_path):
     out = tmp_path / "train.spacy"
     ok = _cli("ark", ARK, "--output", out)
     assert ok.returncode == 0, ok.stderr
-    assert "Wrote 3 sentences, 10 tokens" in ok.stdout and out.exists()
+    assert counts(out) == (3, 10) and {"3", "10"} <= numbers(ok.stdout)
     bad = _write(tmp_path, "bad.txt", "a\tN\nb\tV\tX\n")
     res = _cli("ark", bad, "--output", tmp_path / "bad.spacy")
     assert res.returncode == 1
-    assert f"error: {bad}:2: wrong column count" in res.stderr
+    assert res.stderr.startswith(f"error: {bad}:2:")
     assert "Traceback" not in res.stderr and not (tmp_path / "bad.spacy").exists()
 
 
@@ -167,14 +183,14 @@ def test_targets_refuse_a_docbin_that_lost_sentences(tmp_path):
         set_targets(docs[:1], raw, check_conllu(CONLLU))
     out = tmp_path / "x.spacy"
     res = _cli("ud-targets", raw, "--output", out, "--expect-sentences", "3")
-    assert res.returncode == 1 and "2 sentences, expected 3" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 1 and {"2", "3"} <= numbers(res.stderr) and not out.exists() and "Traceback" not in res.stderr
 
 
 def test_conllu_check_cli(tmp_path):
     res = _cli("conllu-check", CONLLU)
-    assert res.returncode == 0 and "2 sentences, 9 words, 1 multiword tokens" in res.stdout
+    assert res.returncode == 0 and {"2", "9", "1"} <= numbers(res.stdout)
     res = _cli("conllu-check", _write(tmp_path, "e.conllu", ""))
-    assert res.returncode == 1 and "empty file" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 1 and res.stderr.startswith("error: ") and "Traceback" not in res.stderr
 
 
 # ------------------------------------------------------------------------------------------------- Tweebank v1
@@ -215,11 +231,11 @@ def test_conllu_with_a_byte_order_mark_is_reported_by_the_check_and_removed_by_c
 
     bom = _write(tmp_path, "bom.conllu", b"\xef\xbb\xbf" + CONLLU.read_bytes())
     res = _cli("conllu-check", bom)
-    assert res.returncode == 1 and f"error: {bom}:1: the file starts with a UTF-8 byte order mark" in res.stderr
+    assert res.returncode == 1 and res.stderr.startswith(f"error: {bom}:1:")
     assert "Traceback" not in res.stderr
     res = _cli("ud", bom, "--output", tmp_path / "bom.spacy")
     assert res.returncode == 0, res.stderr
-    assert f"warning: {bom}:1: UTF-8 byte order mark removed" in res.stderr and "Wrote 2 sentences, 9 tokens" in res.stdout
+    assert res.stderr.startswith(f"warning: {bom}:1:") and counts(tmp_path / "bom.spacy") == (2, 9)
     res = _cli("ud", CONLLU, "--output", tmp_path / "plain.spacy")
     assert res.returncode == 0 and res.stderr == ""
 
@@ -259,7 +275,7 @@ def test_cr_only_line_endings_are_named(tmp_path, command, source):
     path = _write(tmp_path, "mac.txt", source.read_bytes().replace(b"\n", b"\r"))
     args = [path] if command == "conllu-check" else [path, "--output", tmp_path / "x.spacy"]
     res = _cli(command, *args)
-    assert res.returncode == 1 and f"error: {path}:1: line endings" in res.stderr
+    assert res.returncode == 1 and res.stderr.startswith(f"error: {path}:1:")
     crlf = _write(tmp_path, "dos.txt", source.read_bytes().replace(b"\n", b"\r\n"))  # CRLF stays fine
     args = [crlf] if command == "conllu-check" else [crlf, "--output", tmp_path / "y.spacy"]
     assert _cli(command, *args).returncode == 0
@@ -273,8 +289,8 @@ def test_ark_token_with_an_ascii_space_is_kept_with_a_warning(tmp_path):
         (sent,) = read_ark(path, tagset=ARK_TAGS)
     assert sent.words == ["a", "New York"]
     res = _cli("ark", path, "--output", tmp_path / "x.spacy")
-    assert res.returncode == 0 and f"warning: {path}:2: token 'New York' contains an ASCII space" in res.stderr
-    assert "Wrote 1 sentences, 2 tokens" in res.stdout
+    assert res.returncode == 0 and res.stderr.startswith(f"warning: {path}:2:")
+    assert counts(tmp_path / "x.spacy") == (1, 2)
 
 
 # ------------------------------------------------------------------------------------------------- split
@@ -308,7 +324,7 @@ def test_split_cli_round_trip_keeps_every_sentence_and_tag(tmp_path):
     train, dev = tmp_path / "train.spacy", tmp_path / "dev.spacy"
     res = _cli("split", whole, "--train", train, "--dev", dev, "--dev-share", "0.34")
     assert res.returncode == 0, res.stderr
-    assert "Split 3 sentences" in res.stdout and f"{dev}: 1 sentences" in res.stdout
+    assert (counts(train)[0], counts(dev)[0]) == (2, 1)
 
     def read(path):
         return [[(t.text, t.tag_) for t in doc] for doc in DocBin().from_disk(path).get_docs(Vocab())]
@@ -322,9 +338,9 @@ def test_split_cli_errors_name_the_file_and_problem(tmp_path):
     assert _cli("ark", ARK, "--output", whole).returncode == 0
     out = ["--train", tmp_path / "a.spacy", "--dev", tmp_path / "b.spacy"]
     res = _cli("split", tmp_path / "none.spacy", *out)
-    assert res.returncode == 1 and f"error: {tmp_path / 'none.spacy'}: file not found" in res.stderr
+    assert res.returncode == 1 and res.stderr.startswith(f"error: {tmp_path / 'none.spacy'}")
     res = _cli("split", whole, *out, "--dev-share", "1.5")
-    assert res.returncode == 1 and f"error: {whole}: dev share must be above 0 and at most 0.5" in res.stderr
+    assert res.returncode == 1 and res.stderr.startswith(f"error: {whole}")
     res = _cli("split", whole, "--train", whole, "--dev", tmp_path / "b.spacy")
-    assert res.returncode == 1 and "the input would be overwritten" in res.stderr
+    assert res.returncode == 1 and res.stderr.startswith("error: ")
     assert "Traceback" not in res.stderr and not (tmp_path / "a.spacy").exists()

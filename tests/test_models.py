@@ -136,9 +136,19 @@ def test_viterbi_tree_is_well_formed():
     F = torch.randn(2, 6, 2, 4, 3)
     labels, heads, best = LatentTree(max_dist=2).decode(F, torch.tensor([6, 4]))
     for b, n in enumerate([6, 4]):
-        h = heads[b, :n].tolist()
-        assert all(0 <= x <= n and x != i + 1 for i, x in enumerate(h))
-        assert all(abs(x - (i + 1)) <= 2 for i, x in enumerate(h) if x != 0 or i + 1 <= 2)
+        h = [0] + heads[b, :n].tolist()  # h[d]: the head of token d (1-based), 0 the root
+        for d in range(1, n + 1):  # every token reaches the root: no cycle
+            seen, x = set(), d
+            while x != 0:
+                assert x not in seen and 1 <= x <= n
+                seen.add(x)
+                x = h[x]
+        arcs = [(min(d, h[d]), max(d, h[d])) for d in range(1, n + 1)]
+        assert not [(a, b_) for a, b_ in arcs for c, e in arcs if a < c < b_ < e]  # projective: no crossing arcs
+        assert all(abs(d - h[d]) <= 2 for d in range(1, n + 1))  # max_dist, root arcs included
+        y = [0] + [int(c) + 1 for c in labels[b, :n]]  # F's head-label row: 0 for the root, 1 + label
+        score = sum(float(F[b, d - 1, int(h[d] > d), y[h[d]], y[d] - 1]) for d in range(1, n + 1))
+        assert abs(score - float(best[b])) < 1e-4  # the returned score is the tree's, arc by arc
         assert heads[b, n:].eq(0).all() and labels[b, n:].eq(0).all()
     assert heads.shape == labels.shape == (2, 6) and best.shape == (2,)
 

@@ -155,14 +155,12 @@ def test_smoke_convert_and_train_on_the_fixture_mirror(tmp_path):
     proj = copy_project(tmp_path / "proj")
     run = project_runner(proj)
 
-    out = run("convert-twitter")
-    assert "Wrote 140 sentences" in out and "Wrote 80 sentences" in out and "Wrote 40 sentences" in out
+    run("convert-twitter")
+    assert sorted(len(DocBin().from_disk(path)) for path in (proj / "corpus/twitter").glob("*.spacy")) == [40, 80, 140]
     study = proj / "projects" / "paper"
     # the study's mirror is relative to the repository root (its asset and deps paths add ../../)
     out = project_runner(study)("convert-ud", f"--vars.mirror={os.path.relpath(mirror, proj)}")
-    assert "Wrote 30 sentences" in out and "it has dev/test only" in out.replace("note: ", "").replace(
-        os.path.relpath(mirror, proj) + "/ud/UD_Italian-PoSTWITA/it_postwita-ud-train.conllu is not in the mirror (see "
-        + os.path.relpath(mirror, proj) + "/ud/UD_Italian-PoSTWITA/MISSING_TRAIN.md): ", "")
+    assert "MISSING_TRAIN.md" in out  # the missing Italian train file: the note says where to read why
     te = list(DocBin().from_disk(proj / "corpus/ud/te/train.spacy").get_docs(Vocab()))
     assert len(te) == 30 and all(t.tag_ == t.pos_ != "" for d in te for t in d)
     it_dev = list(DocBin().from_disk(proj / "corpus/ud/it/dev.spacy").get_docs(Vocab()))

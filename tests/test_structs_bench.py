@@ -96,8 +96,11 @@ def test_bench_structs_peers_prints_speed_and_accuracy_tables():
 
 
 def test_chain_inputs_without_pytorch_crf(monkeypatch):
-    """Without pytorch-crf installed, the benchmark's chain inputs still carry its three parameters (our rows run)."""
+    """Without pytorch-crf installed, the benchmark's chain inputs still carry its three parameters, and our
+    potentials of them give the log Z of every tag sequence enumerated (start + emissions + transitions
+    [previous, current] + end)."""
     import importlib.util
+    import itertools
 
     import torch
 
@@ -106,10 +109,15 @@ def test_chain_inputs_without_pytorch_crf(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchcrf" else real(name, *a))
-    crf, em, tags, lengths, mask = bench_peers._chain_inputs(2, 5, 3, scale=2.0)
+    crf, em, tags, lengths, mask = bench_peers.chain_inputs(2, 5, 3, scale=2.0, dtype=torch.float64)
     assert crf.transitions.shape == (3, 3) and em.shape == (2, 5, 3) and bool(mask.all())
-    log_z = structs.crf_log_partition(bench_peers._our_potentials(crf, em, lengths), lengths)
-    assert bool(torch.isfinite(log_z).all())
+    log_z = structs.crf_log_partition(bench_peers.our_potentials(crf, em, lengths), lengths)
+    with torch.no_grad():
+        paths = torch.stack([
+            crf.start_transitions[y[0]] + em[:, range(5), list(y)].sum(-1)
+            + sum(crf.transitions[a, b] for a, b in zip(y, y[1:])) + crf.end_transitions[y[-1]]
+            for y in itertools.product(range(3), repeat=5)], -1)
+    torch.testing.assert_close(log_z.detach(), torch.logsumexp(paths, -1), rtol=1e-12, atol=1e-12)
 
 
 def test_bench_structs_lanes_times_every_lane_against_the_reference():

@@ -67,7 +67,7 @@ def unit(device: str) -> str:
 # -- inputs, as the peers take them -------------------------------------------------------------------
 
 
-def _chain_inputs(batch: int, n: int, m: int, scale: float = 1.0, dtype=torch.float32, device: str = "cpu"):
+def chain_inputs(batch: int, n: int, m: int, scale: float = 1.0, dtype=torch.float32, device: str = "cpu"):
     """pytorch-crf's CRF module (without pytorch-crf: the same three parameters, so that our rows still
     run), emissions (B, n, m), gold tags, lengths and mask, on ``device`` (drawn on the CPU, so that every
     device gets the same numbers)."""
@@ -98,7 +98,9 @@ class _ChainParameters(torch.nn.Module):
         self.transitions = torch.nn.Parameter(torch.rand(m, m, generator=gen) * 0.2 - 0.1)
 
 
-def _our_potentials(crf, emissions, lengths):
+def our_potentials(crf, emissions, lengths):
+    """The chain potentials (``structs.chain_potentials``) of pytorch-crf's parameters and ``emissions``
+    (B, n, m): the scores our chain lanes take for the peer's model."""
     return structs.chain_potentials(emissions, crf.transitions, lengths, start=crf.start_transitions,
                                     end=crf.end_transitions)
 
@@ -144,17 +146,17 @@ def speed_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str,
 
     rows = []
     for m in (17, 25):
-        crf, em, tags, lengths, mask = _chain_inputs(batch, 30, m, device=device)
+        crf, em, tags, lengths, mask = chain_inputs(batch, 30, m, device=device)
         gold = torch.nn.functional.one_hot(tags, m).bool()
 
         def log_z():
-            structs.crf_log_partition(_our_potentials(crf, em, lengths), lengths).sum().backward()
+            structs.crf_log_partition(our_potentials(crf, em, lengths), lengths).sum().backward()
 
         def their_log_z():
             crf._compute_normalizer(em.transpose(0, 1), mask.t()).sum().backward()
 
         def nll():
-            pot = _our_potentials(crf, em, lengths)
+            pot = our_potentials(crf, em, lengths)
             (structs.crf_log_partition(pot, lengths) - structs.crf_log_partition(pot, lengths, label_mask=gold)).sum().backward()
 
         def their_nll():
@@ -169,7 +171,7 @@ def speed_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str,
 
         def decode():
             with torch.no_grad():
-                structs.crf_viterbi(_our_potentials(crf, em, lengths), lengths)
+                structs.crf_viterbi(our_potentials(crf, em, lengths), lengths)
 
         def their_decode():
             with torch.no_grad():
@@ -327,10 +329,10 @@ def scale_rows(batch: int, repeats: int, peers: bool, device: str = "cpu") -> Li
             scores.grad = None
 
         tree_s, _ = alternate(tree, lambda: None, max(1, repeats // 3), device)
-        crf, em, _, cl, mask = _chain_inputs(batch, 30, 17, scale, device=device)
+        crf, em, _, cl, mask = chain_inputs(batch, 30, 17, scale, device=device)
 
         def chain():
-            structs.crf_log_partition(_our_potentials(crf, em, cl), cl).sum().backward()
+            structs.crf_log_partition(our_potentials(crf, em, cl), cl).sum().backward()
 
         def factored():
             structs.crf_log_partition(_our_factored(crf, em), cl).sum().backward()
@@ -400,10 +402,10 @@ def accuracy_rows(peers: bool, device: str = "cpu") -> List[Tuple[float, List[st
             cells += [f"{_rel(theirs, ref_tree):.1e}", f"{_abs(their_marg, ref_tree_marg):.1e}"]
         # first-order chain, B=4, n=30, M=17: reference = our log-space chain in float64 (torch-struct and
         # pytorch-crf in float64 agree with it to 1e-12)
-        crf, em, _, cl, mask = _chain_inputs(4, 30, 17, scale, torch.float64)
+        crf, em, _, cl, mask = chain_inputs(4, 30, 17, scale, torch.float64)
         dcl = cl.to(device)
         with torch.no_grad():
-            pot = _our_potentials(crf, em, cl)
+            pot = our_potentials(crf, em, cl)
             ref_chain = structs.crf_log_partition(pot, cl)
             ref_chain_marg = structs.crf_marginals(pot, cl)
             cells += [f"{_rel(structs.crf_log_partition(on(pot), dcl), ref_chain):.1e}",

@@ -39,17 +39,19 @@ def test_bench_accuracy_trains_the_systems_side_by_side_and_resumes(tmp_path):
     assert first.exit_code == 0, first.output
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert sorted(r["spec"]["factory"] for r in rows) == ["crf_tagger", "tagger"]
-    assert all(0 <= r["acc"] <= 100 for r in rows)
+    # held-out = training sentences, which a tagger fits: both systems tag them all right, far above the
+    # most frequent tag's 6 of 18 tokens, and so do the CRF's two decoders and its emissions alone
+    assert [r["acc"] for r in rows] == [100.0, 100.0]
     crf = next(r for r in rows if r["spec"]["factory"] == "crf_tagger")
-    assert set(crf["acc_by_decoder"]) == {"viterbi", "posterior"} and 0 <= crf["acc_emission_only"] <= 100
+    assert crf["acc_by_decoder"] == {"viterbi": 100.0, "posterior": 100.0} and crf["acc_emission_only"] > 100 * 6 / 18
     table = output.read_text()
-    assert "| twitter |" in table and "crf − softmax" in table
+    twitter = next(line for line in table.splitlines() if line.startswith("| twitter |"))
+    assert [c.strip() for c in twitter.strip("|").split("|")][1:] == ["100.00", "100.00", "+0.00"]  # from the runs
     # the table's command names the corpus and the runs file it was made from, so that it re-reads them
     assert f"--corpus {tmp_path / 'corpus'}" in table and f"--results {results}" in table
     second = CliRunner().invoke(app, args)  # everything is in the runs file: nothing is trained again
     assert second.exit_code == 0, second.output
-    assert "2 of 2 runs already" in second.output and "0 to run" in second.output
-    assert len(results.read_text().splitlines()) == 2
+    assert len(results.read_text().splitlines()) == 2 and output.read_text() == table
 
 
 def test_accuracy_table_differences_and_wins():
@@ -66,7 +68,7 @@ def test_accuracy_table_differences_and_wins():
 
 def test_unknown_dataset_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(app, ["accuracy", "--datasets", "xx", "--results", str(tmp_path / "r")])
-    assert result.exit_code != 0 and "unknown dataset 'xx'" in result.output
+    assert result.exit_code != 0 and "'xx'" in result.output and not (tmp_path / "r").exists()
 
 
 def test_diagnosis_rows_give_every_run_their_change():
