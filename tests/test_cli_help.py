@@ -39,7 +39,7 @@ def flat(text: str) -> str:
 
 def test_the_walk_finds_the_commands_and_the_sub_apps():
     names = {" ".join([name, *path]) for name, path, _ in COMMANDS}
-    assert {"spacy-nldm bench", "spacy-nldm bench structs", "spacy-nldm bench pipeline", "spacy-nldm convert",
+    assert {"spacy-nldm bench", "spacy-nldm bench pipeline", "spacy-nldm convert",
             "spacy-nldm convert ark", "spacy-nldm tag", "projects.paper synth", "projects.paper seed-runs",
             "projects.paper arc-length", "projects.paper tune", "projects.paper accuracy"} <= names
     assert len(LEAVES) >= 20

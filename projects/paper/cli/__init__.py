@@ -21,6 +21,7 @@ from . import long  # noqa: E402,F401
 from . import pretrained  # noqa: E402,F401
 from . import raw_text  # noqa: E402,F401
 from . import spacy_train  # noqa: E402,F401
+from . import structs  # noqa: E402,F401
 from . import synth  # noqa: E402,F401
 from . import tokenizer  # noqa: E402,F401
 from . import tune  # noqa: E402,F401

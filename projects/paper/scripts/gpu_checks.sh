@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, in one run (CI has none): the CUDA tests, `bench structs --device cuda`
+# The checks that need a GPU, in one run (CI has none): the CUDA tests, `python -m projects.paper structs --device cuda`
 # with the peers (torch-struct, pytorch-crf) on the same GPU, and `bench pipeline --gpu-id 0`.
 #
 #   projects/paper/scripts/gpu_checks.sh [ARK_FILE] [OUT_DIR]
@@ -33,7 +33,7 @@ nvidia-smi -L
 python3 -c "import torch, spacy, thinc; print('torch', torch.__version__, torch.cuda.get_device_name(0), '| spacy', spacy.__version__, '| thinc', thinc.__version__)"
 step pytest_cuda 150 python3 -m pytest -q -p no:cacheprovider -rs tests/test_cuda.py \
     tests/test_structs_tree.py::test_cuda_matches_cpu
-step bench_structs_cuda 200 python3 -m spacy_nldm bench structs --device cuda --lengths 10,30,60 --labels 17,25 \
+step bench_structs_cuda 200 python3 -m projects.paper structs --device cuda --lengths 10,30,60 --labels 17,25 \
     --peers --output "$OUT_DIR/bench_structs_cuda.md"
 step bench_pipeline_cuda 150 python3 -m spacy_nldm bench pipeline "$DATA" --gpu-id 0 \
     --output "$OUT_DIR/bench_pipeline_cuda.md"

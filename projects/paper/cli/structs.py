@@ -1,4 +1,4 @@
-"""``python -m spacy_nldm bench structs``: speed and memory of the structured core.
+"""``python -m projects.paper structs``: speed and memory of the structured core.
 
 Each shape runs in a fresh subprocess, so that its peak memory (resident set on CPU, allocator
 peak on CUDA) is its own. Times are medians over ``--repeats`` runs after one warm-up run.
@@ -15,10 +15,12 @@ from typing import Optional
 
 import typer
 
-from .app import bench_app
+from . import app
+
+REPOSITORY = Path(__file__).resolve().parents[3]  # the measuring subprocess imports projects.paper from there
 
 
-@bench_app.command("structs")
+@app.command("structs")
 def bench_structs(
     batch: int = typer.Option(32, help="Sentences per batch (B)."),
     lengths: str = typer.Option("10,20,30,60", help="Sentence lengths n, comma-separated."),
@@ -82,7 +84,7 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
     wall clock between synchronisations on CUDA)."""
     import torch
 
-    from . import bench_peers
+    from .. import peers as bench_peers
 
     torch.set_num_threads(threads)
     lines = []
@@ -146,7 +148,8 @@ def _machine(device: str, threads: int) -> str:
 
 def _run_isolated(config: dict) -> dict:
     done = subprocess.run(
-        [sys.executable, "-m", "spacy_nldm.cli.bench", json.dumps(config)], capture_output=True, text=True
+        [sys.executable, "-m", "projects.paper.cli.structs", json.dumps(config)], capture_output=True, text=True,
+        cwd=REPOSITORY,
     )
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -182,7 +185,7 @@ def _median_time(fn, repeats: int, sync) -> float:
 def _measure(config: dict) -> dict:
     import torch
 
-    from ..structs import DirectionalScores, crf_log_partition, log_partition
+    from spacy_nldm.structs import DirectionalScores, crf_log_partition, log_partition
 
     if config["threads"]:
         torch.set_num_threads(config["threads"])

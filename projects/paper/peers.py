@@ -1,4 +1,4 @@
-"""The structured core against its peers, torch-struct 0.5 and pytorch-crf 0.7.2 (``bench structs --peers``),
+"""The structured core against its peers, torch-struct 0.5 and pytorch-crf 0.7.2 (``python -m projects.paper structs --peers``),
 and against another checkout of this package (``--baseline PATH``).
 
 Speed: one process, torch threads as given (1 by default), runs alternating between the project and the
@@ -21,7 +21,7 @@ from typing import Callable, List, Optional, Tuple
 
 import torch
 
-from .. import structs
+from spacy_nldm import structs
 
 SCALES = (1.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 

@@ -10,10 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from spacy_nldm import structs
-from spacy_nldm.cli import app, bench_peers
+from projects.paper import peers as bench_peers
+from projects.paper.cli import app
 
 runner = CliRunner()
-CHECKOUT = Path(__file__).resolve().parents[1]
+CHECKOUT = Path(__file__).resolve().parents[3]  # the repository root
 
 
 def rows(output: str, first: str):
@@ -30,7 +31,7 @@ def number(text: str) -> float:
 
 
 def test_bench_structs_grid_has_the_ratio_columns_and_the_reference_only_up_to_its_length():
-    result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "4,6", "--labels", "3",
+    result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "4,6", "--labels", "3",
                                  "--max-dists", "2", "--repeats", "1", "--reference-up-to", "4", "--threads", "1"])
     assert result.exit_code == 0, result.output
     header = cells(rows(result.output, "| B |")[0])
@@ -54,7 +55,7 @@ def ratio_agrees(this: float, baseline: float, ratio: float, digits: int = 4) ->
 def test_bench_structs_against_a_baseline_checkout():
     """--baseline loads another checkout's structs beside this one (here: this same checkout): a row per call
     and shape, this / baseline in the last column."""
-    result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "6", "--labels", "5",
+    result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "6", "--labels", "5",
                                  "--max-dists", "2", "--repeats", "1", "--peer-repeats", "1",
                                  "--threads", "1", "--baseline", str(CHECKOUT)])
     assert result.exit_code == 0, result.output
@@ -86,7 +87,7 @@ def test_a_baseline_whose_viterbi_differs_is_not_timed():
     reason="torch-struct and pytorch-crf not installed",
 )
 def test_bench_structs_peers_prints_speed_and_accuracy_tables():
-    result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "", "--peers",
+    result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "", "--peers",
                                  "--peer-repeats", "1", "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert len(rows(result.output, "| chain-1")) == 12 and len(rows(result.output, "| tree M=1")) == 4
@@ -105,7 +106,7 @@ def test_chain_inputs_without_pytorch_crf(monkeypatch):
     import torch
 
     from spacy_nldm import structs
-    from spacy_nldm.cli import bench_peers
+    from projects.paper import peers as bench_peers
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchcrf" else real(name, *a))
@@ -122,7 +123,7 @@ def test_chain_inputs_without_pytorch_crf(monkeypatch):
 
 def test_bench_structs_lanes_times_every_lane_against_the_reference():
     """--lanes: a row per lane and input, with that lane's time, the reference's and their ratio."""
-    result = runner.invoke(app, ["bench", "structs", "--batch", "2", "--lengths", "", "--lanes",
+    result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "", "--lanes",
                                  "--peer-repeats", "1", "--threads", "1"])
     assert result.exit_code == 0, result.output
     header = rows(result.output, "| structure |")
@@ -131,3 +132,24 @@ def test_bench_structs_lanes_times_every_lane_against_the_reference():
     assert {row[3] for row in body} >= {"compiled", "factored", "bounded", "gold", "trigram"}
     for row in body:
         assert ratio_agrees(number(row[4]), number(row[5]), number(row[6])), row
+
+
+def table_rows(output: str):
+    """Data rows of the Markdown tables in ``output``: not the header (``| B |``) or the rule."""
+    return [line for line in output.splitlines() if line.startswith("| ") and not line.startswith(("| B |", "|---"))]
+
+
+def test_bench_structs_prints_one_row_per_shape():
+    result = runner.invoke(
+        app,
+        ["structs", "--batch", "2", "--lengths", "4", "--labels", "2", "--max-dists", "none,2",
+         "--repeats", "1", "--reference-up-to", "4", "--threads", "1"],
+    )
+    assert result.exit_code == 0, result.output
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in table_rows(result.output) if r.startswith("| 2 |")]
+    # one row per shape (each shape in a process of its own: 1 length x 2 max_dists), in order, every column
+    # filled: none failed, and the reference and its ratio timed (length 4 <= --reference-up-to 4)
+    assert [r[:4] for r in rows] == [["2", "4", "2", k] for k in ("none", "2")]
+    for row in rows:
+        assert len(row) == 13 and all(cell and cell != "-" and not cell.startswith("failed") for cell in row), row
+        [float(cell) for cell in row[4:]]
