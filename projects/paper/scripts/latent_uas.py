@@ -208,7 +208,7 @@ def model_settings(model: Path) -> Dict[str, object]:
                 "max_dist": component["model"].get("max_dist"),
                 "edge_scorer": component["model"].get("edge_scorer"),
                 "distance_bias": component["model"].get("distance_bias"),
-                "head dropout": component["model"].get("dropout"), "char_width": component["model"].get("char_width"),
+                "head dropout": component["model"].get("dropout"),
                 "seed": config.get("system", {}).get("seed"), "max_steps": config["training"].get("max_steps")}
     meta = model / "meta.json"
     if meta.exists():
