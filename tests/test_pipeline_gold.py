@@ -34,3 +34,16 @@ def test_the_loss_of_a_batch_is_the_sum_over_its_docs_in_windows():
     examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in data]
     loss = lambda egs: pipe.get_loss(egs, pipe.model.predict([eg.predicted for eg in egs]))[0]  # noqa: E731
     assert loss(examples) == pytest.approx(sum(loss([eg]) for eg in examples), rel=1e-5)
+
+
+def test_a_token_over_two_gold_tokens_with_different_labels_is_unknown():
+    """Other tokens than the reference's: the alignment decides (a predicted token over gold tokens with
+    different labels has no label), as in spaCy's tagger."""
+    nlp, pipe = _pipe()
+    predicted = Doc(nlp.vocab, words=["ab", "c", "d"])
+    split = Example(predicted, Doc(nlp.vocab, words=["a", "b", "c", "d"], tags=["X", "Y", "X", "Y"]))
+    unknown = Example(predicted, Doc(nlp.vocab, words=["ab", "c", "d"], tags=["", "X", "Y"]))
+    scores = pipe.model.predict([predicted])
+    assert pipe.get_loss([split], scores)[0] == pytest.approx(pipe.get_loss([unknown], scores)[0], rel=1e-6)
+    known = Example(predicted, Doc(nlp.vocab, words=["ab", "c", "d"], tags=["X", "X", "Y"]))
+    assert pipe.get_loss([known], scores)[0] != pytest.approx(pipe.get_loss([unknown], scores)[0], rel=1e-6)

@@ -15,7 +15,7 @@ import numpy
 import srsly
 import torch
 from spacy import util
-from spacy.attrs import IDS
+from spacy.attrs import IDS, ORTH
 from spacy.language import Language
 from spacy.parts_of_speech import IDS as POS_IDS
 from spacy.pipeline import TrainablePipe
@@ -320,24 +320,40 @@ class StructuredTagger(TrainablePipe):
         """Allowed labels (S, L, M): the gold label, or all labels where the gold one is unknown."""
         S, L = scores.scores.shape[:2]
         index = {label: i for i, label in enumerate(self.labels)}
-        ids = []  # the tokens' gold label ids, doc after doc as the segments hold them; -1: unknown
-        for d in sorted({segment.doc for segment in scores.segments}):
-            golds = examples[d].get_aligned(self.attr.upper(), as_string=True)
-            unknown = [k for k, label in enumerate(golds) if label and label not in index]
-            if unknown:
-                raise ValueError(
-                    f"[spacy-nldm] {self.name}: the gold {self.attr} {golds[unknown[0]]!r} of token {unknown[0]} in "
-                    f"the doc {examples[d].reference.text[:60]!r} is not one of the {len(index)} labels of the "
-                    "component; initialize on data that has it or call add_label() first"
-                )
-            ids.extend(index[label] if label else -1 for label in golds)  # None (unaligned), "": unknown
-        ids = numpy.asarray(ids, dtype="int64")
+        # the tokens' gold label ids (-1: unknown), doc after doc as the segments hold them
+        ids = [self._gold_ids(examples[d], index) for d in sorted({segment.doc for segment in scores.segments})]
+        ids = numpy.concatenate(ids) if ids else numpy.zeros(0, dtype="int64")
         known = ids >= 0
         rows, cols = scores.rows[known], scores.cols[known]
         mask = numpy.ones((S, L, len(index)), dtype=bool)
         mask[rows, cols] = False
         mask[rows, cols, ids[known]] = True
         return mask
+
+    def _gold_ids(self, example: Example, index: Dict[str, int]) -> numpy.ndarray:
+        """The gold label id of each predicted token (-1: unknown: missing or unaligned), by the example's
+        alignment; read off the reference's array when both docs have the same tokens (the alignment is
+        then the identity, and building it would cost more than the rest of the loss)."""
+        x, y = example.predicted, example.reference
+        if len(x) == len(y) and numpy.array_equal(x.to_array(ORTH), y.to_array(ORTH)):
+            values = y.to_array(IDS[self.attr.upper()])
+            kinds, inverse = numpy.unique(values, return_inverse=True)
+            labels = [y.vocab.strings[int(v)] if v else "" for v in kinds]
+        else:
+            golds = [label or "" for label in example.get_aligned(self.attr.upper(), as_string=True)]
+            labels = sorted(set(golds))
+            position = {label: i for i, label in enumerate(labels)}
+            inverse = numpy.asarray([position[label] for label in golds], dtype="int64")
+        ids = numpy.asarray([index.get(label, -2) if label else -1 for label in labels], dtype="int64")
+        ids = ids[inverse.reshape(-1)] if len(labels) else numpy.zeros(len(x), dtype="int64")
+        bad = numpy.flatnonzero(ids == -2)
+        if len(bad):
+            raise ValueError(
+                f"[spacy-nldm] {self.name}: the gold {self.attr} {labels[inverse[bad[0]]]!r} of token {bad[0]} in the "
+                f"doc {y.text[:60]!r} is not one of the {len(index)} labels of the component; initialize on data "
+                "that has it or call add_label() first"
+            )
+        return ids
 
     # ------------------------------------------------------------- prediction
     def predict(self, docs: Iterable[Doc]) -> Predictions:
