@@ -79,8 +79,9 @@ class Structure:
     def _buckets(self, F: Tensor, lengths: Tensor, cost=None, budget: Optional[int] = None,
                  whole: Optional[bool] = None):
         """Yield (indices, F of the bucket cut to its longest segment, lengths) per bucket
-        (``cost(n)`` and ``budget`` default to the structure's own); ``whole``: the whole batch as one
-        bucket, without reordering (default: :meth:`one_bucket` for the structure's own cost and budget).
+        (``cost(n)`` and ``budget`` default to the structure's own). ``whole``: the whole batch as one
+        bucket; False: buckets of similar lengths; default: :meth:`one_bucket` for the structure's own cost
+        and budget.
 
         F is reordered by one gather and then split, so that the backward pass builds F's
         gradient with one scatter and one concatenation (indexing F once per bucket would
