@@ -276,3 +276,64 @@ def test_float32_marginals_beyond_the_fast_path_at_a_realistic_size(n, std):
     scores = ChainScores(*tensors)
     np.testing.assert_allclose(crf_log_partition(scores, lengths).double().numpy(), ref_z.numpy(), rtol=1e-5)
     assert float((crf_marginals(scores, lengths).double() - ref_marg).abs().max()) <= 1e-4
+
+
+@pytest.mark.parametrize("lane", ["compiled", "reference"])
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("start_end", [True, False])
+def test_viterbi_lanes_forced_against_enumeration(lane, masked, start_end):
+    """Each Viterbi lane, forced: the best labels and score of every sentence (lengths 0 to 5, a label
+    mask with a token that allows nothing) against enumeration in float64."""
+    lengths = torch.tensor([5, 2, 4, 1, 0, 3])
+    scores = _scores(start_end=start_end, batch=6, seed=3, m=4)
+    mask = None
+    if masked:
+        mask = torch.rand(6, 5, 4, generator=torch.Generator().manual_seed(4)) < 0.6
+        mask[:, :, 2] = True
+        mask[5, 1] = False  # sentence 5: no tree of labels, score -inf
+    labels, heads, best = crf_viterbi(scores, lengths, label_mask=mask, lane=lane)
+    assert heads is None
+    potentials = scores.potentials(lengths).detach().numpy()
+    for b, length in enumerate(lengths.tolist()):
+        if length == 0:
+            assert best[b].item() == 0.0 and torch.all(labels[b] == 0)
+            continue
+        if mask is not None and not bool(mask[b, :length].any(-1).all()):  # a token allows nothing
+            assert best[b].item() == -np.inf and torch.all(labels[b] == 0)
+            continue
+        _, ref_best, ref_labels, _ = enumerate_chain(potentials[b], length, None if mask is None else mask[b].numpy())
+        assert best[b].item() == pytest.approx(ref_best, abs=1e-9)
+        assert labels[b, :length].tolist() == ref_labels.tolist()
+        assert torch.all(labels[b, length:] == 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("ties", [False, True])
+def test_compiled_viterbi_is_the_reference_bit_for_bit(dtype, ties):
+    """At a tagger's size the compiled lane gives the reference's labels and scores exactly, in float32 and
+    float64, also when scores tie everywhere (integer scores: the reference's first arg-max wins)."""
+    gen = torch.Generator().manual_seed(5)
+    batch, n, m = 64, 30, 25
+    draw = lambda *shape: (torch.randint(-2, 3, shape, generator=gen).to(dtype) if ties  # noqa: E731
+                           else 3.0 * torch.randn(*shape, generator=gen, dtype=dtype))
+    scores = ChainScores(draw(batch, n, m), draw(m, m), draw(m), draw(m))
+    lengths = torch.randint(0, n + 1, (batch,), generator=gen)
+    compiled = crf_viterbi(scores, lengths, lane="compiled")
+    reference = crf_viterbi(scores, lengths, lane="reference")
+    assert compiled.score.dtype == dtype
+    assert torch.equal(compiled.labels, reference.labels)
+    assert torch.equal(compiled.score, reference.score)
+    assert torch.equal(crf_viterbi(scores, lengths).labels, compiled.labels)  # the default on the CPU
+
+
+def test_viterbi_lanes_reject_what_they_cannot_take():
+    potentials = torch.randn(2, 3, 4, 4)
+    with pytest.raises(ValueError, match="compiled"):
+        crf_viterbi(potentials, torch.tensor([3, 1]), lane="compiled")
+    with pytest.raises(ValueError, match="lane must be one of"):
+        crf_viterbi(_scores(), torch.tensor(LENGTHS), lane="bounded")
+    nan = _scores()
+    with torch.no_grad():
+        nan.emissions[1, 1, 2] = float("nan")
+    with pytest.raises(ValueError, match="sentence 1"):
+        crf_viterbi(nan, torch.tensor(LENGTHS), lane="compiled")

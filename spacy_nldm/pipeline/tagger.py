@@ -9,12 +9,13 @@ has a meaning.
 import os
 import warnings
 from itertools import islice
-from typing import Callable, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy
 import srsly
 import torch
 from spacy import util
+from spacy.attrs import IDS, ORTH
 from spacy.language import Language
 from spacy.parts_of_speech import IDS as POS_IDS
 from spacy.pipeline import TrainablePipe
@@ -319,23 +320,40 @@ class StructuredTagger(TrainablePipe):
         """Allowed labels (S, L, M): the gold label, or all labels where the gold one is unknown."""
         S, L = scores.scores.shape[:2]
         index = {label: i for i, label in enumerate(self.labels)}
+        # the tokens' gold label ids (-1: unknown), doc after doc as the segments hold them
+        ids = [self._gold_ids(examples[d], index) for d in sorted({segment.doc for segment in scores.segments})]
+        ids = numpy.concatenate(ids) if ids else numpy.zeros(0, dtype="int64")
+        known = ids >= 0
+        rows, cols = scores.rows[known], scores.cols[known]
         mask = numpy.ones((S, L, len(index)), dtype=bool)
-        golds = {}
-        for s, (d, start, end) in enumerate(scores.segments):
-            if d not in golds:
-                golds[d] = examples[d].get_aligned(self.attr.upper(), as_string=True)
-            for k, label in enumerate(golds[d][start:end]):
-                if not label:  # None (unaligned) or "" (missing): unknown
-                    continue
-                if label not in index:
-                    raise ValueError(
-                        f"[spacy-nldm] {self.name}: the gold {self.attr} {label!r} of token {start + k} in the doc "
-                        f"{examples[d].reference.text[:60]!r} is not one of the {len(index)} labels of the "
-                        "component; initialize on data that has it or call add_label() first"
-                    )
-                mask[s, k] = False
-                mask[s, k, index[label]] = True
+        mask[rows, cols] = False
+        mask[rows, cols, ids[known]] = True
         return mask
+
+    def _gold_ids(self, example: Example, index: Dict[str, int]) -> numpy.ndarray:
+        """The gold label id of each predicted token (-1: unknown: missing or unaligned), by the example's
+        alignment; read off the reference's array when both docs have the same tokens (the alignment is
+        then the identity, and building it would cost more than the rest of the loss)."""
+        x, y = example.predicted, example.reference
+        if len(x) == len(y) and numpy.array_equal(x.to_array(ORTH), y.to_array(ORTH)):
+            values = y.to_array(IDS[self.attr.upper()])
+            kinds, inverse = numpy.unique(values, return_inverse=True)
+            labels = [y.vocab.strings[int(v)] if v else "" for v in kinds]
+        else:
+            golds = [label or "" for label in example.get_aligned(self.attr.upper(), as_string=True)]
+            labels = sorted(set(golds))
+            position = {label: i for i, label in enumerate(labels)}
+            inverse = numpy.asarray([position[label] for label in golds], dtype="int64")
+        ids = numpy.asarray([index.get(label, -2) if label else -1 for label in labels], dtype="int64")
+        ids = ids[inverse.reshape(-1)] if len(labels) else numpy.zeros(len(x), dtype="int64")
+        bad = numpy.flatnonzero(ids == -2)
+        if len(bad):
+            raise ValueError(
+                f"[spacy-nldm] {self.name}: the gold {self.attr} {labels[inverse[bad[0]]]!r} of token {bad[0]} in the "
+                f"doc {y.text[:60]!r} is not one of the {len(index)} labels of the component; initialize on data "
+                "that has it or call add_label() first"
+            )
+        return ids
 
     # ------------------------------------------------------------- prediction
     def predict(self, docs: Iterable[Doc]) -> Predictions:
@@ -379,16 +397,20 @@ class StructuredTagger(TrainablePipe):
             if self.store_probs:
                 doc._.nldm_probs = numpy.zeros((len(doc), len(ids)), dtype="float32")
                 doc._.nldm_prob_labels = list(self.labels)
+        values = numpy.asarray(ids, dtype="uint64")[preds.labels]  # (S, L): each token's label as spaCy holds it
+        pieces: Dict[int, List[numpy.ndarray]] = {}  # each doc's segments' values, in order: they cover the doc
         for s, (d, start, end) in enumerate(preds.segments):
             doc = docs[d]
-            for k, token in enumerate(doc[start:end]):
-                setattr(token, self.attr, ids[preds.labels[s, k]])
+            pieces.setdefault(d, []).append(values[s, : end - start])
             if has_tree:  # the segment's heads 1..n (0: the root) as doc indices
                 heads = preds.heads[s, : end - start]
                 doc._.nldm_heads[start:end] = numpy.where(heads == 0, -1, start + heads - 1)
                 doc._.nldm_tree_score += float(preds.best[s])
             if preds.probs is not None:
                 doc._.nldm_probs[start:end] = preds.probs[s, : end - start]
+        attr = IDS[self.attr.upper()]
+        for d, values_of_doc in pieces.items():
+            docs[d].from_array([attr], numpy.concatenate(values_of_doc))
 
     # ---------------------------------------------------------- serialization
     def to_bytes(self, *, exclude=tuple()) -> bytes:

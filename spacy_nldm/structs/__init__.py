@@ -7,7 +7,8 @@ Linear-chain CRFs of order 1 and 2, :mod:`.chain`: :func:`crf_log_partition`, :f
 :func:`crf_marginals`. They take (B, N, M, M[, M]) potentials, or for order 1 a :class:`ChainScores` (emissions,
 one transition matrix, start and end scores, as pytorch-crf holds them) and for order 2 a
 :class:`SecondOrderScores` (emissions and one trigram table), which skip building the potentials;
-:func:`crf_lane` says which lane computes them. Decoders return :class:`Decoded` (labels, heads, score).
+:func:`crf_lane` says which lane computes them (``lane=`` forces one; :func:`crf_viterbi` has its own,
+compiled for ChainScores on the CPU). Decoders return :class:`Decoded` (labels, heads, score).
 Score layouts are documented in :mod:`.tree` and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
 from .chain_second import SecondOrderScores

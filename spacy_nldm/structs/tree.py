@@ -149,7 +149,8 @@ def tree_lane(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, m
 
 def sentence_by_sentence(device) -> bool:
     """Whether log Z and the marginals of DirectionalScores on ``device`` run sentence by sentence (the
-    compiled lanes), so that padding a batch to its longest sentence costs nothing."""
+    compiled lanes), and so does the Viterbi of ChainScores (:func:`.chain.crf_viterbi`), so that padding a
+    batch to its longest sentence costs nothing."""
     return torch.device(device).type == "cpu" and compiled.available()
 
 
