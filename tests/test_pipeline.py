@@ -14,6 +14,7 @@ from thinc.api import fix_random_seed
 
 from nldm_fixtures import LEARNABLE, LEARNABLE_FLOOR, TWITTER
 from spacy_nldm.corpora.ark import read_ark
+from spacy_nldm.models.tagger import torch_scorer
 from spacy_nldm.pipeline import render_tree, tree_to_displacy
 
 ARK_TRAIN = TWITTER / "oct27.train"
@@ -121,7 +122,7 @@ def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
     docs = [Doc(nlp.vocab, words=w) for w, _ in ark[:3]]
     scores = pipe.segment_scores(docs, pipe.model.predict(docs))
     assert scores.scores.dtype == numpy.float32  # the float32 path, thinc to torch and back
-    gold = pipe._gold_mask(examples(nlp, ark[:3]), scores)
+    gold = pipe.gold_mask(examples(nlp, ark[:3]), scores)
     for s, n in enumerate(scores.lengths):  # fully labelled: one allowed label per token, "!" included
         assert gold[s, :n].sum(-1).tolist() == [1] * n
         assert [pipe.labels[i] for i in gold[s, :n].argmax(-1)] == ark[s][1]
@@ -417,7 +418,7 @@ def test_head_layers_on_a_listener_learn_and_tag_each_doc_as_alone(ark, factory,
     for _ in range(15):
         nlp.update(egs, sgd=optimizer)
     assert nlp.evaluate(egs)["tag_acc"] > FLOOR
-    assert pipe.model.get_ref("head").shims[0]._model.nI == width
+    assert torch_scorer(pipe.model).nI == width
     texts = [" ".join(w) for w, _ in ark[8:12]]
     together = list(nlp.pipe(texts, batch_size=4))
     for text, doc in zip(texts, together):
@@ -631,7 +632,7 @@ def test_embed_mix_gives_the_heads_window_encoder_the_tok2vecs_vectors_too(ark, 
     window_layers = [node for node in pipe.model.walk()
                      if node.name == "maxout" and node.id not in in_tok2vec and node.get_dim("nI") != 8 * 4]
     assert len(window_layers) == 2 and {node.get_dim("nI") for node in window_layers} == window_inputs
-    assert pipe.model.get_ref("head").shims[0]._model.nI == 32 + 8
+    assert torch_scorer(pipe.model).nI == 32 + 8
 
 
 def test_embed_mix_on_a_tok2vec_of_unknown_width_names_the_setting():
@@ -671,7 +672,7 @@ def test_null_head_embeddings_depend_on_whether_the_tok2vec_listens():
         assert (attrs["embed_width"], attrs["embed_depth"], attrs["embed_mix"]) == (width, depth, mix), model
         listened = 32 if "tok2vec" in model else None
         if listened:
-            assert pipe.model.get_ref("head").shims[0]._model.nI == listened + width
+            assert torch_scorer(pipe.model).nI == listened + width
 
 
 def test_distance_bias_is_the_nldms_only():

@@ -157,7 +157,9 @@ def get_structure(model: Model, tables: Dict[str, torch.Tensor]) -> Structure:
     return Chain(order=model.attrs["order"], token_independent=independent, trigram=tables.get("trigram"))
 
 
-def torch_scorer(model: Model):
+def torch_scorer(model: Model) -> torch.nn.Module:
+    """The model's torch edge scorer (:mod:`.scorers`), inside the head's shim: its ``nI`` is the width of the
+    vectors it reads, its ``nO`` the number of labels."""
     return model.get_ref("head").shims[0]._model
 
 

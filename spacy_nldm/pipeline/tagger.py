@@ -244,7 +244,7 @@ class StructuredTagger(TrainablePipe):
         segmented = self.segment_scores(docs, scores)
         F = xp2torch(segmented.scores, requires_grad=True)
         tables = {name: xp2torch(table, requires_grad=True) for name, table in scores.tables.items()}
-        gold = torch.from_numpy(self._gold_mask(examples, segmented)).to(F.device)
+        gold = torch.from_numpy(self.gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
         smoothing = mixture_weight(self.label_smoothing, len(self.labels))
         loss = get_structure(self.model, tables).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
@@ -316,8 +316,10 @@ class StructuredTagger(TrainablePipe):
                 "(lower the learning rate, or clip gradients with grad_clip) or the input vectors are not finite"
             )
 
-    def _gold_mask(self, examples: List[Example], scores: SegmentScores) -> numpy.ndarray:
-        """Allowed labels (S, L, M): the gold label, or all labels where the gold one is unknown."""
+    def gold_mask(self, examples: List[Example], scores: SegmentScores) -> numpy.ndarray:
+        """Allowed labels (S, L, M) of the examples' segments (``scores``: :meth:`segment_scores` of their
+        predicted docs), what the loss's log S sums over: the gold label, or every label where the gold one is
+        unknown (spaCy's missing annotation, or a predicted token aligned to gold tokens of different labels)."""
         S, L = scores.scores.shape[:2]
         index = {label: i for i, label in enumerate(self.labels)}
         # the tokens' gold label ids (-1: unknown), doc after doc as the segments hold them
