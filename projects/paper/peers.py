@@ -301,6 +301,14 @@ def lane_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, 
         rows.append(("chain-1", "log S fwd+bwd (gold labels), ChainScores", shape, "gold",
                      *alternate(fwd_bwd(lambda: gold_score("gold"), factors), fwd_bwd(lambda: gold_score("reference"), factors),
                                 repeats, device)))
+        if cpu:
+            def decode(lane):
+                with torch.no_grad():
+                    scores = structs.ChainScores(em.detach(), trans.detach(), start.detach(), end.detach())
+                    return structs.crf_viterbi(scores, lengths, lane=lane).score
+
+            rows.append(("chain-1", "Viterbi, ChainScores", shape, "compiled",
+                         *alternate(lambda: decode("compiled"), lambda: decode("reference"), repeats, device)))
         trigram = draw(m + 1, m + 1, m)
 
         def second(lane, form):
