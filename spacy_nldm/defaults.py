@@ -87,21 +87,25 @@ def listens_in_config(model: dict) -> bool:
     return str(model.get("tok2vec", {}).get("@architectures", "")).startswith("spacy.Tok2VecListener")
 
 
-NLDM_MODEL = Config().from_str(
-    """
-[model]
-@architectures = "spacy-nldm.NLDMTagger.v2"
+#: the model settings both architectures take (their meaning: the README's settings table)
+SHARED_MODEL = """
 edge_scorer = "bilinear"
 label_dim = 50
 rank = 400
-max_dist = 3
 emission = true
-distance_bias = true
 dropout = 0.0
 embed_width = null
 embed_depth = null
 embed_mix = null
 """
+
+NLDM_MODEL = Config().from_str(
+    """
+[model]
+@architectures = "spacy-nldm.NLDMTagger.v2"
+max_dist = 3
+distance_bias = true"""
+    + SHARED_MODEL
     + OWN_TOK2VEC
 )["model"]
 
@@ -109,15 +113,7 @@ CRF_MODEL = Config().from_str(
     """
 [model]
 @architectures = "spacy-nldm.CRFTagger.v2"
-order = 1
-edge_scorer = "bilinear"
-label_dim = 50
-rank = 400
-emission = true
-dropout = 0.0
-embed_width = null
-embed_depth = null
-embed_mix = null
-"""
+order = 1"""
+    + SHARED_MODEL
     + OWN_TOK2VEC
 )["model"]
