@@ -130,3 +130,13 @@ def _eisner(S: torch.Tensor, lens: List[int], max_dist: Optional[int], tol: floa
                 scores[b] += arcs[b, head, dep]
                 stack += [("CR", i, r), ("CL", r + 1, j)]
     return heads, scores
+
+
+def factored_scores(kind, S, N, M, generator):
+    """F (S, N, 2, M+1, M): token-dependent arcs ("token"), or an emission plus one transition table
+    ("transition", as emission_transition makes them: many exactly tied trees)."""
+    if kind == "token":
+        return torch.randn(S, N, 2, M + 1, M, generator=generator)
+    emission = torch.randn(S, N, 1, 1, M, generator=generator)
+    transition = torch.randn(1, 1, 2, M + 1, M, generator=generator)
+    return emission + transition

@@ -9,7 +9,7 @@ from spacy.util import registry
 from thinc.api import PyTorchLSTM, chain, with_array
 from thinc.layers import HashEmbed
 
-from dense_trees import dense_canonical_heads
+from dense_trees import factored_scores
 from spacy_nldm.models.lstm import packed_lstm
 from spacy_nldm.models.structure import LatentTree
 from spacy_nldm.structs import canonical_heads
@@ -91,15 +91,6 @@ def arc_length(heads):
     return sum(abs(h - d) for d, h in enumerate(heads, start=1))
 
 
-def factored_scores(kind, S, N, M, generator):
-    """F (S, N, 2, M+1, M): token-dependent arcs, or emission + a transition table (as emission_transition)."""
-    if kind == "token":
-        return torch.randn(S, N, 2, M + 1, M, generator=generator)
-    emission = torch.randn(S, N, 1, 1, M, generator=generator)
-    transition = torch.randn(1, 1, 2, M + 1, M, generator=generator)
-    return emission + transition
-
-
 @pytest.mark.parametrize("kind", ["token", "transition"])
 @pytest.mark.parametrize("max_dist", [None, 2])
 def test_canonical_tree_is_a_best_tree_and_rounding_does_not_change_it(kind, max_dist):
@@ -153,21 +144,6 @@ def test_canonical_tree_with_a_distance_bias_is_a_best_tree(max_dist):
     torch.testing.assert_close(tree.tree_score(dense, labels, heads, lengths), scores)
     for s, n in enumerate(lengths.tolist()):
         assert is_projective_tree(heads[s, :n].tolist())
-
-
-@pytest.mark.parametrize("max_dist", [None, 1, 2, 3, 5])
-def test_banded_canonical_tree_is_the_dense_one_bit_for_bit(max_dist):
-    """The banded charts (O(n k) with max_dist) make the choices of the dense (N+1, N+1) algorithm."""
-    generator = torch.Generator().manual_seed(max_dist or 0)
-    for kind in ("token", "transition"):
-        S, N, M = 40, 19, 3
-        F = factored_scores(kind, S, N, M, generator)
-        lengths = torch.randint(0, N + 1, (S,), generator=generator)
-        lengths[0] = N
-        labels = torch.randint(0, M, (S, N), generator=generator)
-        heads, scores = canonical_heads(F, labels, lengths, max_dist)
-        want_heads, want_scores = dense_canonical_heads(F, labels, lengths, max_dist)
-        assert torch.equal(heads, want_heads) and torch.equal(scores, want_scores)
 
 
 def test_canonical_tree_of_a_long_sentence_keeps_to_the_band():

@@ -6,25 +6,19 @@ import importlib.util
 import pytest
 import torch
 
-from dense_trees import dense_canonical_heads
+from dense_trees import dense_canonical_heads, factored_scores
 from spacy_nldm.structs import DirectionalScores, canonical_heads, log_partition, MaxSemiring
 
 LANES = ["reference"] + (["compiled"] if importlib.util.find_spec("numba") else [])
 
 
-def factored_scores(kind, S, N, M, generator):
-    """F (S, N, 2, M+1, M): token-dependent arcs, or emission + a transition table (many exactly tied trees)."""
-    if kind == "token":
-        return torch.randn(S, N, 2, M + 1, M, generator=generator)
-    return torch.randn(S, N, 1, 1, M, generator=generator) + torch.randn(1, 1, 2, M + 1, M, generator=generator)
-
-
 @pytest.mark.parametrize("lane", LANES)
-@pytest.mark.parametrize("max_dist", [None, 1, 2, 5])
+@pytest.mark.parametrize("max_dist", [None, 1, 2, 3, 5])
 def test_both_lanes_make_the_dense_algorithms_choices_bit_for_bit(lane, max_dist):
+    """The banded charts (O(n k) with max_dist) of each lane make the choices of the dense (N+1, N+1) one."""
     generator = torch.Generator().manual_seed(max_dist or 0)
     for kind in ("token", "transition"):
-        S, N, M = 24, 13, 3
+        S, N, M = 40, 19, 3
         F = factored_scores(kind, S, N, M, generator)
         lengths = torch.randint(0, N + 1, (S,), generator=generator)
         lengths[0] = N
