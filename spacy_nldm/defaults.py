@@ -82,11 +82,6 @@ def resolve_embed_mix(mix: Optional[bool], depth: int, listening: bool) -> bool:
     return bool(listening and depth) if mix is None else mix
 
 
-def listens_in_config(model: dict) -> bool:
-    """Whether a structured component's ``model`` block (a config dict) reads a shared spaCy tok2vec."""
-    return str(model.get("tok2vec", {}).get("@architectures", "")).startswith("spacy.Tok2VecListener")
-
-
 #: the model settings both architectures take (their meaning: the README's settings table)
 SHARED_MODEL = """
 edge_scorer = "bilinear"

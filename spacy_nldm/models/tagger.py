@@ -65,10 +65,10 @@ def head_features(tok2vec: Model, embed_width: Optional[int], embed_depth: Optio
     if not width:
         return None
     attrs = {"embed_width": width, "embed_depth": depth, "embed_mix": mix}
+    stated = _stated_width(tok2vec)
     if not mix:
         return Model("head-embeddings", _features_forward, init=_features_init, layers=[head_embeddings(width, depth)],
-                     dims={"nO": _stated_width(tok2vec) + width if _stated_width(tok2vec) else None}, attrs=attrs)
-    stated = _stated_width(tok2vec)
+                     dims={"nO": stated + width if stated else None}, attrs=attrs)
     if not stated:
         raise ValueError(f"spacy-nldm: embed_mix = true needs a tok2vec whose width the config states (dim nO, as "
                          f"spacy.Tok2Vec.v2 and spacy.Tok2VecListener.v1 have); {tok2vec.name!r} has none: set "
@@ -125,7 +125,6 @@ def head_embeddings(width: int, depth: int = 0) -> Model[List[Doc], List[Floats2
     own tok2vec), a small tok2vec of the head's own. Next to a shared ``tok2vec`` (a listener) they give the
     head word features of its own, beside those of an encoder sized for the whole pipeline."""
     from spacy.util import registry
-
 
     build = registry.architectures.get("spacy.MultiHashEmbed.v2")
     embed = build(width=width, attrs=list(OWN_ATTRS), rows=list(OWN_ROWS), include_static_vectors=False)
