@@ -1,4 +1,5 @@
-"""``python -m spacy_nldm convert ...``: corpus converters (ARK Twitter POS, CoNLL-U, Tweebank v1), and a
+"""``python -m spacy_nldm convert ...``: corpus converters (ARK Twitter POS, CoNLL-U, Tweebank v1, entities in
+CoNLL layouts), and a
 train/dev split of a DocBin.
 
 Malformed input stops the command with ``error: FILE:LINE: problem`` on stderr and exit status 1 (no
@@ -75,6 +76,23 @@ def convert_ark(
         _fail(f"--tagset must be 'ark' or 'any', not {tagset!r}")
     with _reported():
         docs, per_file = ark_to_docs(inputs, tagset=ARK_TAGS if tagset == "ark" else None)
+    _finish(docs, per_file, output)
+
+
+@convert_app.command("ner")
+def convert_ner(
+    inputs: List[Path] = typer.Argument(..., help="CoNLL files (token ... tag per line), concatenated in the given order"),
+    output: Path = typer.Option(..., "--output", "-o", help="Output .spacy file"),
+    scheme: str = typer.Option("BIO", help="Tag scheme of the input: BIO (IOB2), IOB1 or BILUO (IOBES read as BILUO)"),
+) -> None:
+    """Entities in CoNLL layouts (WNUT 2017, CoNLL-2003) to DocBin: one Doc per sentence, the entities on
+    Doc.ents and on Doc.spans["sc"] (for spaCy's spancat)."""
+    from ..corpora.conll_ner import SCHEMES, conll_ner_to_docs
+
+    if scheme not in SCHEMES:
+        _fail(f"--scheme must be one of {', '.join(SCHEMES)}, not {scheme!r}")
+    with _reported():
+        docs, per_file = conll_ner_to_docs(inputs, scheme=scheme)
     _finish(docs, per_file, output)
 
 
