@@ -34,9 +34,9 @@ gold        log Z under a label_mask that allows one label per real token: the  
 factored    :class:`ChainScores` (on a GPU only where ``bounded`` does not take   :mod:`.chain_factored`
             its potentials); the sentences it does not trust go to the
             potentials' lane
-trigram     :class:`~.chain_second.SecondOrderScores` whose trigram is finite and  :mod:`.chain_second`
-            spans at most 200 nats (exp space in float64); wider ones go to the
-            reference on their potentials
+trigram     :class:`~.chain_second.SecondOrderScores` whose trigram's finite       :mod:`.chain_second`
+            entries span at most 200 nats (exp space in float64); wider ones, and
+            the sentences it does not trust, go to the reference on their potentials
 bounded     order-1 potentials without a label mask, every real token finite and  :mod:`.chain_bounded`
             spanning at most 354 nats (float32 run in float64 beyond 43.7)
 reference   everything else: order-2 potentials, masks, -inf, wider tokens         here
@@ -136,7 +136,7 @@ def crf_log_partition(potentials: Scores, lengths: Tensor, *, label_mask: Option
     elif chosen.name == "factored":
         log_z = _factored_log_partition(_masked(scores, mask), lengths)
     elif chosen.name == "trigram":
-        log_z = chain_second.log_partition(scores, lengths, label_mask=mask)
+        log_z = _trigram_log_partition(scores, lengths, mask)
     else:
         log_z = _log_partition(_potentials(_masked(scores, mask), lengths), lengths, chosen)
     raise_if_not_finite(log_z, lambda b: _bad_position(scores, lengths, b))
@@ -154,7 +154,7 @@ def crf_marginals(potentials: Scores, lengths: Tensor, *, label_mask: Optional[T
     scores = _masked(scores, mask)
     with torch.no_grad():
         if chosen.name == "trigram":
-            return chain_second.marginals(scores, lengths)
+            return _trigram_marginals(scores, lengths)
         if chosen.name == "factored":
             marg = _factored_marginals(scores, lengths)
             if marg is not None:
@@ -279,7 +279,8 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
         elif lane == "factored" and not factored:
             why = "it needs ChainScores"
         elif lane == "trigram" and not (trigram and chain_second.takes(scores)):
-            why = f"it needs SecondOrderScores whose trigram is finite and spans at most {chain_second.SPAN:g} nats"
+            why = (f"it needs SecondOrderScores whose trigram (its finite entries; no +inf or NaN) spans at most "
+                   f"{chain_second.SPAN:g} nats")
         elif lane == "bounded" and not chain_bounded.applies(_potentials(_masked(scores, mask), lengths), lengths):
             why = "it needs order-1 scores, finite where allowed, every token spanning at most 354 nats"
         if why is not None:
@@ -374,7 +375,30 @@ def _viterbi(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     return labels * keep, score
 
 
-# -- the factored lane's inputs and fallbacks -------------------------------------------------------
+# -- the factored lanes' inputs and fallbacks ------------------------------------------------------
+
+
+def _trigram_log_partition(scores: SecondOrderScores, lengths: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """log Z by the trigram lane; the sentences it does not trust on their potentials (the reference)."""
+    log_z, exact = chain_second.log_partition(scores, lengths, label_mask=mask)
+    rows = (~exact).nonzero().squeeze(1)
+    if len(rows):
+        some = _masked(SecondOrderScores(scores.emissions[rows], scores.trigram), None if mask is None else mask[rows])
+        redone = _recursion(LogSemiring(), some.potentials(), lengths[rows]).to(log_z.dtype)
+        log_z = log_z.index_copy(0, rows, redone)
+    return log_z
+
+
+def _trigram_marginals(scores: SecondOrderScores, lengths: Tensor) -> Tensor:
+    """P(y_t = c) (B, N, M) by the trigram lane; the sentences it does not trust on their potentials."""
+    marg, exact = chain_second.marginals(scores, lengths)
+    rows = (~exact).nonzero().squeeze(1)
+    if len(rows):
+        some = SecondOrderScores(scores.emissions[rows], scores.trigram).potentials().detach()
+        redone, _ = _transition_marginals(some, lengths[rows], _Lane("reference"))
+        marg = marg.index_copy(0, rows, _token_label_sums(redone).to(marg.dtype))
+    return marg
+
 
 
 def _factored_log_partition(scores: ChainScores, lengths: Tensor) -> Tensor:
