@@ -1,6 +1,7 @@
-"""``python -m projects.paper spacy-train``: spaCy's ``tagger``, ``crf_tagger`` and ``nldm_tagger`` trained by
-``spacy train`` from the configs ``spacy init config`` writes, datasets x systems x settings x seeds, resumable
-(the harness and its runs file: :mod:`projects.paper.runs.spacy_train`).
+"""``python -m projects.paper spacy-train``: spaCy's ``tagger``, ``crf_tagger`` and ``nldm_tagger`` (or, on an
+entity dataset, spaCy's ``ner`` and ``spancat``, ``crf_ner`` and ``nldm_ner``) trained by ``spacy train`` from the
+configs ``spacy init config`` writes, datasets x systems x settings x seeds, resumable (the harness and its runs
+file: :mod:`projects.paper.runs.spacy_train`).
 """
 import json
 import threading
@@ -13,9 +14,11 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import typer
 
 from ..runs.queue import RunFailed
-from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_WORKDIR, HELD_OUT, SETTINGS, SYSTEMS,
-                                Run, apply_overrides, execute, generate_config, host, labels_with_bang, load_rows,
-                                machine_of, route_table, this_machine)
+from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_VECTORS, DEFAULT_WORKDIR, ENTITY_DATASETS,
+                                ENTITY_RESULTS, ENTITY_SETTINGS, ENTITY_SYSTEMS, ENTITY_WORKDIR, HELD_OUT, SETTINGS,
+                                SYSTEMS, Run, apply_overrides, entity_tables, execute, execute_entities,
+                                generate_config, generate_entity_config, host, is_entity_run, labels_with_bang,
+                                load_rows, machine_of, route_table, this_machine)
 from . import app
 
 
@@ -34,14 +37,15 @@ def choose(text: str, allowed: Iterable[str], what: str) -> List[str]:
 
 @app.command("spacy-train")
 def spacy_train(
-    datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(DATASETS)}; or the held-out {', '.join(HELD_OUT)} (`spacy project run convert-heldout`)."),
-    systems: str = typer.Option(",".join(SYSTEMS), help="Comma-separated factories, from tagger, crf_tagger, nldm_tagger."),
-    settings: str = typer.Option(",".join(SETTINGS), help="Encoder settings: own (each config as `spacy init config` writes it), shared (our component listening to the tagger config's tok2vec)."),
+    datasets: str = typer.Option(",".join(DATASETS), help=f"Comma-separated, from {', '.join(DATASETS)}; or the held-out {', '.join(HELD_OUT)} (`spacy project run convert-heldout`); or the entity datasets {', '.join(ENTITY_DATASETS)} (`python -m spacy_nldm convert ner`), not mixed with the others."),
+    systems: Optional[str] = typer.Option(None, help=f"Comma-separated factories, from {', '.join(SYSTEMS)} (default: all); on entity datasets from {', '.join(ENTITY_SYSTEMS)} (default: all)."),
+    settings: Optional[str] = typer.Option(None, help=f"Encoder settings: own (each config as `spacy init config` writes it), shared (our component listening to the tagger config's tok2vec); default both. On entity datasets from {', '.join(ENTITY_SETTINGS)} (default own,vectors): vectors adds static vectors (--vectors), trf MiniLM through spacy-transformers."),
     seeds: str = typer.Option("0,1,2", help="Training seeds ([system] seed), comma-separated."),
-    max_steps: int = typer.Option(1500, help="[training] max_steps of every run."),
+    max_steps: int = typer.Option(1500, help="[training] max_steps of every run (on entity datasets written in the config: part of a run's key)."),
+    vectors: Path = typer.Option(DEFAULT_VECTORS, help="spaCy vectors folder of the entity setting vectors (`spacy project run glove-vectors projects/paper`: GloVe 6B 50d)."),
     corpus: Path = typer.Option(Path("corpus"), help="Folder of the converted corpora (`spacy project run corpora`, then `spacy project run ud-corpora projects/paper`)."),
-    results: Path = typer.Option(DEFAULT_RESULTS, help="Runs file (JSON lines): read, and appended as runs finish."),
-    workdir: Path = typer.Option(DEFAULT_WORKDIR, help="Where configs, logs and trained pipelines go."),
+    results: Optional[Path] = typer.Option(None, help=f"Runs file (JSON lines): read, and appended as runs finish (default {DEFAULT_RESULTS}; on entity datasets {ENTITY_RESULTS})."),
+    workdir: Optional[Path] = typer.Option(None, help=f"Where configs, logs and trained pipelines go (default {DEFAULT_WORKDIR}; on entity datasets {ENTITY_WORKDIR})."),
     jobs: int = typer.Option(2, help="Runs at a time (each `spacy train` at one torch thread)."),
     set_: List[str] = typer.Option([], "--set", help="Override on the structured components' configs, SECTION.KEY=VALUE with {c} for the component, e.g. components.{c}.label_smoothing=0.1 (repeatable)."),
     set_all: List[str] = typer.Option([], "--set-all", help="Override on every system's config, spaCy's tagger too, e.g. training.optimizer.learn_rate=0.002 (repeatable)."),
@@ -55,28 +59,43 @@ def spacy_train(
     to tagger, training time. Resumable: finished runs are read from --results."""
     from spacy_nldm import about
 
-    names = choose(systems, SYSTEMS, "system")
     sets = choose(datasets, ALL_DATASETS, "dataset")
-    modes = choose(settings, SETTINGS, "setting")
+    entities = {is_entity_run(d) for d in sets}
+    if len(entities) > 1:
+        raise typer.BadParameter("entity datasets and tagging datasets are run separately")
+    entities = entities.pop() if entities else False
+    all_systems, all_settings = (tuple(ENTITY_SYSTEMS), ENTITY_SETTINGS) if entities else (SYSTEMS, SETTINGS)
+    names = choose(systems or ",".join(all_systems), all_systems, "system")
+    modes = choose(settings or ("own,vectors" if entities else ",".join(SETTINGS)), all_settings, "setting")
+    default_results = ENTITY_RESULTS if entities else DEFAULT_RESULTS
+    results = results or default_results
+    workdir = workdir or (ENTITY_WORKDIR if entities else DEFAULT_WORKDIR)
+    if entities and "vectors" in modes and not (vectors / "vocab" / "vectors").exists():
+        raise typer.BadParameter(f"{vectors}: no spaCy vectors folder (run `spacy project run glove-vectors projects/paper`)")
     seed_list = [int(s) for s in _split(seeds)]
     for d in sets:
         for split in ("train", "dev", "test"):
             path = corpus / ALL_DATASETS[d][0] / f"{split}.spacy"
             if not path.exists():
-                step = "corpora" if d == "tw" else ("convert-heldout" if d in HELD_OUT else "ud-corpora") + " projects/paper"
-                raise typer.BadParameter(f"{path}: no such corpus file (run `spacy project run {step}`)")
+                step = ("python -m spacy_nldm convert ner" if entities else "spacy project run "
+                        + ("corpora" if d == "tw" else ("convert-heldout" if d in HELD_OUT else "ud-corpora") + " projects/paper"))
+                raise typer.BadParameter(f"{path}: no such corpus file (run `{step}`)")
     plan: List[Tuple[str, Run]] = []  # seed by seed: a partial table has every dataset at the first seeds
     configs = {}
     for d in sets:
-        bang = labels_with_bang(corpus / ALL_DATASETS[d][0] / "train.spacy")
+        bang = not entities and labels_with_bang(corpus / ALL_DATASETS[d][0] / "train.spacy")
         for mode in modes:
             for system in names:
-                config = apply_overrides(generate_config(system, mode, ALL_DATASETS[d][1], labels_with_bang=bang), set_, system)
+                if entities:
+                    config = generate_entity_config(system, mode, ALL_DATASETS[d][1], max_steps, vectors=vectors)
+                else:
+                    config = generate_config(system, mode, ALL_DATASETS[d][1], labels_with_bang=bang)
+                config = apply_overrides(config, set_, system)
                 config = apply_overrides(config, set_all, system, every_system=True)
                 configs[d, mode, system] = config.to_str()
     for seed in seed_list:
         for (d, mode, system), text in configs.items():
-            changed = set_all or (set_ and system != "tagger")
+            changed = set_all or (set_ and system not in ("tagger", "ner", "spancat"))
             plan.append((mode, Run(d, system, mode, seed, text, variant if changed else "defaults")))
     done = load_rows(results)
     todo, seen = [], set()
@@ -97,7 +116,8 @@ def spacy_train(
     failures = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         machine = this_machine(jobs)
-        futures = {pool.submit(execute, run, corpus, workdir, max_steps, machine): run for run in todo}
+        futures = {pool.submit(execute_entities, run, corpus, workdir, machine) if entities
+                   else pool.submit(execute, run, corpus, workdir, max_steps, machine): run for run in todo}
         for number, future in enumerate(as_completed(futures), start=1):
             run = futures[future]
             try:
@@ -109,9 +129,11 @@ def spacy_train(
             with lock, open(results, "a", encoding="utf8") as out:
                 out.write(json.dumps(row) + "\n")
             done[row["key"]] = row
+            score = row["test_f"] if entities else row["test_tag_acc"]
             typer.echo(f"[{number}/{len(todo)}] {run.dataset} {run.system} {run.setting} seed {run.seed}: test "
-                       f"{row['test_tag_acc']:.2f}, {row['train_seconds']:.0f} s (elapsed {time.perf_counter() - start:.0f} s)")
-    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results)
+                       f"{score:.2f}, {row['train_seconds']:.0f} s (elapsed {time.perf_counter() - start:.0f} s)")
+    text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results, entities,
+                   default_results)
     typer.echo("\n" + text)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -121,19 +143,34 @@ def spacy_train(
         raise typer.Exit(1)
 
 
-def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results) -> str:
+def _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results, entities,
+            default_results) -> str:
     command = (f"python -m projects.paper spacy-train --datasets {','.join(sets)} --systems {','.join(names)} "
                f"--settings {','.join(modes)} --seeds {seeds} --max-steps {max_steps}"
                + "".join(f" --set '{s}'" for s in set_) + "".join(f" --set-all '{s}'" for s in set_all)
                + (f" --variant {variant}" if set_ or set_all else "")
-               + (f" --results {results}" if Path(results) != DEFAULT_RESULTS else ""))
+               + (f" --results {results}" if Path(results) != default_results else ""))
     used = {run.key: done[run.key] for _, run in plan if run.key in done}  # a run may fill cells of both settings
     machines = Counter(row.get("machine") or "not recorded" for row in used.values())
     hosts = Counter(machine_of(row) for row in used.values())
     timing = hosts.most_common(1)[0][0] if len(hosts) > 1 else None  # seconds from one machine only
     parts = [f"Written {time.strftime('%Y-%m-%d')} on {host()}; runs as listed in the runs file, made on: "
-             + "; ".join(f"{name} ({count} runs)" for name, count in sorted(machines.items())) + ".\n",
-             f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
+             + "; ".join(f"{name} ({count} runs)" for name, count in sorted(machines.items())) + ".\n"]
+    if entities:
+        parts += [f"Test entity F1, P, R (%) of `spacy evaluate --gold-preproc` on model-best (`ents_*`; `spans_sc_*` "
+                  f"for spancat), mean ± sd over seeds {seeds} (n: the seeds finished); surface F1: the shared task's "
+                  "F1 over the unique (surface string, type) pairs of model-best's predictions on test (`spacy apply` "
+                  f"on the test tokens), mean over seeds. `spacy train` for {max_steps} steps from the configs "
+                  "`spacy init config -p SYSTEM` writes (gold_preproc = true); encoder own: as written, vectors: "
+                  "with static vectors (GloVe 6B 50d), trf: MiniLM through spacy-transformers. Training wall "
+                  "minutes at one torch thread" + (f", of the runs made on {timing}" if timing else "") + ".\n",
+                  f"Command: `{command}`\n"]
+        found: Dict[Tuple[str, str, str], List[dict]] = {}
+        for m, run in plan:
+            if run.key in done:
+                found.setdefault((run.dataset, m, run.system), []).append(done[run.key])
+        return "\n".join(parts + ["\n".join(entity_tables(found, sets, modes, names, timing)) + "\n"])
+    parts += [f"Test accuracy (%) of `spacy evaluate --gold-preproc` on model-best, mean ± sd over seeds {seeds}; "
              f"`spacy train` for {max_steps} steps from the configs `spacy init config -p SYSTEM` writes "
              "(gold_preproc = true); training wall seconds at one torch thread"
              + (f", of the runs made on {timing}" if timing else "")

