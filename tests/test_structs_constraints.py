@@ -108,10 +108,6 @@ def _total(scores, b, order):
     return lambda seq: _order2(seq, emissions[b], trigram)
 
 
-def _reference(labels, scores, scheme, b, order):
-    return _enumerate(_total(scores, b, order), labels, LENGTHS[b], scheme, FIRST[b], LAST[b])
-
-
 def test_entity_labels_and_the_rules_in_any_order():
     assert entity_labels(["PER", "LOC"], "BIO") == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     assert entity_labels(["X"], "BILUO") == ["O", "B-X", "I-X", "L-X", "U-X"]
@@ -140,27 +136,32 @@ FORCED = [(1, "factored"), (1, "reference"), (2, "trigram"), (2, "reference")]
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("order,lane", FORCED)
-def test_every_lane_against_enumeration_of_the_valid_sequences(scheme, order, lane):
+@pytest.mark.parametrize("flagged", [True, False])
+def test_every_lane_against_enumeration_of_the_valid_sequences(scheme, order, lane, flagged):
+    """With window flags, and without (the start and end rules on every sentence)."""
     labels, scores = _setup(scheme, order)
     lengths = torch.tensor(LENGTHS)
     allowed = allowed_transitions(labels, scheme)
-    constrained = constrain(scores, allowed, lengths, *_flags())
+    flags = _flags() if flagged else ()
+    constrained = constrain(scores, allowed, lengths, *flags)
     log_z = crf_log_partition(constrained, lengths, lane=lane)
     marg = crf_marginals(constrained, lengths, lane=lane)
-    potentials = constrain(scores.potentials(lengths), allowed, lengths, *_flags())
+    potentials = constrain(scores.potentials(lengths), allowed, lengths, *flags)
     from_potentials = crf_log_partition(potentials, lengths)
     decoders = [crf_viterbi(constrained, lengths), crf_viterbi(potentials, lengths, lane="reference")]
     if order == 1:
         decoders.append(crf_viterbi(constrained, lengths, lane="compiled"))
     for b, n in enumerate(LENGTHS):
-        ref_z, ref_marg, ref_best = _reference(labels, scores, scheme, b, order)
+        first, last = (FIRST[b], LAST[b]) if flagged else (True, True)
+        ref_z, ref_marg, ref_best = _enumerate(_total(scores, b, order), labels, n, scheme, first, last)
         assert log_z[b].item() == pytest.approx(ref_z, abs=1e-10)
         assert from_potentials[b].item() == pytest.approx(ref_z, abs=1e-10)
         np.testing.assert_allclose(marg[b, :n].numpy(), ref_marg, atol=1e-10)
         assert torch.all(marg[b, :n][torch.from_numpy(ref_marg == 0)] == 0)  # exactly 0: no valid sequence has it
         for decoded in decoders:
             assert decoded.labels[b, :n].tolist() == list(ref_best)
-            assert _valid([labels[i] for i in decoded.labels[b, :n].tolist()], scheme, FIRST[b], LAST[b])
+            assert _valid([labels[i] for i in decoded.labels[b, :n].tolist()], scheme, first, last)
+        torch.testing.assert_close(decoders[-1].score, decoders[1].score, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

@@ -247,7 +247,7 @@ def chain_potentials(
     order = transitions.dim() - 1
     if end is not None:  # onto the last real token's emissions
         last = torch.arange(n, device=emissions.device)[None, :] == (lengths.to(emissions.device) - 1)[:, None]
-        emissions = emissions + last[:, :, None].to(emissions.dtype) * end
+        emissions = torch.where(last[:, :, None], emissions + end, emissions)  # (not 0 * end: end may be -inf)
     first = transitions.new_zeros((1,) * order + (m,)) if start is None else start.reshape((1,) * order + (m,))
     per_token = torch.cat([first.expand(1, *transitions.shape), transitions.expand(max(n - 1, 0), *transitions.shape)])
     return emissions.reshape(batch, n, *((1,) * order), m) + per_token[:n]
@@ -458,7 +458,7 @@ def _emissions_with_end(scores: ChainScores, lengths: Tensor) -> Tensor:
         return scores.emissions
     n = scores.emissions.shape[1]
     last = torch.arange(n, device=lengths.device)[None, :] == (lengths - 1)[:, None]
-    return scores.emissions + last[:, :, None].to(scores.emissions.dtype) * scores.end
+    return torch.where(last[:, :, None], scores.emissions + scores.end, scores.emissions)  # end may be -inf
 
 
 def _start_scores(scores: ChainScores) -> Tensor:
