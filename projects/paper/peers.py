@@ -352,6 +352,11 @@ def constraint_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple
             scores = structs.constrain(scores, allowed, lengths) if constrained else scores
             return structs.crf_log_partition(scores, lengths)
 
+        def potentials(constrained: bool):
+            scores = structs.chain_potentials(em, trans, lengths, start=start, end=end)
+            scores = structs.constrain(scores, allowed, lengths) if constrained else scores
+            return structs.crf_log_partition(scores, lengths)
+
         def second(constrained: bool):
             scores = structs.SecondOrderScores(em, trigram)
             scores = structs.constrain(scores, allowed, lengths) if constrained else scores
@@ -360,6 +365,9 @@ def constraint_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple
         rows.append(("chain-1 log Z fwd+bwd, ChainScores", shape,
                      *alternate(fwd_bwd(lambda: first(True), [em, trans, start, end]),
                                 fwd_bwd(lambda: first(False), [em, trans, start, end]), repeats, device)))
+        rows.append(("chain-1 log Z fwd+bwd, potentials", shape,
+                     *alternate(fwd_bwd(lambda: potentials(True), [em, trans, start, end]),
+                                fwd_bwd(lambda: potentials(False), [em, trans, start, end]), repeats, device)))
         rows.append(("chain-2 log Z fwd+bwd, SecondOrderScores", shape,
                      *alternate(fwd_bwd(lambda: second(True), [em, trigram]),
                                 fwd_bwd(lambda: second(False), [em, trigram]), repeats, device)))

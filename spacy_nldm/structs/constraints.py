@@ -94,11 +94,22 @@ def constrain(scores: Scores, allowed: Transitions, lengths: Tensor, first: Opti
     order = scores.dim() - 3
     if order not in (1, 2):
         raise ValueError(f"potentials must be (B, N, M, M) or (B, N, M, M, M), got {tuple(scores.shape)}")
-    every = torch.ones(batch, dtype=torch.bool, device=device)
-    per_token = _forbidden_ends(allowed, lengths, n, every if first is None else first, every if last is None else last)
+    # a 0 / -inf bias on the transitions from token 1 on (token 0 reads the start state, not a previous
+    # label), added in one pass (nothing for the backward pass); the start and end rules onto the first
+    # and last tokens' slices in place
     moves = forbidden.reshape(1, 1, *((1,) * (order - 1)), m, m) & (torch.arange(n, device=device) > 0).reshape(
-        1, n, *((1,) * (order + 1)))  # token 0 reads the start state, not a previous label
-    return scores.masked_fill(per_token.reshape(batch, n, *((1,) * order), m) | moves, minus_inf)
+        1, n, *((1,) * (order + 1)))
+    zero = scores.new_zeros(())
+    out = scores + zero.masked_fill(moves, minus_inf)
+    rows = torch.arange(batch, device=device)
+    every = torch.ones(batch, dtype=torch.bool, device=device)
+    for flags, rule, token in ((first, allowed.start, torch.zeros_like(lengths)), (last, allowed.end, lengths - 1)):
+        if bool(rule.all()) or n == 0:
+            continue
+        chosen = (every if flags is None else flags) & (lengths > 0)
+        bias = zero.masked_fill(chosen[:, None] & ~rule, minus_inf)  # (B, M)
+        out.index_put_((rows, token.clamp_min(0)), bias.reshape(batch, *((1,) * order), m), accumulate=True)
+    return out
 
 
 def valid_decode(token_scores: Tensor, lengths: Tensor, allowed: Transitions, first: Optional[Tensor] = None,
