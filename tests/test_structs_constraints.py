@@ -11,6 +11,7 @@ from spacy_nldm.structs import (
     ChainScores,
     SecondOrderScores,
     allowed_transitions,
+    chain_bounded,
     chain_factored,
     chain_second,
     constrain,
@@ -108,10 +109,6 @@ def _total(scores, b, order):
     return lambda seq: _order2(seq, emissions[b], trigram)
 
 
-def _reference(labels, scores, scheme, b, order):
-    return _enumerate(_total(scores, b, order), labels, LENGTHS[b], scheme, FIRST[b], LAST[b])
-
-
 def test_entity_labels_and_the_rules_in_any_order():
     assert entity_labels(["PER", "LOC"], "BIO") == ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
     assert entity_labels(["X"], "BILUO") == ["O", "B-X", "I-X", "L-X", "U-X"]
@@ -140,27 +137,34 @@ FORCED = [(1, "factored"), (1, "reference"), (2, "trigram"), (2, "reference")]
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("order,lane", FORCED)
-def test_every_lane_against_enumeration_of_the_valid_sequences(scheme, order, lane):
+@pytest.mark.parametrize("flagged", [True, False])
+def test_every_lane_against_enumeration_of_the_valid_sequences(scheme, order, lane, flagged):
+    """With window flags, and without (the start and end rules on every sentence)."""
     labels, scores = _setup(scheme, order)
     lengths = torch.tensor(LENGTHS)
     allowed = allowed_transitions(labels, scheme)
-    constrained = constrain(scores, allowed, lengths, *_flags())
+    flags = _flags() if flagged else ()
+    constrained = constrain(scores, allowed, lengths, *flags)
     log_z = crf_log_partition(constrained, lengths, lane=lane)
     marg = crf_marginals(constrained, lengths, lane=lane)
-    potentials = constrain(scores.potentials(lengths), allowed, lengths, *_flags())
-    from_potentials = crf_log_partition(potentials, lengths)
+    potentials = constrain(scores.potentials(lengths), allowed, lengths, *flags)
+    from_potentials = crf_log_partition(potentials, lengths, lane="bounded" if order == 1 else "reference")
+    marg_potentials = crf_marginals(potentials, lengths, lane="bounded" if order == 1 else "reference")
     decoders = [crf_viterbi(constrained, lengths), crf_viterbi(potentials, lengths, lane="reference")]
     if order == 1:
         decoders.append(crf_viterbi(constrained, lengths, lane="compiled"))
     for b, n in enumerate(LENGTHS):
-        ref_z, ref_marg, ref_best = _reference(labels, scores, scheme, b, order)
+        first, last = (FIRST[b], LAST[b]) if flagged else (True, True)
+        ref_z, ref_marg, ref_best = _enumerate(_total(scores, b, order), labels, n, scheme, first, last)
         assert log_z[b].item() == pytest.approx(ref_z, abs=1e-10)
         assert from_potentials[b].item() == pytest.approx(ref_z, abs=1e-10)
-        np.testing.assert_allclose(marg[b, :n].numpy(), ref_marg, atol=1e-10)
-        assert torch.all(marg[b, :n][torch.from_numpy(ref_marg == 0)] == 0)  # exactly 0: no valid sequence has it
+        for got in (marg, marg_potentials):
+            np.testing.assert_allclose(got[b, :n].numpy(), ref_marg, atol=1e-10)
+            assert torch.all(got[b, :n][torch.from_numpy(ref_marg == 0)] == 0)  # exactly 0: no valid sequence has it
         for decoded in decoders:
             assert decoded.labels[b, :n].tolist() == list(ref_best)
-            assert _valid([labels[i] for i in decoded.labels[b, :n].tolist()], scheme, FIRST[b], LAST[b])
+            assert _valid([labels[i] for i in decoded.labels[b, :n].tolist()], scheme, first, last)
+        torch.testing.assert_close(decoders[-1].score, decoders[1].score, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -250,7 +254,14 @@ def test_float32_at_large_scales_matches_float64(scheme, order, lane, scale):
     log_z = crf_log_partition(narrow, lengths, lane=lane)
     torch.testing.assert_close(log_z.double(), expected_z, rtol=3e-6, atol=1e-3)
     marg = crf_marginals(narrow, lengths, lane=lane)
-    torch.testing.assert_close(marg.double(), crf_marginals(wide, lengths, lane="reference"), rtol=0, atol=2e-5)
+    expected_marg = crf_marginals(wide, lengths, lane="reference")
+    torch.testing.assert_close(marg.double(), expected_marg, rtol=0, atol=2e-5)
+    if order == 1 and lane == "factored" and scale <= 20:  # and the potentials' fast lane (std 100: too wide)
+        potentials = constrain(scores.potentials(lengths), allowed, lengths, *_flags())
+        torch.testing.assert_close(crf_log_partition(potentials, lengths, lane="bounded").double(), expected_z,
+                                   rtol=3e-6, atol=1e-3)
+        torch.testing.assert_close(crf_marginals(potentials, lengths, lane="bounded").double(), expected_marg,
+                                   rtol=0, atol=2e-5)
     decoded = crf_viterbi(narrow, lengths)
     for b, n in enumerate(LENGTHS):
         assert _valid([labels[i] for i in decoded.labels[b, :n].tolist()], scheme, FIRST[b], LAST[b])
@@ -276,8 +287,8 @@ def test_valid_decode_is_the_best_valid_sequence_under_summed_token_scores(schem
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("scale", [1.0, 10.0])
 def test_the_fast_lanes_trust_constrained_sentences(scheme, scale):
-    """-inf is a structural zero, not an underflow: the factored and trigram lanes keep every sentence
-    (none is redone on the potentials), empty ones included."""
+    """-inf is a structural zero, not an underflow: the factored, trigram and bounded lanes keep every
+    sentence (none is redone on the reference), empty ones included."""
     lengths = torch.tensor(LENGTHS)
     for order in (1, 2):
         labels, scores = _setup(scheme, order, scale=scale, dtype=torch.float32, types=("A", "B", "C"))
@@ -289,6 +300,9 @@ def test_the_fast_lanes_trust_constrained_sentences(scheme, scale):
         emissions = torch.where(last[:, :, None], constrained.emissions + constrained.end, constrained.emissions)
         fast = chain_factored.fast_path(emissions, constrained.transitions, constrained.start, lengths)
         assert bool(fast.exact.all())
+        potentials = constrain(scores.potentials(lengths), allowed_transitions(labels, scheme), lengths, *_flags())
+        assert crf_lane(potentials, lengths) == "bounded"
+        assert bool(chain_bounded.marginals(potentials, lengths)[2].all())
 
 
 def test_bad_allowed_and_flags_are_rejected():

@@ -37,9 +37,10 @@ factored    :class:`ChainScores` (on a GPU only where ``bounded`` does not take 
 trigram     :class:`~.chain_second.SecondOrderScores` whose trigram's finite       :mod:`.chain_second`
             entries span at most 200 nats (exp space in float64); wider ones, and
             the sentences it does not trust, go to the reference on their potentials
-bounded     order-1 potentials without a label mask, every real token finite and  :mod:`.chain_bounded`
-            spanning at most 354 nats (float32 run in float64 beyond 43.7)
-reference   everything else: order-2 potentials, masks, -inf, wider tokens         here
+bounded     order-1 potentials without a label mask, every real token's finite     :mod:`.chain_bounded`
+            entries spanning at most 354 nats (float32 run in float64 beyond
+            43.7); with -inf, the sentences it does not trust go to the reference
+reference   everything else: order-2 potentials, masks, wider tokens               here
 ==========  ====================================================================  ======================
 
 ``lane=`` on :func:`crf_log_partition` and :func:`crf_marginals` forces one (a ValueError where it cannot
@@ -118,7 +119,7 @@ class _Lane(NamedTuple):
     :func:`.chain_bounded.token_spans` it looked at (so that the lane does not compute them again)."""
 
     name: str
-    spans: Optional[Tuple[Tensor, float]] = None
+    spans: Optional[chain_bounded.Spans] = None
 
 
 # -- the public functions ---------------------------------------------------------------------------
@@ -247,7 +248,7 @@ def chain_potentials(
     order = transitions.dim() - 1
     if end is not None:  # onto the last real token's emissions
         last = torch.arange(n, device=emissions.device)[None, :] == (lengths.to(emissions.device) - 1)[:, None]
-        emissions = emissions + last[:, :, None].to(emissions.dtype) * end
+        emissions = torch.where(last[:, :, None], emissions + end, emissions)  # (not 0 * end: end may be -inf)
     first = transitions.new_zeros((1,) * order + (m,)) if start is None else start.reshape((1,) * order + (m,))
     per_token = torch.cat([first.expand(1, *transitions.shape), transitions.expand(max(n - 1, 0), *transitions.shape)])
     return emissions.reshape(batch, n, *((1,) * order), m) + per_token[:n]
@@ -282,7 +283,7 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
             why = (f"it needs SecondOrderScores whose trigram (its finite entries; no +inf or NaN) spans at most "
                    f"{chain_second.SPAN:g} nats")
         elif lane == "bounded" and not chain_bounded.applies(_potentials(_masked(scores, mask), lengths), lengths):
-            why = "it needs order-1 scores, finite where allowed, every token spanning at most 354 nats"
+            why = "it needs order-1 scores without +inf or NaN, every token's finite entries spanning at most 354 nats"
         if why is not None:
             raise ValueError(f"lane {lane!r} cannot take these scores: {why}")
         return _Lane(lane)
@@ -299,22 +300,32 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
     if scores.dim() == 5 or mask is not None:
         return _Lane("reference")
     spans = chain_bounded.widest_span(scores, lengths)
-    if spans is not None and chain_bounded.takes(spans[1], scores.dtype):
+    if spans is not None and chain_bounded.takes(spans.span, scores.dtype):
         return _Lane("bounded", spans)
     return _Lane("reference")
 
 
 def _log_partition(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tensor:
     """log Z (B,) of potentials by ``lane`` (bounded or the reference), differentiable."""
-    if lane.name == "bounded":
-        return chain_bounded.log_partition(potentials, lengths, lane.spans)
+    if lane.name == "bounded":  # the sentences it does not vouch for (-inf potentials only) on the reference
+        log_z, exact = chain_bounded.log_partition(potentials, lengths, lane.spans)
+        rows = (~exact).nonzero().squeeze(1)
+        if len(rows):
+            redone = _recursion(LogSemiring(), potentials[rows], lengths[rows]).to(potentials.dtype)
+            log_z = log_z.index_copy(0, rows, redone)
+        return log_z
     return _recursion(LogSemiring(), potentials, lengths).to(potentials.dtype)
 
 
 def _transition_marginals(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tuple[Tensor, Tensor]:
     """Transition marginals like ``potentials`` (0 beyond the lengths) and log Z (B,), by ``lane``."""
     if lane.name == "bounded":
-        return chain_bounded.marginals(potentials, lengths, lane.spans)
+        marg, log_z, exact = chain_bounded.marginals(potentials, lengths, lane.spans)
+        rows = (~exact).nonzero().squeeze(1)
+        if len(rows):
+            redone, redone_z = _transition_marginals(potentials[rows], lengths[rows], _Lane("reference"))
+            marg, log_z = marg.index_copy(0, rows, redone), log_z.index_copy(0, rows, redone_z)
+        return marg, log_z
     with torch.enable_grad():
         leaf = potentials.detach().requires_grad_(True)
         log_z = _recursion(LogSemiring(), leaf, lengths)
@@ -458,7 +469,7 @@ def _emissions_with_end(scores: ChainScores, lengths: Tensor) -> Tensor:
         return scores.emissions
     n = scores.emissions.shape[1]
     last = torch.arange(n, device=lengths.device)[None, :] == (lengths - 1)[:, None]
-    return scores.emissions + last[:, :, None].to(scores.emissions.dtype) * scores.end
+    return torch.where(last[:, :, None], scores.emissions + scores.end, scores.emissions)  # end may be -inf
 
 
 def _start_scores(scores: ChainScores) -> Tensor:

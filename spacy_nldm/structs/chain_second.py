@@ -94,11 +94,11 @@ def log_partition(scores: SecondOrderScores, lengths: Tensor, label_mask: Option
     if N == 0 or B == 0:
         return scores.emissions.new_zeros(B), torch.ones(B, dtype=torch.bool, device=E.device)
     real = real_tokens(lengths, N)
-    top = E.max(-1, keepdim=True).values  # (B, N, 1)
+    top = E.detach().max(-1, keepdim=True).values  # (B, N, 1); the shifts are constants to autograd
     possible = (torch.isfinite(top[..., 0]) | ~real).all(-1)  # a real token without a finite label: -inf
     top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
     X = torch.exp(E - top)  # (B, N, M), 0 where masked
-    w_top = W.max()
+    w_top = W.detach().max()
     expW = torch.exp(W - w_top)  # (M+1, M+1, M), 0 where forbidden
     into = expW[:, 1:].permute(1, 0, 2)  # (p, A, c): the step into token t >= 1
     first = X[:, 0] * expW[0, 0]  # (B, M)
@@ -107,7 +107,8 @@ def log_partition(scores: SecondOrderScores, lengths: Tensor, label_mask: Option
     safe = torch.where(total > 0, total, torch.ones_like(total)).detach()
     log_z = top[:, 0, 0] + w_top + torch.log(safe)
     state = torch.cat([first[:, None] / safe[:, None, None], E.new_zeros(B, M, M)], 1)  # (B, A, p)
-    states = [state]
+    structural = bool((W == -torch.inf).any())  # forbidden trigrams: check for underflow (_no_underflow)
+    lows = [_smallest_term(first.detach(), (1,)) / safe] if structural else []
     for t in range(1, N):
         alive = real[:, t]
         new = torch.bmm(state.permute(2, 0, 1), into).permute(1, 0, 2) * X[:, t, None, :]  # (B, p, c)
@@ -118,30 +119,36 @@ def log_partition(scores: SecondOrderScores, lengths: Tensor, label_mask: Option
         log_z = log_z + torch.where(ok, top[:, t, 0] + w_top + torch.log(safe), torch.zeros_like(total))
         next_state = torch.cat([E.new_zeros(B, 1, M), new / safe[:, None, None]], 1)
         state = torch.where(ok[:, None, None], next_state, state)
-        states.append(state)
+        if structural:
+            lows.append(_smallest_term(new.detach(), (1, 2)) / safe)
     # the last state sums to 1; its sum carries the gradient (the scales are constants to autograd, so that
     # a state no allowed sequence continues gets exactly 0, with no cancellation through the divisions)
     final = state.sum((1, 2))
     log_z = log_z + torch.log(torch.where(final > 0, final, torch.ones_like(final)))
     log_z = torch.where(lengths > 0, log_z, torch.zeros_like(log_z))
     log_z = torch.where(possible & ~dead, log_z, torch.full_like(log_z, -torch.inf))
-    exact = _no_underflow(E.detach(), top.detach(), W.detach(), torch.stack(states, 1).detach(), real) if bool(
-        (W == -torch.inf).any()) else torch.ones(B, dtype=torch.bool, device=E.device)
+    exact = _no_underflow(E.detach(), top, W.detach(), torch.stack(lows, 1), real) if structural else (
+        torch.ones(B, dtype=torch.bool, device=E.device))
     return log_z.to(scores.emissions.dtype), exact
 
 
-def _no_underflow(E: Tensor, top: Tensor, W: Tensor, states: Tensor, real: Tensor) -> Tensor:
+def _smallest_term(x: Tensor, dims) -> Tensor:
+    """The smallest nonzero entry over ``dims`` (+inf where all are 0)."""
+    return torch.where(x > 0, x, torch.inf).amin(dims)
+
+
+def _no_underflow(E: Tensor, top: Tensor, W: Tensor, lows: Tensor, real: Tensor) -> Tensor:
     """(B,) bool: no product of the recursion that is not a structural zero fell below 4 times float64's
     smallest normal number (so every value is exact to float64's rounding; a reachable state cannot have
     underflowed to 0). The argument of the module docstring does not hold under forbidden (-inf)
     trigrams: a path through an underflowed label may have no allowed neighbour. A product at token t is
     at least low_{t-1} * exp(min W - max W) * exp(min e_t - max e_t) (finite entries; low_{t-1} the
-    smallest nonzero entry of the state before t, 1 before token 0)."""
+    smallest nonzero entry of the state before t, 1 before token 0; ``lows`` (B, N) those after each token)."""
     floor = float(torch.log(torch.tensor(4 * torch.finfo(torch.float64).tiny, dtype=torch.float64)))
     finite = W > -torch.inf
     low_w = float(W[finite].min() - W.max())
     low_e = torch.where(E > -torch.inf, E - top, torch.zeros_like(E)).amin(-1)  # (B, N)
-    low_state = torch.where(states > 0, states, torch.ones_like(states)).amin((2, 3)).log()  # (B, N)
+    low_state = lows.log()
     before = torch.cat([low_state.new_zeros(low_state.shape[0], 1), low_state[:, :-1]], 1)
     return (torch.where(real, before + low_w + low_e, 0.0) >= floor).all(1)
 

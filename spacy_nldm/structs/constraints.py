@@ -65,30 +65,51 @@ def constrain(scores: Scores, allowed: Transitions, lengths: Tensor, first: Opti
               last: Optional[Tensor] = None) -> Scores:
     """``scores`` of the same kind (:class:`~.chain.ChainScores`, :class:`~.chain_second.SecondOrderScores`,
     order-1 (B, N, M, M) or order-2 (B, N, M, M, M) potentials) with -inf on every score a forbidden
-    transition reads; differentiable (gradient 0 there). The start and end rules go onto the emissions
-    (for potentials: the current label's axis) of the first and last real token of the sequences with
-    ``first[b]`` and ``last[b]`` (bool (B,), default all)."""
+    transition reads; differentiable (gradient 0 there). The start and end rules apply to the sequences
+    with ``first[b]`` and ``last[b]`` (bool (B,), default all): on the emissions (for potentials: the
+    current label's axis) of their first and last real token, or, where a rule holds for every sequence,
+    on the scores only the first (ChainScores, SecondOrderScores) or last (ChainScores) token reads, with
+    no copy of the emissions."""
     emissions = scores.emissions if isinstance(scores, (ChainScores, SecondOrderScores)) else scores
     batch, n, m = emissions.shape[0], emissions.shape[1], emissions.shape[-1]
-    device = emissions.device
+    device, minus_inf = emissions.device, float("-inf")
     lengths = check_lengths(lengths, batch, n, device)
     allowed = _checked(allowed, m, device)
-    ends = _forbidden_ends(allowed, lengths, n, _flags(first, batch, device), _flags(last, batch, device))
+    first, last = _flags(first, batch, device), _flags(last, batch, device)
     forbidden = ~allowed.transitions  # [previous, current]
     if isinstance(scores, ChainScores):
-        return scores._replace(emissions=scores.emissions.masked_fill(ends, float("-inf")),
-                               transitions=scores.transitions.masked_fill(forbidden, float("-inf")))
-    if isinstance(scores, SecondOrderScores):  # trigram[A, 1 + p, c] reads y_{t-1} = p, y_t = c
-        moves = torch.cat([torch.zeros(1, m, dtype=torch.bool, device=device), forbidden])
-        return SecondOrderScores(scores.emissions.masked_fill(ends, float("-inf")),
-                                 scores.trigram.masked_fill(moves[None], float("-inf")))
+        start, end = (emissions.new_zeros(m) if x is None else x for x in (scores.start, scores.end))
+        emissions = _rules_on_emissions(emissions, allowed, lengths, first, last)
+        return ChainScores(emissions, scores.transitions.masked_fill(forbidden, minus_inf),
+                           start.masked_fill(~allowed.start, minus_inf) if first is None else scores.start,
+                           end.masked_fill(~allowed.end, minus_inf) if last is None else scores.end)
+    if isinstance(scores, SecondOrderScores):  # trigram[A, 1 + p, c] reads y_{t-1} = p, y_t = c; [0, 0, c] y_0 = c
+        moves = torch.zeros(m + 1, m + 1, m, dtype=torch.bool, device=device)
+        moves[:, 1:] = forbidden
+        if first is None:
+            moves[0, 0] = ~allowed.start
+        every = torch.ones(batch, dtype=torch.bool, device=device)
+        emissions = _rules_on_emissions(emissions, allowed, lengths, first, every if last is None else last)
+        return SecondOrderScores(emissions, scores.trigram.masked_fill(moves, minus_inf))
     order = scores.dim() - 3
     if order not in (1, 2):
         raise ValueError(f"potentials must be (B, N, M, M) or (B, N, M, M, M), got {tuple(scores.shape)}")
-    per_token = ends.reshape(batch, n, *((1,) * order), m)
+    # a 0 / -inf bias on the transitions from token 1 on (token 0 reads the start state, not a previous
+    # label), added in one pass (nothing for the backward pass); the start and end rules onto the first
+    # and last tokens' slices in place
     moves = forbidden.reshape(1, 1, *((1,) * (order - 1)), m, m) & (torch.arange(n, device=device) > 0).reshape(
-        1, n, *((1,) * (order + 1)))  # token 0 reads the start state, not a previous label
-    return scores.masked_fill(per_token | moves, float("-inf"))
+        1, n, *((1,) * (order + 1)))
+    zero = scores.new_zeros(())
+    out = scores + zero.masked_fill(moves, minus_inf)
+    rows = torch.arange(batch, device=device)
+    every = torch.ones(batch, dtype=torch.bool, device=device)
+    for flags, rule, token in ((first, allowed.start, torch.zeros_like(lengths)), (last, allowed.end, lengths - 1)):
+        if bool(rule.all()) or n == 0:
+            continue
+        chosen = (every if flags is None else flags) & (lengths > 0)
+        bias = zero.masked_fill(chosen[:, None] & ~rule, minus_inf)  # (B, M)
+        out.index_put_((rows, token.clamp_min(0)), bias.reshape(batch, *((1,) * order), m), accumulate=True)
+    return out
 
 
 def valid_decode(token_scores: Tensor, lengths: Tensor, allowed: Transitions, first: Optional[Tensor] = None,
@@ -127,12 +148,24 @@ def _checked(allowed: Transitions, m: int, device) -> Transitions:
     return Transitions(*(value.to(device) for value in allowed))
 
 
-def _flags(flags: Optional[Tensor], batch: int, device) -> Tensor:
+def _flags(flags: Optional[Tensor], batch: int, device) -> Optional[Tensor]:
     if flags is None:
-        return torch.ones(batch, dtype=torch.bool, device=device)
+        return None
     if not isinstance(flags, Tensor) or flags.dtype != torch.bool or tuple(flags.shape) != (batch,):
         raise ValueError(f"first and last must be bool tensors of shape ({batch},)")
     return flags.to(device)
+
+
+def _rules_on_emissions(emissions: Tensor, allowed: Transitions, lengths: Tensor, first: Optional[Tensor],
+                        last: Optional[Tensor]) -> Tensor:
+    """The emissions with the start rule on the sequences with ``first`` and the end rule on those with
+    ``last`` (None: nobody); the same tensor where that changes nothing."""
+    if first is None and not (last is not None and not bool(allowed.end.all())):
+        return emissions
+    nobody = torch.zeros(emissions.shape[0], dtype=torch.bool, device=emissions.device)
+    ends = _forbidden_ends(allowed, lengths, emissions.shape[1], nobody if first is None else first,
+                           nobody if last is None else last)
+    return emissions.masked_fill(ends, float("-inf"))
 
 
 def _forbidden_ends(allowed: Transitions, lengths: Tensor, n: int, first: Tensor, last: Tensor) -> Tensor:
