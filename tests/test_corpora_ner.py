@@ -1,9 +1,13 @@
 """`convert ner` (spacy_nldm/corpora/conll_ner.py): entity files in CoNLL layouts and schemes go to a DocBin
 whose Doc.ents and Doc.spans["sc"] give the same tags back; each kind of malformed input stops with its file and
-line; --repair reads broken sequences with a warning per line; the real WNUT 2017 files give their counts."""
+line; --repair reads broken sequences with a warning per line; the real WNUT 2017 files give their counts; the
+root project's `ner` workflow runs on a miniature WNUT mirror."""
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from spacy.training import biluo_to_iob, offsets_to_biluo_tags
 from spacy.vocab import Vocab
 from typer.testing import CliRunner
 
+from nldm_fixtures import copy_project
 from spacy_nldm.cli import app
 from spacy_nldm.corpora.conll_ner import NerSentence, entity_offsets
 from spacy_nldm.corpora.errors import ConversionError, ConversionWarning
@@ -177,3 +182,61 @@ def test_wnut17_counts(tmp_path, name, sentences, tokens, entities):
     assert (len(docs), sum(len(d) for d in docs), sum(len(d.ents) for d in docs)) == (sentences, tokens, entities)
     assert {e.label_ for d in docs for e in d.ents} == {"person", "location", "group", "creative-work",
                                                         "corporation", "product"}
+
+
+def write_mini_wnut(mirror: Path) -> dict:
+    """WNUT-shaped files (train: sentences separated by a line holding one TAB) of 12, 6 and 6 sentences with
+    entities of every type in each; returns {file name: (sentences, entities)}."""
+    folder = mirror / "ner" / "wnut17"
+    folder.mkdir(parents=True)
+    types = ["person", "location", "group", "creative-work", "corporation", "product"]
+    counts = {}
+    for name, n, separator in (("wnut17train.conll", 12, "\t"), ("emerging.dev.conll", 6, ""),
+                               ("emerging.test.annotated", 6, "")):
+        lines = []
+        for k in range(n):
+            kind = types[k % len(types)]
+            lines += ["@user\tO", f"Big\tB-{kind}", f"Name{k}\tI-{kind}", "is\tO", "here\tO", separator]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf8")
+        counts[name] = (n, n)
+    return counts
+
+
+def run_project(proj: Path, command: str, mirror: Path, *overrides: str) -> str:
+    res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(proj),
+                          f"--vars.mirror={mirror}", *overrides], capture_output=True, text=True, cwd=proj,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+def test_project_ner_corpora(tmp_path):
+    """The root project's ner-corpora: the three WNUT files to DocBins, every sentence and entity kept."""
+    proj = copy_project(tmp_path / "proj")
+    counts = write_mini_wnut(tmp_path / "mirror")
+    run_project(proj, "ner-corpora", tmp_path / "mirror")
+    for name, split in (("wnut17train.conll", "train"), ("emerging.dev.conll", "dev"),
+                        ("emerging.test.annotated", "test")):
+        docs = list(DocBin().from_disk(proj / "corpus" / "wnut17" / f"{split}.spacy").get_docs(Vocab()))
+        assert (len(docs), sum(len(d.ents) for d in docs)) == counts[name]
+
+
+def _has_entity_factories() -> bool:
+    from spacy.language import Language
+
+    return Language.has_factory("crf_ner") and Language.has_factory("nldm_ner")
+
+
+@pytest.mark.skipif(not _has_entity_factories(), reason="the crf_ner and nldm_ner factories are not installed")
+def test_project_ner_workflow_trains_and_tests_both_systems(tmp_path):
+    """The whole `ner` workflow, two steps per system: the configs come from `spacy init config -p SYSTEM`,
+    the test scores (spaCy's ents_p/r/f and per type) and the displaCy pages are written."""
+    import srsly
+
+    proj = copy_project(tmp_path / "proj")
+    write_mini_wnut(tmp_path / "mirror")
+    run_project(proj, "ner", tmp_path / "mirror", "--vars.ner_steps=2", "--vars.ner_eval_frequency=1")
+    for system in ("crf_ner", "nldm_ner"):
+        scores = srsly.read_json(proj / "metrics" / "wnut17" / f"{system}.json")
+        assert {"ents_p", "ents_r", "ents_f", "ents_per_type"} <= set(scores), system
+        assert (proj / "metrics" / "wnut17" / system / "entities.html").exists()
