@@ -160,6 +160,14 @@ def test_repair_reads_broken_sequences_with_a_warning_per_line(tmp_path):
         f"warning: {path}:4: broken entity: 'I-y' after the sentence start continues no y entity: read as B-y"]
 
 
+def test_token_with_a_space_is_kept_with_a_warning(tmp_path):
+    path = tmp_path / "in.conll"
+    path.write_text("New York\tB-LOC\nis\tO\n", encoding="utf8")
+    res, docs = convert(path)
+    assert res.exit_code == 0 and [t.text for t in docs[0]] == ["New York", "is"]
+    assert res.stderr.startswith(f"warning: {path}:1: token 'New York' contains an ASCII space")
+
+
 def test_unknown_scheme_fails_clearly(tmp_path):
     path = tmp_path / "in.conll"
     path.write_text("a\tO\n", encoding="utf8")

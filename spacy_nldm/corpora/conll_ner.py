@@ -54,7 +54,8 @@ def _columns(line: str) -> List[str]:
 
 def read_conll_ner(path: PathLike) -> Iterator[NerSentence]:
     """Read one file; yield its sentences (token and tag per line). ConversionError for a line with one column
-    (no tag), an empty token or tag, and a file without tokens."""
+    (no tag), an empty token or tag, and a file without tokens; a ConversionWarning for a token with an ASCII
+    space (TAB-separated files only; it is kept)."""
     sent = NerSentence(path=str(path))
     found = False
     for number, line in read_lines(path):
@@ -72,6 +73,10 @@ def read_conll_ner(path: PathLike) -> Iterator[NerSentence]:
             raise ConversionError(path, number, "empty token (the line starts with a TAB)")
         if not tag:
             raise ConversionError(path, number, f"empty tag for token {word!r}")
+        if " " in word:
+            warnings.warn(ConversionWarning(
+                path, number, f"token {word!r} contains an ASCII space: kept as one token, which spaCy's "
+                "tokenizer would split (train and evaluate with gold_preproc = true)"))
         sent.words.append(word)
         sent.tags.append(tag)
         sent.lines.append(number)
