@@ -113,6 +113,7 @@ def test_round_trip_file_docbin_tags(tmp_path, scheme, layout):
     ("a\tO\nb\tperson\n", "BIO", 2, "bad tag 'person'"),
     ("a\tO\nb\tB-\n", "BIO", 2, "bad tag 'B-'"),
     ("a\tS-x\n", "BIO", 1, "use scheme BILUO"),
+    ("a\t-x\n", "BIO", 1, "bad tag '-x': expected O or one of B, I + '-TYPE' (scheme BIO)\n"),
     ("a\tO\nb\tL-x\n", "IOB1", 2, "bad tag 'L-x'"),
     ("a\tO\n\nb\tO\nc\tI-x\n", "BIO", 4, "'I-x' after 'O' continues no x entity"),
     ("a\tI-x\n", "BIO", 1, "after the sentence start"),

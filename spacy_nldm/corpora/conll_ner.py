@@ -94,7 +94,7 @@ def split_tag(tag: str, scheme: str, path: PathLike, line: int) -> Tuple[str, st
     prefixes = PREFIXES[scheme]
     prefix, sep, kind = tag.partition("-")
     if not sep or len(prefix) != 1 or prefix not in prefixes or not kind:
-        hint = " (an IOBES/BILUO file? use scheme BILUO)" if scheme != "BILUO" and prefix in "ELSU" and sep else ""
+        hint = " (an IOBES/BILUO file? use scheme BILUO)" if scheme != "BILUO" and prefix in tuple("ELSU") and sep else ""
         raise ConversionError(path, line, f"bad tag {tag!r}: expected O or one of {', '.join(prefixes)} + '-TYPE' "
                                           f"(scheme {scheme}){hint}")
     return {"E": "L", "S": "U"}.get(prefix, prefix), kind
