@@ -161,6 +161,28 @@ def test_repair_reads_broken_sequences_with_a_warning_per_line(tmp_path):
         f"warning: {path}:4: broken entity: 'I-y' after the sentence start continues no y entity: read as B-y"]
 
 
+def test_named_columns_and_comments(tmp_path):
+    """Universal NER's layout: comments before each sentence, id, token, tag and more columns; a '#' token
+    after a sentence's first token is a token."""
+    path = tmp_path / "uner.iob2"
+    path.write_text("# sent_id = a-1\n# text = Al went #home\n1\tAl\tB-PER\t-\t-\n2\twent\tO\t-\t-\n"
+                    "3\t#home\tB-LOC\t-\t-\n\n# sent_id = a-2\n1\tParis\tB-LOC\t-\t-\n", encoding="utf8")
+    res, docs = convert(path, "--token-column", "2", "--tag-column", "3", "--comments")
+    assert res.exit_code == 0, res.output
+    assert [[t.text for t in d] for d in docs] == [["Al", "went", "#home"], ["Paris"]]
+    assert [[(e.text, e.label_) for e in d.ents] for d in docs] == [[("Al", "PER"), ("#home", "LOC")],
+                                                                     [("Paris", "LOC")]]
+    assert [d.user_data["source"] for d in docs] == ["uner.iob2:3", "uner.iob2:8"]
+    res, _ = convert(path, "--token-column", "2", "--tag-column", "3")  # the comment is read as a token line
+    assert res.exit_code == 1 and res.stderr.startswith(f"error: {path}:1: bad tag '='"), res.stderr
+    two = tmp_path / "two.conll"
+    two.write_text("a\tO\n", encoding="utf8")
+    res, _ = convert(two, "--tag-column", "3")
+    assert res.exit_code == 1 and res.stderr.startswith(f"error: {two}:1: tag column missing")
+    res, _ = convert(two, "--tag-column", "0")
+    assert res.exit_code == 1 and "count from 1" in res.stderr
+
+
 def test_token_with_a_space_is_kept_with_a_warning(tmp_path):
     path = tmp_path / "in.conll"
     path.write_text("New York\tB-LOC\nis\tO\n", encoding="utf8")
