@@ -252,13 +252,6 @@ def test_project_ner_corpora(tmp_path):
         assert (len(docs), sum(len(d.ents) for d in docs)) == counts[name]
 
 
-def _has_entity_factories() -> bool:
-    from spacy.language import Language
-
-    return Language.has_factory("crf_ner") and Language.has_factory("nldm_ner")
-
-
-@pytest.mark.skipif(not _has_entity_factories(), reason="the crf_ner and nldm_ner factories are not installed")
 def test_project_ner_workflow_trains_and_tests_both_systems(tmp_path):
     """The whole `ner` workflow, two steps per system: the configs come from `spacy init config -p SYSTEM`,
     the test scores (spaCy's ents_p/r/f and per type) and the displaCy pages are written."""
