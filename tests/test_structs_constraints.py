@@ -305,6 +305,37 @@ def test_the_fast_lanes_trust_constrained_sentences(scheme, scale):
         assert bool(chain_bounded.marginals(potentials, lengths)[2].all())
 
 
+def test_sentences_a_lane_cannot_vouch_for_are_redone_on_the_reference():
+    """Emissions of std 100 (order 2, float64) and of std 30 with transitions of std 7.5 (order 1,
+    float32): some products underflow, the lanes' checks hand those sentences to the reference, and log Z,
+    its gradients and the marginals are the reference's."""
+    labels = entity_labels(["A", "B", "C"], "BIO")
+    allowed = allowed_transitions(labels, "BIO")
+    m = len(labels)
+    gen = torch.Generator().manual_seed(0)
+    short = torch.tensor([12, 12, 7, 12, 3, 12, 9, 12])
+    second = constrain(SecondOrderScores(100 * torch.randn(8, 12, m, generator=gen, dtype=torch.float64),
+                                         torch.randn(m + 1, m + 1, m, generator=gen, dtype=torch.float64)),
+                       allowed, short)
+    long = torch.full((16,), 40)
+    gen = torch.Generator().manual_seed(0)
+    first = constrain(ChainScores(30 * torch.randn(16, 40, m, generator=gen), 7.5 * torch.randn(m, m, generator=gen)),
+                      allowed, long)
+    assert not bool(chain_second.log_partition(second, short)[1].all())
+    fast = chain_factored.fast_path(first.emissions, first.transitions, first.start, long)
+    assert not bool(fast.exact.all()) and 2 * int((~fast.exact).sum()) <= 16  # some sentences redone, not all
+    for scores, lengths, lane, tolerance in ((second, short, "trigram", 1e-9), (first, long, "factored", 1e-4)):
+        leaves = [x.detach().requires_grad_(True) for x in scores]
+        kind = type(scores)
+        log_z = crf_log_partition(kind(*leaves), lengths, lane=lane)
+        expected = crf_log_partition(kind(*leaves), lengths, lane="reference")
+        torch.testing.assert_close(log_z, expected, rtol=1e-6, atol=tolerance)
+        for got, want in zip(torch.autograd.grad(log_z.sum(), leaves), torch.autograd.grad(expected.sum(), leaves)):
+            torch.testing.assert_close(got, want, rtol=0, atol=tolerance)
+        torch.testing.assert_close(crf_marginals(scores, lengths, lane=lane),
+                                   crf_marginals(scores, lengths, lane="reference"), rtol=0, atol=tolerance)
+
+
 def test_bad_allowed_and_flags_are_rejected():
     labels, scores = _setup("BIO", 1)
     lengths = torch.tensor(LENGTHS)

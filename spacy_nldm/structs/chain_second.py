@@ -14,8 +14,8 @@ batched matrix product per token (p the batch axis of the product):
 
     alpha_t[b, p, c] = exp(emissions[b, t, c]) * sum_A alpha_{t-1}[b, A, p] * exp(trigram[A, 1 + p, c])
 
-each alpha_t divided by its sum (the logs of the sums add up to log Z; constants to autograd). It is exact where the trigram
-spans at most ``SPAN`` nats: a path through a label whose exponential underflowed (more than 708 nats
+each alpha_t divided by its sum (the logs of the sums add up to log Z; constants to autograd). It is
+exact where the trigram spans at most ``SPAN`` nats: a path through a label whose exponential underflowed (more than 708 nats
 below its token's best) differs from the best path's by at most 3 SPAN nats of trigram scores (the three
 trigrams that read the label), so it weighs less than exp(3 SPAN - 708) = 1e-47 of the total, below
 float64 rounding. Wider trigrams, or +inf and NaN, take the potentials' lanes of :mod:`.chain`.
