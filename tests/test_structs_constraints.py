@@ -239,6 +239,24 @@ def test_partial_gold_masks_give_finite_gradients(order):
         assert log_s[b].item() == pytest.approx(values.max() + np.log(np.exp(values - values.max()).sum()), abs=1e-10)
 
 
+@pytest.mark.parametrize("order", [1, 2])
+def test_gold_sequences_score_their_own_sum_and_invalid_ones_minus_infinity(order):
+    labels, scores = _setup("BILUO", order, seed=5)
+    lengths = torch.tensor(LENGTHS)
+    constrained = constrain(scores, allowed_transitions(labels, "BILUO"), lengths, *_flags())
+    gold = torch.zeros(len(LENGTHS), max(LENGTHS), dtype=torch.long)
+    for b, n in enumerate(LENGTHS):  # a valid sequence of each sentence, and for sentence 0 an invalid one
+        seq = _sequences(labels, n, "BILUO", FIRST[b], LAST[b])[-1] if b else (labels.index("B-PER"),) * n
+        gold[b, :n] = torch.tensor(seq, dtype=torch.long)
+    one_hot = torch.nn.functional.one_hot(gold, len(labels)).bool()
+    assert crf_lane(constrained, lengths, label_mask=one_hot) == "gold"
+    log_s = crf_log_partition(constrained, lengths, label_mask=one_hot)
+    assert log_s[0].item() == float("-inf")
+    for b, n in enumerate(LENGTHS[1:], start=1):
+        expected = _total(scores, b, order)(tuple(gold[b, :n].tolist())) if n else 0.0
+        assert log_s[b].item() == pytest.approx(expected, abs=1e-12)
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("order,lane", FORCED)
 @pytest.mark.parametrize("scale", [10.0, 20.0, 100.0])
