@@ -36,7 +36,7 @@ def bench_structs(
     baseline: Optional[Path] = typer.Option(None, help="Also time log Z, Viterbi and ChainScores against this other checkout's structs."),
     peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline, --lanes)."),
     lanes: bool = typer.Option(False, help="Also time every lane of the tree and the chain, each forced, against the reference."),
-    constraints: bool = typer.Option(False, help="Also time the chains with BIO constraints (structs.constrain) against the same chains without."),
+    constraints: bool = typer.Option(False, help="Also time the chains with BIO and BILUO constraints (structs.constrain) against the same chains without."),
 ) -> None:
     """Forward and backward time and peak memory of log_partition on DirectionalScores (as the components
     give them; the lane tree_lane picks), with the 1st-order CRF at the same shape and the reference lane.
@@ -104,8 +104,8 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
         for structure, call, shape, lane, ours, ref in bench_peers.lane_rows(batch, repeats, device):
             emit(f"| {structure} | {call} | {shape} | {lane} | {ours:.4f} | {ref:.4f} | {ours / ref:.2f} |")
     if constraints:
-        emit(f"\nBIO constraints against none (B={batch}, float32, std 1, lengths drawn in n/2..n, one process, "
-             f"{where}, alternating, {bench_peers.unit(device)}):\n")
+        emit(f"\nBIO and BILUO constraints (6 types) against none (B={batch}, float32, std 1, lengths drawn in n/2..n, "
+             f"one process, {where}, alternating, {bench_peers.unit(device)}):\n")
         emit("| call | shape | constrained s | unconstrained s | constrained / unconstrained |\n|---|---|---|---|---|")
         for call, shape, ours, plain in bench_peers.constraint_rows(batch, repeats, device):
             emit(f"| {call} | {shape} | {ours:.4f} | {plain:.4f} | {ours / plain:.2f} |")
