@@ -18,6 +18,7 @@ from .chain_second import SecondOrderScores
 from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
 from .constraints import SCHEMES, Transitions, allowed_transitions, constrain, entity_labels, valid_decode
+from .spans import EntityTags, crf_span_log_probs, entity_tags, span_log_probs
 from .semiring import LogSemiring, MaxSemiring, Semiring
 from .tree import (
     DirectionalScores,
@@ -63,4 +64,8 @@ __all__ = [
     "allowed_transitions",
     "constrain",
     "valid_decode",
+    "EntityTags",
+    "entity_tags",
+    "crf_span_log_probs",
+    "span_log_probs",
 ]
