@@ -102,8 +102,6 @@ def _chain(form, m, n, gen):
 @pytest.mark.parametrize("form", ["ChainScores", "potentials-1", "SecondOrderScores", "potentials-2"])
 @pytest.mark.parametrize("constrained", [True, False])
 def test_chain_spans_match_enumeration(scheme, form, constrained):
-    if scheme == "BILUO" and form == "potentials-2" and not constrained:
-        pytest.skip("covered by the constrained case and the SecondOrderScores one (enumeration cost)")
     labels = entity_labels(TYPES, scheme)
     m, n = len(labels), max(LENGTHS)
     lengths = torch.tensor(LENGTHS)

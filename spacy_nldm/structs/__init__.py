@@ -19,6 +19,7 @@ from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, c
 from .checks import Decoded
 from .constraints import SCHEMES, Transitions, allowed_transitions, constrain, entity_labels, valid_decode
 from .spans import EntityTags, crf_span_log_probs, entity_tags, span_log_probs
+from .nbest import NBest, crf_nbest, label_nbest
 from .semiring import LogSemiring, MaxSemiring, Semiring
 from .tree import (
     DirectionalScores,
@@ -68,4 +69,7 @@ __all__ = [
     "entity_tags",
     "crf_span_log_probs",
     "span_log_probs",
+    "NBest",
+    "crf_nbest",
+    "label_nbest",
 ]
