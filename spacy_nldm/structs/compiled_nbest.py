@@ -46,36 +46,52 @@ def nbest(scores, lengths: Tensor, k: int) -> Tuple[Tensor, Tensor]:
 
 
 def _kernel(order: str):
-    global _insert
+    global _insert, _order
     if not _KERNELS:
         from numba import njit
 
-        _insert = njit(inline="always")(_insert)  # the loops read it as a module global
+        _insert = njit(inline="always")(_insert)  # the loops read them as module globals
+        _order = njit(inline="always")(_order)
         _KERNELS["first"] = njit(cache=True, nogil=True)(_first_order)
         _KERNELS["second"] = njit(cache=True, nogil=True)(_second_order)
     return _KERNELS[order]
 
 
-def _insert(values, a_of, j_of, k, cand, a, j):  # pragma: no cover - compiled
-    """Put cand (from (a, j)) into the sorted buffer ``values`` (k,) if it beats its k-th; whether it did."""
-    if not cand > values[k - 1]:
-        return False
+def _insert(values, back, t, s, k, cand, pointer):  # pragma: no cover - compiled
+    """Put cand, which beats values[s, k-1], into the sorted row values[s] (k,), its back-pointer at
+    back[t, s]."""
     pos = k - 1
-    while pos > 0 and cand > values[pos - 1]:
-        values[pos], a_of[pos], j_of[pos] = values[pos - 1], a_of[pos - 1], j_of[pos - 1]
+    while pos > 0 and cand > values[s, pos - 1]:
+        values[s, pos] = values[s, pos - 1]
+        back[t, s, pos] = back[t, s, pos - 1]
         pos -= 1
-    values[pos], a_of[pos], j_of[pos] = cand, a, j
-    return True
+    values[s, pos] = cand
+    back[t, s, pos] = pointer
+
+
+def _order(heads, order):  # pragma: no cover - compiled
+    """``order`` (len(heads),): the indices of ``heads`` by decreasing value (insertion sort)."""
+    for i in range(len(heads)):
+        pos = i
+        while pos > 0 and heads[i] > heads[order[pos - 1]]:
+            order[pos] = order[pos - 1]
+            pos -= 1
+        order[pos] = i
 
 
 def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: no cover - compiled
+    """For each c the previous labels a go by decreasing v[a, 0]: once v[a, 0] + e_t[c] + max_a' T[a', c]
+    does not beat the k-th, no later a can."""
     batch, n_max, M = e.shape
     v = np.empty((M, k), dtype=e.dtype)
     new = np.empty((M, k), dtype=e.dtype)
-    back_a = np.zeros((max(n_max, 1), M, k), dtype=np.int64)
-    back_j = np.zeros((max(n_max, 1), M, k), dtype=np.int64)
-    final_a = np.zeros(k, dtype=np.int64)
-    final_j = np.zeros(k, dtype=np.int64)
+    back = np.zeros((max(n_max, 1), M, k), dtype=np.int64)  # a * k + j
+    top = np.empty((1, k), dtype=e.dtype)
+    final = np.zeros((1, 1, k), dtype=np.int64)
+    order = np.zeros(M, dtype=np.int64)
+    column_top = np.empty(M, dtype=e.dtype)
+    for c in range(M):
+        column_top[c] = columns[c].max()
     for b in range(batch):
         n = lengths[b]
         if n == 0:  # the start state alone: one empty sequence of score 0
@@ -86,37 +102,59 @@ def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: n
             x = e[b, 0, c] + end[c] if n == 1 else e[b, 0, c]
             v[c, 0] = x + start[c]
         for t in range(1, n):
-            new[:] = -np.inf
+            _order(v[:, 0], order)
             for c in range(M):
                 x = e[b, t, c] + end[c] if t == n - 1 else e[b, t, c]
-                for a in range(M):
+                bound = x + column_top[c]
+                a = order[0]
+                w = x + columns[c, a]
+                for j in range(k):  # the first list as it is (the row is empty)
+                    new[c, j] = v[a, j] + w
+                    back[t, c, j] = a * k + j
+                for i in range(1, M):
+                    a = order[i]
+                    if not v[a, 0] + bound > new[c, k - 1]:
+                        break
                     w = x + columns[c, a]
                     for j in range(k):
-                        if not _insert(new[c], back_a[t, c], back_j[t, c], k, v[a, j] + w, a, j):
+                        cand = v[a, j] + w
+                        if not cand > new[c, k - 1]:  # the rest of v[a] is no better
                             break
+                        _insert(new, back, t, c, k, cand, a * k + j)
             v, new = new, v
+        top[:] = -np.inf
         for c in range(M):
             for j in range(k):
-                if not _insert(best[b], final_a, final_j, k, v[c, j], c, j):
+                if not v[c, j] > top[0, k - 1]:
                     break
+                _insert(top, final, 0, 0, k, v[c, j], c * k + j)
+        best[b] = top[0]
         for r in range(k):
-            if not best[b, r] > -np.inf:
+            if not top[0, r] > -np.inf:
                 continue
-            c, j = final_a[r], final_j[r]
+            c, j = divmod(final[0, 0, r], k)
             for t in range(n - 1, -1, -1):
                 labels[b, r, t] = c
                 if t:
-                    c, j = back_a[t, c, j], back_j[t, c, j]
+                    c, j = divmod(back[t, c, j], k)
 
 
 def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - compiled
+    """The states (A, c) flat as A * M + c; for each (p, c) the A go by decreasing v[(A, p), 0], as the
+    previous labels of the first order do."""
     batch, n_max, M = e.shape
-    v = np.empty((M + 1, M, k), dtype=e.dtype)  # [A, c, rank]: A = 1 + y_{t-1}, 0 the start state
-    new = np.empty((M + 1, M, k), dtype=e.dtype)
-    back_a = np.zeros((max(n_max, 1), M + 1, M, k), dtype=np.int64)
-    back_j = np.zeros((max(n_max, 1), M + 1, M, k), dtype=np.int64)
-    final_a = np.zeros(k, dtype=np.int64)
-    final_j = np.zeros(k, dtype=np.int64)
+    S = (M + 1) * M
+    v = np.empty((S, k), dtype=e.dtype)
+    new = np.empty((S, k), dtype=e.dtype)
+    back = np.zeros((max(n_max, 1), S, k), dtype=np.int64)  # previous state * k + j
+    top = np.empty((1, k), dtype=e.dtype)
+    final = np.zeros((1, 1, k), dtype=np.int64)
+    order = np.zeros((M, M + 1), dtype=np.int64)
+    heads = np.empty(M + 1, dtype=e.dtype)
+    column_top = np.empty((M, M), dtype=e.dtype)  # [p, c]: max over A of trigram[A, 1 + p, c]
+    for p in range(M):
+        for c in range(M):
+            column_top[p, c] = trigram[:, 1 + p, c].max()
     for b in range(batch):
         n = lengths[b]
         if n == 0:
@@ -124,30 +162,47 @@ def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - c
             continue
         v[:] = -np.inf
         for c in range(M):
-            v[0, c, 0] = e[b, 0, c] + trigram[0, 0, c]
+            v[c, 0] = e[b, 0, c] + trigram[0, 0, c]  # the state (start, c)
         for t in range(1, n):
-            new[:] = -np.inf
+            new[:M] = -np.inf  # the states (start, c) are never reached again
+            for p in range(M):
+                for A in range(M + 1):
+                    heads[A] = v[A * M + p, 0]
+                _order(heads, order[p])
             for p in range(M):
                 for c in range(M):
                     x = e[b, t, c]
-                    for A in range(M + 1):
+                    s = (1 + p) * M + c
+                    bound = x + column_top[p, c]
+                    before = order[p, 0] * M + p
+                    w = x + trigram[order[p, 0], 1 + p, c]
+                    for j in range(k):  # the first list as it is (the row is empty)
+                        new[s, j] = v[before, j] + w
+                        back[t, s, j] = before * k + j
+                    for i in range(1, M + 1):
+                        A = order[p, i]
+                        before = A * M + p  # the state (A, p)
+                        if not v[before, 0] + bound > new[s, k - 1]:
+                            break
                         w = x + trigram[A, 1 + p, c]
                         for j in range(k):
-                            if not _insert(new[1 + p, c], back_a[t, 1 + p, c], back_j[t, 1 + p, c], k,
-                                          v[A, p, j] + w, A, j):
+                            cand = v[before, j] + w
+                            if not cand > new[s, k - 1]:
                                 break
+                            _insert(new, back, t, s, k, cand, before * k + j)
             v, new = new, v
-        for A in range(M + 1):
-            for c in range(M):
-                for j in range(k):
-                    if not _insert(best[b], final_a, final_j, k, v[A, c, j], A * M + c, j):
-                        break
+        top[:] = -np.inf
+        for s in range(S):
+            for j in range(k):
+                if not v[s, j] > top[0, k - 1]:
+                    break
+                _insert(top, final, 0, 0, k, v[s, j], s * k + j)
+        best[b] = top[0]
         for r in range(k):
-            if not best[b, r] > -np.inf:
+            if not top[0, r] > -np.inf:
                 continue
-            A, c = divmod(final_a[r], M)
-            j = final_j[r]
+            s, j = divmod(final[0, 0, r], k)
             for t in range(n - 1, -1, -1):
-                labels[b, r, t] = c
+                labels[b, r, t] = s % M
                 if t:
-                    A, c, j = back_a[t, A, c, j], A - 1, back_j[t, A, c, j]
+                    s, j = divmod(back[t, s, j], k)
