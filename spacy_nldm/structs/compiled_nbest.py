@@ -9,10 +9,11 @@ order 2 over the states (A, c), A = 1 + y_{t-1} (0: the start state), with W the
 
     V_t[1 + p, c, :] = k-max over (A, j) of V_{t-1}[A, p, j] + (e_t[c] + W[A, 1 + p, c])
 
-Each V_{t-1}[a, :] is sorted (best first), so a state's k-max is a merge: for each a, its j = 0, 1, ...
-enter a sorted buffer of k until one does not beat the buffer's k-th (the rest of that list cannot),
-which costs one comparison per previous state where Viterbi costs one maximum. Ties keep the earlier
-candidate (smaller a, then j) first.
+Each V_{t-1}[a, :] is sorted (best first), so a state's k-max is a merge of sorted lists, in two passes
+over the previous states: the first takes each list's head V_{t-1}[a, 0] + X[a, c] and copies the list of
+the best head (the pass Viterbi makes), the second merges in the lists whose head beats the k-th so far,
+each until a candidate does not (the rest of that list cannot). Among equal scores the order is
+unspecified.
 """
 from typing import Tuple
 
@@ -46,12 +47,11 @@ def nbest(scores, lengths: Tensor, k: int) -> Tuple[Tensor, Tensor]:
 
 
 def _kernel(order: str):
-    global _insert, _order
+    global _insert
     if not _KERNELS:
         from numba import njit
 
-        _insert = njit(inline="always")(_insert)  # the loops read them as module globals
-        _order = njit(inline="always")(_order)
+        _insert = njit(inline="always")(_insert)  # the loops read it as a module global
         _KERNELS["first"] = njit(cache=True, nogil=True)(_first_order)
         _KERNELS["second"] = njit(cache=True, nogil=True)(_second_order)
     return _KERNELS[order]
@@ -69,29 +69,16 @@ def _insert(values, back, t, s, k, cand, pointer):  # pragma: no cover - compile
     back[t, s, pos] = pointer
 
 
-def _order(heads, order):  # pragma: no cover - compiled
-    """``order`` (len(heads),): the indices of ``heads`` by decreasing value (insertion sort)."""
-    for i in range(len(heads)):
-        pos = i
-        while pos > 0 and heads[i] > heads[order[pos - 1]]:
-            order[pos] = order[pos - 1]
-            pos -= 1
-        order[pos] = i
-
-
 def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: no cover - compiled
-    """For each c the previous labels a go by decreasing v[a, 0]: once v[a, 0] + e_t[c] + max_a' T[a', c]
-    does not beat the k-th, no later a can."""
+    """For each c: the heads v[a, 0] + (e_t[c] + T[a, c]) of every list, the best one's list copied (one
+    pass, as Viterbi's), then the lists whose head beats the k-th merged in (a second)."""
     batch, n_max, M = e.shape
     v = np.empty((M, k), dtype=e.dtype)
     new = np.empty((M, k), dtype=e.dtype)
     back = np.zeros((max(n_max, 1), M, k), dtype=np.int64)  # a * k + j
     top = np.empty((1, k), dtype=e.dtype)
     final = np.zeros((1, 1, k), dtype=np.int64)
-    order = np.zeros(M, dtype=np.int64)
-    column_top = np.empty(M, dtype=e.dtype)
-    for c in range(M):
-        column_top[c] = columns[c].max()
+    heads = np.empty(M, dtype=e.dtype)
     for b in range(batch):
         n = lengths[b]
         if n == 0:  # the start state alone: one empty sequence of score 0
@@ -102,19 +89,20 @@ def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: n
             x = e[b, 0, c] + end[c] if n == 1 else e[b, 0, c]
             v[c, 0] = x + start[c]
         for t in range(1, n):
-            _order(v[:, 0], order)
             for c in range(M):
                 x = e[b, t, c] + end[c] if t == n - 1 else e[b, t, c]
-                bound = x + column_top[c]
-                a = order[0]
-                w = x + columns[c, a]
-                for j in range(k):  # the first list as it is (the row is empty)
-                    new[c, j] = v[a, j] + w
-                    back[t, c, j] = a * k + j
-                for i in range(1, M):
-                    a = order[i]
-                    if not v[a, 0] + bound > new[c, k - 1]:
-                        break
+                first = 0
+                for a in range(M):
+                    heads[a] = v[a, 0] + (x + columns[c, a])
+                    if heads[a] > heads[first]:
+                        first = a
+                w = x + columns[c, first]
+                for j in range(k):  # the best head's list as it is (the row is empty)
+                    new[c, j] = v[first, j] + w
+                    back[t, c, j] = first * k + j
+                for a in range(M):
+                    if a == first or not heads[a] > new[c, k - 1]:
+                        continue
                     w = x + columns[c, a]
                     for j in range(k):
                         cand = v[a, j] + w
@@ -140,8 +128,8 @@ def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: n
 
 
 def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - compiled
-    """The states (A, c) flat as A * M + c; for each (p, c) the A go by decreasing v[(A, p), 0], as the
-    previous labels of the first order do."""
+    """The states (A, c) flat as A * M + c; each new state (1 + p, c) merges the lists of the states (A, p)
+    in two passes, as the first order does."""
     batch, n_max, M = e.shape
     S = (M + 1) * M
     v = np.empty((S, k), dtype=e.dtype)
@@ -149,12 +137,7 @@ def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - c
     back = np.zeros((max(n_max, 1), S, k), dtype=np.int64)  # previous state * k + j
     top = np.empty((1, k), dtype=e.dtype)
     final = np.zeros((1, 1, k), dtype=np.int64)
-    order = np.zeros((M, M + 1), dtype=np.int64)
     heads = np.empty(M + 1, dtype=e.dtype)
-    column_top = np.empty((M, M), dtype=e.dtype)  # [p, c]: max over A of trigram[A, 1 + p, c]
-    for p in range(M):
-        for c in range(M):
-            column_top[p, c] = trigram[:, 1 + p, c].max()
     for b in range(batch):
         n = lengths[b]
         if n == 0:
@@ -164,32 +147,29 @@ def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - c
         for c in range(M):
             v[c, 0] = e[b, 0, c] + trigram[0, 0, c]  # the state (start, c)
         for t in range(1, n):
-            new[:M] = -np.inf  # the states (start, c) are never reached again
-            for p in range(M):
-                for A in range(M + 1):
-                    heads[A] = v[A * M + p, 0]
-                _order(heads, order[p])
+            new[:M] = -np.inf  # the states (start, c) are not reached again
             for p in range(M):
                 for c in range(M):
                     x = e[b, t, c]
                     s = (1 + p) * M + c
-                    bound = x + column_top[p, c]
-                    before = order[p, 0] * M + p
-                    w = x + trigram[order[p, 0], 1 + p, c]
-                    for j in range(k):  # the first list as it is (the row is empty)
-                        new[s, j] = v[before, j] + w
-                        back[t, s, j] = before * k + j
-                    for i in range(1, M + 1):
-                        A = order[p, i]
-                        before = A * M + p  # the state (A, p)
-                        if not v[before, 0] + bound > new[s, k - 1]:
-                            break
+                    first = 0
+                    for A in range(M + 1):  # from the state (A, p)
+                        heads[A] = v[A * M + p, 0] + (x + trigram[A, 1 + p, c])
+                        if heads[A] > heads[first]:
+                            first = A
+                    w = x + trigram[first, 1 + p, c]
+                    for j in range(k):  # the best head's list as it is (the row is empty)
+                        new[s, j] = v[first * M + p, j] + w
+                        back[t, s, j] = (first * M + p) * k + j
+                    for A in range(M + 1):
+                        if A == first or not heads[A] > new[s, k - 1]:
+                            continue
                         w = x + trigram[A, 1 + p, c]
                         for j in range(k):
-                            cand = v[before, j] + w
+                            cand = v[A * M + p, j] + w
                             if not cand > new[s, k - 1]:
                                 break
-                            _insert(new, back, t, s, k, cand, before * k + j)
+                            _insert(new, back, t, s, k, cand, (A * M + p) * k + j)
             v, new = new, v
         top[:] = -np.inf
         for s in range(S):

@@ -37,14 +37,15 @@ def bench_structs(
     peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline, --lanes)."),
     lanes: bool = typer.Option(False, help="Also time every lane of the tree and the chain, each forced, against the reference."),
     constraints: bool = typer.Option(False, help="Also time the chains with BIO and BILUO constraints (structs.constrain) against the same chains without."),
+    nbest: bool = typer.Option(False, help="Also time crf_nbest (k = 5) against the 1-best decode of the same scores."),
 ) -> None:
     """Forward and backward time and peak memory of log_partition on DirectionalScores (as the components
     give them; the lane tree_lane picks), with the 1st-order CRF at the same shape and the reference lane.
 
     'CPU s' is the process CPU time of forward+backward: on a shared machine with --threads 1 it is
     close to the wall time the same run would take alone. An empty --lengths skips this grid.
-    ``--peers``, ``--baseline``, ``--lanes`` and ``--constraints`` run in this process, alternating, with
-    --threads (1 if 0).
+    ``--peers``, ``--baseline``, ``--lanes``, ``--constraints`` and ``--nbest`` run in this process,
+    alternating, with --threads (1 if 0).
     """
     header = (
         "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | fwd+bwd CPU s | peak MB | CRF-1 fwd+bwd s "
@@ -74,6 +75,8 @@ def bench_structs(
     if peers or baseline is not None or lanes or constraints:
         lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists, device,
                               lanes, constraints)
+    if nbest:
+        lines += _nbest_table(batch, threads or 1, peer_repeats)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(_machine(device, threads) + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
@@ -140,6 +143,38 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
         emit(bench_peers.accuracy_header(not missing))
         for scale, cells in bench_peers.accuracy_rows(not missing, device):
             emit(f"| {scale:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _nbest_table(batch: int, threads: int, repeats: int, k: int = 5) -> list:
+    """The --nbest table (printed as it comes), as lines: :func:`~spacy_nldm.structs.crf_nbest` against the
+    1-best decode (:func:`~spacy_nldm.structs.crf_viterbi`) of the same scores on the CPU, random scores of
+    std 1 (float32), without and with the BIO rules (:func:`~spacy_nldm.structs.constrain`)."""
+    import torch
+
+    from spacy_nldm import structs
+
+    from .. import peers as bench_peers
+
+    torch.set_num_threads(threads)
+    lines = [f"\nn-best (k = {k}) against the 1-best decode of the same scores (B={batch}, float32, {threads} "
+             f"thread(s), alternating, {bench_peers.unit('cpu')}):\n",
+             "| scores | n | M | BIO rules | n-best s | 1-best s | n-best / 1-best |\n|---|---|---|---|---|---|---|"]
+    typer.echo("\n".join(lines))
+    gen = torch.Generator().manual_seed(0)
+    for m in (17, 25):
+        n = 30
+        lengths = torch.full((batch,), n)
+        allowed = structs.allowed_transitions(structs.entity_labels([str(i) for i in range(m // 2)], "BIO"), "BIO")
+        chain = structs.ChainScores(*(torch.randn(*shape, generator=gen) for shape in ((batch, n, m), (m, m), (m,), (m,))))
+        second = structs.SecondOrderScores(torch.randn(batch, n, m, generator=gen), torch.randn(m + 1, m + 1, m, generator=gen))
+        for name, scores in (("ChainScores", chain), ("SecondOrderScores", second)):
+            for rules in (False, True):
+                given = structs.constrain(scores, allowed, lengths) if rules else scores
+                many, one = bench_peers.alternate(lambda: structs.crf_nbest(given, lengths, k),
+                                                  lambda: structs.crf_viterbi(given, lengths), repeats)
+                lines.append(f"| {name} | {n} | {m} | {'yes' if rules else 'no'} | {many:.4f} | {one:.4f} | {many / one:.2f} |")
+                typer.echo(lines[-1])
     return lines
 
 
