@@ -133,28 +133,37 @@ def test_nbest_refuses_nan_and_bad_k():
     crf_nbest(bad, torch.tensor([0]), 2)  # padding is not read
 
 
-def test_label_nbest_of_the_nldm():
+@pytest.mark.parametrize("form", ["DirectionalScores", "with distance bias", "dense, max_dist 2"])
+def test_label_nbest_of_the_nldm(form):
     """The k valid sequences of the largest marginal products, each with its exact log P (summed over
     trees), ordered by it."""
     scheme, n, k = "BIO", 4, 5
     labels = entity_labels(["x"], scheme)
     m = len(labels)
     lengths = torch.tensor([n, 2])
-    F = torch.randn(2, n, 2, m + 1, m, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
-    allowed = allowed_transitions(labels, scheme)
-    found = label_nbest(DirectionalScores(F), lengths, k, allowed=allowed)
-    marg = label_marginals(DirectionalScores(F), lengths)
+    gen = torch.Generator().manual_seed(4)
+    F = torch.randn(2, n, 2, m + 1, m, generator=gen, dtype=torch.float64)
+    bias = torch.randn(2, 2, generator=gen, dtype=torch.float64) if form == "with distance bias" else None
+    max_dist = 2 if form.startswith("dense") else None
     dense = expand_directional(F)
-    log_z = log_partition(DirectionalScores(F), lengths)
+    for h, d in itertools.product(range(1, n + 1), repeat=2):  # the bias by its definition
+        if bias is not None and h != d:
+            dense[:, h, d] += bias[0 if h < d else 1, min(abs(h - d), 2) - 1]
+    scores = dense if max_dist else DirectionalScores(F, bias)
+    found = label_nbest(scores, lengths, k, allowed=allowed_transitions(labels, scheme), max_dist=max_dist)
+    marg = label_marginals(scores, lengths, max_dist=max_dist)
+    log_z = log_partition(scores, lengths, max_dist=max_dist)
     for b, length in enumerate(lengths.tolist()):
         valid = [seq for seq in itertools.product(range(m), repeat=length)
                  if not any(labels[c] == "I-x" and (t == 0 or labels[seq[t - 1]] == "O") for t, c in enumerate(seq))]
         product = {seq: float(sum(np.log(marg[b, t, c].item()) for t, c in enumerate(seq))) for seq in valid}
         chosen = [tuple(found.labels[b, r, :length].tolist()) for r in range(min(k, len(valid)))]
         assert sorted(product[s] for s in chosen) == pytest.approx(sorted(product.values())[-len(chosen):])
+        trees = [heads for heads in projective_trees(length)
+                 if max_dist is None or all(abs(h - d) <= max_dist for d, h in enumerate(heads, 1))]
         for r, seq in enumerate(chosen):
-            trees = [sum(dense[b, h, d, seq[h - 1] if h else 0, seq[d - 1]].item() for d, h in enumerate(heads, 1))
-                     for heads in projective_trees(length)]
-            exact = np.log(np.exp(trees).sum()) - log_z[b].item()
+            totals = [sum(dense[b, h, d, seq[h - 1] if h else 0, seq[d - 1]].item() for d, h in enumerate(heads, 1))
+                      for heads in trees]
+            exact = np.log(np.exp(totals).sum()) - log_z[b].item()
             assert found.scores[b, r].item() == pytest.approx(exact, abs=1e-10)
         assert (found.scores[b, :-1] >= found.scores[b, 1:]).all()

@@ -26,8 +26,7 @@ from .chain_common import as_steps, real_tokens, start_state
 from .chain_second import SecondOrderScores
 from .checks import check_label_mask, check_lengths, check_scores
 from .constraints import Transitions, constrain
-from .spans import restricted
-from .tree import label_marginals, log_partition
+from .tree import DirectionalScores, distance_bias_matrix, label_marginals, log_partition
 
 Tensor = torch.Tensor
 #: the lanes of :func:`crf_nbest`
@@ -91,14 +90,33 @@ def label_nbest(scores, lengths: Tensor, k: int, *, allowed: Optional[Transition
             chain = constrain(chain, allowed, lengths, first, last)
         found = crf_nbest(chain, lengths, k)
         rows = torch.arange(batch, device=lengths.device).repeat_interleave(k)
-        labels = found.labels.reshape(batch * k, n)
-        mask = torch.nn.functional.one_hot(labels, m).bool() | ~real_tokens(lengths[rows], n)[:, :, None]
-        some, label_mask = restricted(scores, rows, mask)
-        log_s = log_partition(some, lengths[rows], label_mask=label_mask, max_dist=max_dist).reshape(batch, k)
+        arcs = _labelled_arcs(scores, rows, found.labels.reshape(batch * k, n), max_dist)
+        log_s = log_partition(arcs, lengths[rows], max_dist=max_dist).reshape(batch, k)
         log_p = log_s.double() - log_partition(scores, lengths, max_dist=max_dist).double()[:, None]
         log_p = torch.where(found.scores > float("-inf"), log_p, float("-inf"))
         order = log_p.argsort(dim=1, descending=True, stable=True)
         return NBest(found.labels.gather(1, order[:, :, None].expand(batch, k, n)), log_p.gather(1, order))
+
+
+def _labelled_arcs(scores, rows: Tensor, labels: Tensor, max_dist: Optional[int]) -> Tensor:
+    """Dense one-label arc scores (R, N+1, N+1, 1, 1) of the NLDM's sentences ``rows`` (R,) with the labels
+    (R, N): each arc's score for its head's label (the root's: 0) and its dependent's, the distance bias
+    included; their log Z is log S of those labels (summed over trees)."""
+    r = torch.arange(len(rows), device=rows.device)[:, None, None]
+    big, n = labels.shape
+    codes = torch.cat([labels.new_zeros(big, 1), labels], 1)  # (R, N+1): each position's label, the root's 0
+    heads = torch.arange(n + 1, device=rows.device)[None, :, None]
+    deps = torch.arange(1, n + 1, device=rows.device)[None, None, :]
+    if not isinstance(scores, DirectionalScores):
+        arcs = scores[rows][r, heads, deps, codes[:, :, None], codes[:, None, 1:]]  # (R, N+1, N)
+        return torch.cat([arcs.new_zeros(big, n + 1, 1), arcs], 2)[..., None, None]
+    into = scores.F[rows].gather(-1, labels[:, :, None, None, None].expand(big, n, 2, scores.F.shape[3], 1))[..., 0]
+    head_code = torch.where(heads > 0, codes[:, :, None] + 1, 0)  # F's head axis: 1 + label, 0 = the root
+    arcs = into[r, deps - 1, (heads > deps).long(), head_code]  # (R, N+1, N): into[., d-1, direction, head]
+    arcs = torch.cat([arcs.new_zeros(big, n + 1, 1), arcs], 2)
+    if scores.distance_bias is not None:
+        arcs = arcs + distance_bias_matrix(scores.distance_bias.to(arcs.dtype), n + 1, max_dist)
+    return arcs[..., None, None]
 
 
 def _refuse_nan(scores: Scores, lengths: Tensor) -> None:

@@ -109,12 +109,12 @@ def span_log_probs(scores, lengths: Tensor, spans: Tensor, tags: EntityTags, *, 
     mask = span_mask(spans, tags, lengths, n1 - 1, m)
     rows = spans[:, 0].to(lengths.device)
     log_z = log_partition(scores, lengths, max_dist=max_dist)
-    some, label_mask = restricted(scores, rows, mask)
+    some, label_mask = _restricted(scores, rows, mask)
     log_s = log_partition(some, lengths[rows], label_mask=label_mask, max_dist=max_dist)
     return _difference(log_s, log_z[rows])
 
 
-def restricted(scores, rows: Tensor, mask: Tensor):
+def _restricted(scores, rows: Tensor, mask: Tensor):
     """The NLDM's scores of sentences ``rows`` (R,) with token labels restricted to ``mask`` (R, N, M), as
     the arguments (scores, label_mask) of :func:`~.tree.log_partition`. DirectionalScores get -inf on the
     arcs into a token with a disallowed label instead of a label mask (each token has one arc in, so the
