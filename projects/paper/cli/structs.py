@@ -37,7 +37,8 @@ def bench_structs(
     peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline, --lanes)."),
     lanes: bool = typer.Option(False, help="Also time every lane of the tree and the chain, each forced, against the reference."),
     constraints: bool = typer.Option(False, help="Also time the chains with BIO and BILUO constraints (structs.constrain) against the same chains without."),
-    nbest: bool = typer.Option(False, help="Also time crf_nbest (k = 5) against the 1-best decode of the same scores."),
+    nbest: bool = typer.Option(False, help="Also time crf_nbest (k = 5) against the 1-best decode of the same scores, "
+                               "and the span probabilities against the label marginals."),
 ) -> None:
     """Forward and backward time and peak memory of log_partition on DirectionalScores (as the components
     give them; the lane tree_lane picks), with the 1st-order CRF at the same shape and the reference lane.
@@ -147,9 +148,10 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
 
 
 def _nbest_table(batch: int, threads: int, repeats: int, k: int = 5) -> list:
-    """The --nbest table (printed as it comes), as lines: :func:`~spacy_nldm.structs.crf_nbest` against the
-    1-best decode (:func:`~spacy_nldm.structs.crf_viterbi`) of the same scores on the CPU, random scores of
-    std 1 (float32), without and with the BIO rules (:func:`~spacy_nldm.structs.constrain`)."""
+    """The --nbest tables (printed as they come), as lines, on the CPU, random scores of std 1 (float32):
+    :func:`~spacy_nldm.structs.crf_nbest` against the 1-best decode (:func:`~spacy_nldm.structs.crf_viterbi`)
+    of the same scores, without and with the BIO rules (:func:`~spacy_nldm.structs.constrain`); the span
+    probabilities of two spans a sentence against the label marginals."""
     import torch
 
     from spacy_nldm import structs
@@ -157,24 +159,50 @@ def _nbest_table(batch: int, threads: int, repeats: int, k: int = 5) -> list:
     from .. import peers as bench_peers
 
     torch.set_num_threads(threads)
-    lines = [f"\nn-best (k = {k}) against the 1-best decode of the same scores (B={batch}, float32, {threads} "
-             f"thread(s), alternating, {bench_peers.unit('cpu')}):\n",
-             "| scores | n | M | BIO rules | n-best s | 1-best s | n-best / 1-best |\n|---|---|---|---|---|---|---|"]
-    typer.echo("\n".join(lines))
+    lines = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        typer.echo(line)
+
+    where = f"float32, {threads} thread(s), alternating, {bench_peers.unit('cpu')}"
+    emit(f"\nn-best (k = {k}) against the 1-best decode of the same scores (B={batch}, {where}):\n")
+    emit("| scores | n | M | BIO rules | n-best s | 1-best s | n-best / 1-best |\n|---|---|---|---|---|---|---|")
     gen = torch.Generator().manual_seed(0)
+    n = 30
+    lengths = torch.full((batch,), n)
+    inputs = {}
     for m in (17, 25):
-        n = 30
-        lengths = torch.full((batch,), n)
         allowed = structs.allowed_transitions(structs.entity_labels([str(i) for i in range(m // 2)], "BIO"), "BIO")
         chain = structs.ChainScores(*(torch.randn(*shape, generator=gen) for shape in ((batch, n, m), (m, m), (m,), (m,))))
         second = structs.SecondOrderScores(torch.randn(batch, n, m, generator=gen), torch.randn(m + 1, m + 1, m, generator=gen))
+        inputs[m] = allowed, structs.constrain(chain, allowed, lengths)
         for name, scores in (("ChainScores", chain), ("SecondOrderScores", second)):
             for rules in (False, True):
                 given = structs.constrain(scores, allowed, lengths) if rules else scores
                 many, one = bench_peers.alternate(lambda: structs.crf_nbest(given, lengths, k),
                                                   lambda: structs.crf_viterbi(given, lengths), repeats)
-                lines.append(f"| {name} | {n} | {m} | {'yes' if rules else 'no'} | {many:.4f} | {one:.4f} | {many / one:.2f} |")
-                typer.echo(lines[-1])
+                emit(f"| {name} | {n} | {m} | {'yes' if rules else 'no'} | {many:.4f} | {one:.4f} | {many / one:.2f} |")
+    emit(f"\nSpan probabilities of 2 spans a sentence (1-3 tokens, BIO) against the label marginals ({where}):\n")
+    emit("| structure | B | n | M | spans s | marginals s | spans / marginals |\n|---|---|---|---|---|---|---|")
+    for m, (allowed, chain) in inputs.items():
+        tags = structs.entity_tags(structs.entity_labels([str(i) for i in range(m // 2)], "BIO"), "BIO")
+        for structure, b, length in (("chain-1 (ChainScores)", batch, n), ("NLDM (DirectionalScores)", 32, 20)):
+            some = torch.full((b,), length)
+            rows = torch.arange(2 * b) // 2
+            start = torch.randint(0, length - 3, (2 * b,), generator=gen)
+            spans = torch.stack([rows, start, start + torch.randint(1, 4, (2 * b,), generator=gen),
+                                 torch.randint(0, len(tags.types), (2 * b,), generator=gen)], 1)
+            if structure.startswith("chain"):
+                scores = chain
+                probs, marginals = (lambda: structs.crf_span_log_probs(scores, some, spans, tags),
+                                    lambda: structs.crf_marginals(scores, some))
+            else:
+                scores = structs.DirectionalScores(torch.randn(b, length, 2, m + 1, m, generator=gen))
+                probs, marginals = (lambda: structs.span_log_probs(scores, some, spans, tags),
+                                    lambda: structs.label_marginals(scores, some))
+            ours, base = bench_peers.alternate(probs, marginals, repeats)
+            emit(f"| {structure} | {b} | {length} | {m} | {ours:.4f} | {base:.4f} | {ours / base:.2f} |")
     return lines
 
 
