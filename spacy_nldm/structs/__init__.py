@@ -12,6 +12,10 @@ compiled for ChainScores on the CPU). Decoders return :class:`Decoded` (labels, 
 Allowed-transition constraints (BIO, BILUO), :mod:`.constraints`: :func:`entity_labels`,
 :func:`allowed_transitions`, :func:`constrain` (-inf on every forbidden transition's scores) and
 :func:`valid_decode` (the best valid sequence under summed token scores).
+Entity spans, :mod:`.spans`: :func:`entity_tags`, :func:`crf_span_log_probs` (chains) and
+:func:`span_log_probs` (NLDM), the exact log probability that given tokens form one entity of a type.
+The k best label sequences, :mod:`.nbest`: :func:`crf_nbest` (chains, exact) and :func:`label_nbest` (NLDM:
+the k best by its label marginals, with exact probabilities); both return :class:`NBest`.
 Score layouts are documented in :mod:`.tree` and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
 from .chain_second import SecondOrderScores
