@@ -99,9 +99,11 @@ def _chain(form, m, n, gen):
 
 
 @pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
-@pytest.mark.parametrize("form", ["ChainScores", "potentials-1", "SecondOrderScores", "potentials-2"])
+@pytest.mark.parametrize("form,lane", [("ChainScores", "mask"), ("ChainScores", "closed"), ("potentials-1", "mask"),
+                                       ("potentials-1", "closed"), ("SecondOrderScores", "mask"),
+                                       ("potentials-2", "mask")])
 @pytest.mark.parametrize("constrained", [True, False])
-def test_chain_spans_match_enumeration(scheme, form, constrained):
+def test_chain_spans_match_enumeration(scheme, form, lane, constrained):
     labels = entity_labels(TYPES, scheme)
     m, n = len(labels), max(LENGTHS)
     lengths = torch.tensor(LENGTHS)
@@ -109,7 +111,7 @@ def test_chain_spans_match_enumeration(scheme, form, constrained):
     if constrained:
         scores = constrain(scores, allowed_transitions(labels, scheme), lengths)
     spans = _all_spans(LENGTHS)
-    got = crf_span_log_probs(scores, lengths, spans, entity_tags(labels, scheme)).exp()
+    got = crf_span_log_probs(scores, lengths, spans, entity_tags(labels, scheme), lane=lane).exp()
     potentials = scores if isinstance(scores, torch.Tensor) else (
         scores.potentials(lengths) if isinstance(scores, ChainScores) else scores.potentials())
     for b, length in enumerate(LENGTHS):
@@ -179,20 +181,37 @@ def test_nldm_bio_spans_sum_to_the_expected_number_of_b_tags():
     assert torch.allclose(torch.zeros(2, dtype=torch.float64).index_add(0, spans[:, 0], probs), expected, atol=1e-10)
 
 
-def test_span_probs_are_differentiable_and_forbidden_spans_are_impossible():
+@pytest.mark.parametrize("form,lane", [("ChainScores", "mask"), ("ChainScores", "closed"), ("SecondOrderScores", "mask")])
+def test_span_probs_are_differentiable_under_the_rules(form, lane):
+    """Gradients finite where the BILUO rules put -inf (start and end rules included) and equal to finite
+    differences."""
     labels = entity_labels(TYPES, "BILUO")
     m = len(labels)
-    lengths = torch.tensor([3])
-    E = torch.randn(1, 3, m, dtype=torch.float64, requires_grad=True)
-    scores = constrain(ChainScores(E, torch.zeros(m, m, dtype=torch.float64)), allowed_transitions(labels, "BILUO"),
-                       lengths, last=torch.tensor([False]))
+    lengths = torch.tensor([4, 3])
+    gen = torch.Generator().manual_seed(9)
+    E = torch.randn(2, 4, m, generator=gen, dtype=torch.float64, requires_grad=True)
+    table = torch.randn(*((m, m) if form == "ChainScores" else (m + 1, m + 1, m)), generator=gen, dtype=torch.float64)
     tags = entity_tags(labels, "BILUO")
-    log_p = crf_span_log_probs(scores, lengths, torch.tensor([[0, 0, 2, 1], [0, 1, 2, 0]]), tags)
-    assert torch.isfinite(log_p).all()
-    log_p.sum().backward()
-    assert torch.isfinite(E.grad).all() and bool((E.grad != 0).any())
+    spans = torch.tensor([[0, 0, 2, 1], [0, 1, 2, 0], [1, 1, 3, 0], [1, 2, 3, 1]])
+
+    def log_p(emissions):
+        scores = ChainScores(emissions, table) if form == "ChainScores" else SecondOrderScores(emissions, table)
+        return crf_span_log_probs(constrain(scores, allowed_transitions(labels, "BILUO"), lengths), lengths, spans, tags,
+                                  lane=lane)
+
+    value = log_p(E)
+    assert torch.isfinite(value).all()
+    (grad,) = torch.autograd.grad(value.sum(), E)
+    assert torch.isfinite(grad).all()
+    step = torch.zeros_like(E)
+    step[0, 1, 3] = 1e-6
+    numeric = (log_p(E + step).sum() - log_p(E - step).sum()) / 2e-6
+    assert grad[0, 1, 3].item() == pytest.approx(numeric.item(), abs=1e-6)
+    bare = ChainScores(E.detach(), table) if form == "ChainScores" else SecondOrderScores(E.detach(), table)
+    ruled = constrain(bare, allowed_transitions(labels, "BILUO"), lengths)
+    assert crf_span_log_probs(ruled, lengths, torch.tensor([[0, 3, 4, 0]]), tags).item() > float("-inf")
     with pytest.raises(ValueError, match="span 0"):
-        crf_span_log_probs(scores, lengths, torch.tensor([[0, 2, 4, 0]]), tags)
+        crf_span_log_probs(ruled, lengths, torch.tensor([[1, 2, 4, 0]]), tags, lane=lane)
 
 
 def test_entity_tags_read_the_scheme():
