@@ -183,26 +183,34 @@ def _nbest_table(batch: int, threads: int, repeats: int, k: int = 5) -> list:
                 many, one = bench_peers.alternate(lambda: structs.crf_nbest(given, lengths, k),
                                                   lambda: structs.crf_viterbi(given, lengths), repeats)
                 emit(f"| {name} | {n} | {m} | {'yes' if rules else 'no'} | {many:.4f} | {one:.4f} | {many / one:.2f} |")
-    emit(f"\nSpan probabilities of 2 spans a sentence (1-3 tokens, BIO) against the label marginals ({where}):\n")
-    emit("| structure | B | n | M | spans s | marginals s | spans / marginals |\n|---|---|---|---|---|---|---|")
+    emit(f"\nSpan probabilities (BIO) against the label marginals of the same scores ({where}):\n")
+    emit("| structure | B | n | M | spans | lane | spans s | marginals s | spans / marginals |\n"
+         "|---|---|---|---|---|---|---|---|---|")
     for m, (allowed, chain) in inputs.items():
         tags = structs.entity_tags(structs.entity_labels([str(i) for i in range(m // 2)], "BIO"), "BIO")
-        for structure, b, length in (("chain-1 (ChainScores)", batch, n), ("NLDM (DirectionalScores)", 32, 20)):
+        for structure, b, length, many in (("chain-1 (ChainScores)", batch, n, False),
+                                           ("chain-1 (ChainScores)", batch, n, True),
+                                           ("NLDM (DirectionalScores)", 32, 20, False)):
             some = torch.full((b,), length)
-            rows = torch.arange(2 * b) // 2
-            start = torch.randint(0, length - 3, (2 * b,), generator=gen)
-            spans = torch.stack([rows, start, start + torch.randint(1, 4, (2 * b,), generator=gen),
-                                 torch.randint(0, len(tags.types), (2 * b,), generator=gen)], 1)
+            if many:  # every span of 1-3 tokens and every type
+                spans = torch.tensor([(r, a, a + w, x) for r in range(b) for a in range(length) for w in (1, 2, 3)
+                                      if a + w <= length for x in range(len(tags.types))])
+            else:  # two spans of 1-3 tokens a sentence
+                start = torch.randint(0, length - 3, (2 * b,), generator=gen)
+                spans = torch.stack([torch.arange(2 * b) // 2, start, start + torch.randint(1, 4, (2 * b,), generator=gen),
+                                     torch.randint(0, len(tags.types), (2 * b,), generator=gen)], 1)
             if structure.startswith("chain"):
-                scores = chain
-                probs, marginals = (lambda: structs.crf_span_log_probs(scores, some, spans, tags),
-                                    lambda: structs.crf_marginals(scores, some))
+                lane = "closed" if len(spans) >= structs.spans.CLOSED_FROM * b else "mask"
+                probs, marginals = (lambda: structs.crf_span_log_probs(chain, some, spans, tags),
+                                    lambda: structs.crf_marginals(chain, some))
             else:
+                lane = "mask"
                 scores = structs.DirectionalScores(torch.randn(b, length, 2, m + 1, m, generator=gen))
                 probs, marginals = (lambda: structs.span_log_probs(scores, some, spans, tags),
                                     lambda: structs.label_marginals(scores, some))
             ours, base = bench_peers.alternate(probs, marginals, repeats)
-            emit(f"| {structure} | {b} | {length} | {m} | {ours:.4f} | {base:.4f} | {ours / base:.2f} |")
+            emit(f"| {structure} | {b} | {length} | {m} | {len(spans) / b:g} a sentence | {lane} | {ours:.4f} | "
+                 f"{base:.4f} | {ours / base:.2f} |")
     return lines
 
 
