@@ -5,7 +5,7 @@ k best valid sequences by its label marginals, with their exact probabilities (:
 state s (the last ``order`` labels) and token t, the k best scores of the paths that end in s, with
 back-pointers to (previous state, rank):
 
-    V_t[(p, c)] = k-max over (a, j) of V_{t-1}[(a, p), j] + X_t[a, p, c],   the k best = k-max over (s, j) of V_N[s, j]
+    V_t[(p, c)] = k-max over (a, j) of V_{t-1}[(a, p), j] + X_t[a, p, c],   the k best: k-max over (s, j) of V_n-1[s, j]
 
 Each path is counted once (the (a, j) are distinct), so the k results are k distinct sequences in
 order of score (any order among equal scores); a sentence with fewer than k sequences of finite score
@@ -13,8 +13,8 @@ gets score -inf and labels 0 in the rest. Their probabilities are exp(score - lo
 (:func:`~.chain.crf_log_partition` of the same scores). Lanes (``lane=``): ``compiled``
 (:mod:`.compiled_nbest`, the default for :class:`~.chain.ChainScores` and
 :class:`~.chain_second.SecondOrderScores` on the CPU: one loop per sentence, no potentials, each state's
-k-max a merge of the previous states' sorted lists that stops at the first candidate below the k-th) and
-``reference`` (below, on the potentials, any order and device).
+k-max a merge of the previous states' sorted lists, in two passes) and ``reference`` (below, on the
+potentials, any order and device).
 """
 from typing import NamedTuple, Optional
 
