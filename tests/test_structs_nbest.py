@@ -167,3 +167,15 @@ def test_label_nbest_of_the_nldm(form):
             exact = np.log(np.exp(totals).sum()) - log_z[b].item()
             assert found.scores[b, r].item() == pytest.approx(exact, abs=1e-10)
         assert (found.scores[b, :-1] >= found.scores[b, 1:]).all()
+
+
+@pytest.mark.parametrize("order,lane", [(1, "compiled"), (1, "reference"), (2, "compiled"), (2, "reference")])
+def test_nbest_under_ties_gives_distinct_sequences_of_the_exact_scores(order, lane):
+    """Every sequence scores 0: any k of them, distinct, each of score 0; k beyond their number: -inf."""
+    m, n = 2, 3
+    E = torch.zeros(1, n, m, dtype=torch.float64)
+    scores = ChainScores(E, torch.zeros(m, m, dtype=torch.float64)) if order == 1 else SecondOrderScores(
+        E, torch.zeros(m + 1, m + 1, m, dtype=torch.float64))
+    found = crf_nbest(scores, torch.tensor([n]), 10, lane=lane)
+    assert found.scores[0].tolist() == [0.0] * 8 + [-np.inf] * 2
+    assert len({tuple(seq) for seq in found.labels[0, :8].tolist()}) == 8
