@@ -181,7 +181,8 @@ def test_nldm_bio_spans_sum_to_the_expected_number_of_b_tags():
     assert torch.allclose(torch.zeros(2, dtype=torch.float64).index_add(0, spans[:, 0], probs), expected, atol=1e-10)
 
 
-@pytest.mark.parametrize("form,lane", [("ChainScores", "mask"), ("ChainScores", "closed"), ("SecondOrderScores", "mask")])
+@pytest.mark.parametrize("form,lane", [("ChainScores", "mask"), ("ChainScores", "closed"),
+                                       ("SecondOrderScores", "mask")])
 def test_span_probs_are_differentiable_under_the_rules(form, lane):
     """Gradients finite where the BILUO rules put -inf (start and end rules included) and equal to finite
     differences."""
@@ -196,8 +197,8 @@ def test_span_probs_are_differentiable_under_the_rules(form, lane):
 
     def log_p(emissions):
         scores = ChainScores(emissions, table) if form == "ChainScores" else SecondOrderScores(emissions, table)
-        return crf_span_log_probs(constrain(scores, allowed_transitions(labels, "BILUO"), lengths), lengths, spans, tags,
-                                  lane=lane)
+        ruled = constrain(scores, allowed_transitions(labels, "BILUO"), lengths)
+        return crf_span_log_probs(ruled, lengths, spans, tags, lane=lane)
 
     value = log_p(E)
     assert torch.isfinite(value).all()

@@ -174,8 +174,9 @@ def _nbest_table(batch: int, threads: int, repeats: int, k: int = 5) -> list:
     inputs = {}
     for m in (17, 25):
         allowed = structs.allowed_transitions(structs.entity_labels([str(i) for i in range(m // 2)], "BIO"), "BIO")
-        chain = structs.ChainScores(*(torch.randn(*shape, generator=gen) for shape in ((batch, n, m), (m, m), (m,), (m,))))
-        second = structs.SecondOrderScores(torch.randn(batch, n, m, generator=gen), torch.randn(m + 1, m + 1, m, generator=gen))
+        draw = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
+        chain = structs.ChainScores(draw(batch, n, m), draw(m, m), draw(m), draw(m))
+        second = structs.SecondOrderScores(draw(batch, n, m), draw(m + 1, m + 1, m))
         inputs[m] = allowed, structs.constrain(chain, allowed, lengths)
         for name, scores in (("ChainScores", chain), ("SecondOrderScores", second)):
             for rules in (False, True):
@@ -197,7 +198,8 @@ def _nbest_table(batch: int, threads: int, repeats: int, k: int = 5) -> list:
                                       if a + w <= length for x in range(len(tags.types))])
             else:  # two spans of 1-3 tokens a sentence
                 start = torch.randint(0, length - 3, (2 * b,), generator=gen)
-                spans = torch.stack([torch.arange(2 * b) // 2, start, start + torch.randint(1, 4, (2 * b,), generator=gen),
+                width = torch.randint(1, 4, (2 * b,), generator=gen)
+                spans = torch.stack([torch.arange(2 * b) // 2, start, start + width,
                                      torch.randint(0, len(tags.types), (2 * b,), generator=gen)], 1)
             if structure.startswith("chain"):
                 lane = "closed" if len(spans) >= structs.spans.CLOSED_FROM * b else "mask"
