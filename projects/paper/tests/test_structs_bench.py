@@ -169,3 +169,21 @@ def test_bench_structs_prints_one_row_per_shape():
     for row in rows:
         assert len(row) == 13 and all(cell and cell != "-" and not cell.startswith("failed") for cell in row), row
         [float(cell) for cell in row[4:]]
+
+
+def test_bench_structs_nbest_times_the_k_best_and_the_span_probabilities():
+    """--nbest: crf_nbest against the 1-best decode, a row per scores, M and rules; the span probabilities
+    against the marginals, a row per structure, M and number of spans, with the lane that computed them."""
+    result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "", "--nbest",
+                                 "--peer-repeats", "1", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert cells(rows(result.output, "| scores |")[0])[-1] == "n-best / 1-best"
+    body = [cells(line) for line in rows(result.output, "| ChainScores |") + rows(result.output, "| SecondOrderScores |")]
+    assert sorted((row[0], row[2], row[3]) for row in body) == sorted(
+        (scores, m, rules) for scores in ("ChainScores", "SecondOrderScores") for m in ("17", "25") for rules in ("no", "yes"))
+    for row in body:
+        assert ratio_agrees(number(row[4]), number(row[5]), number(row[6])), row
+    spans = [cells(line) for line in rows(result.output, "| chain-1 (ChainScores) |") + rows(result.output, "| NLDM")]
+    assert len(spans) == 6 and {row[5] for row in spans} == {"mask", "closed"}
+    for row in spans:
+        assert ratio_agrees(number(row[6]), number(row[7]), number(row[8])), row
