@@ -185,6 +185,15 @@ class Structure:
                     heads[idx, : Fb.shape[1]] = found.heads
         return structs.Decoded(labels, heads if has_tree else None, best)
 
+    def span_log_probs(self, F: Tensor, lengths: Tensor, spans: Tensor, tags: "structs.EntityTags") -> Tensor:
+        """log P (R,) that each of ``spans`` (R, 4) rows (segment, start, end, type) is exactly one entity of
+        its type (:func:`~spacy_nldm.structs.crf_span_log_probs`, :func:`~spacy_nldm.structs.span_log_probs`)."""
+        raise NotImplementedError
+
+    def nbest(self, F: Tensor, lengths: Tensor, k: int) -> "structs.NBest":
+        """The k best label sequences (S, k, L) of each segment and their log probabilities (S, k)."""
+        raise NotImplementedError
+
     def label_marginals(self, F: Tensor, lengths: Tensor) -> Tensor:
         """P(y_t = c | x), shape (S, L, M)."""
         out = F.new_zeros(F.shape[0], F.shape[1], F.shape[-1])
@@ -370,6 +379,18 @@ class LatentTree(Structure):
     def _marginals(self, F, lengths):
         return structs.label_marginals(self.directional(F), lengths, max_dist=self.max_dist)
 
+    def span_log_probs(self, F, lengths, spans, tags):
+        """Summed over label sequences and trees (the NLDM's own distribution, invalid sequences included)."""
+        with torch.no_grad():
+            return structs.span_log_probs(self.directional(F), lengths, spans, tags, max_dist=self.max_dist)
+
+    def nbest(self, F, lengths, k):
+        """:func:`~spacy_nldm.structs.label_nbest`: the k valid sequences (with ``allowed``) of the largest
+        products of label marginals, with their exact log probabilities, best first (not in general the k most
+        probable sequences: see there)."""
+        allowed = None if self.allowed is None else on_device(self.allowed, F.device)
+        return structs.label_nbest(self.directional(F), lengths, k, allowed=allowed, max_dist=self.max_dist)
+
 
 class Chain(Structure):
     """Linear-chain CRF of order 1 (F: (B, N, 1, M+1, M)) or 2 (F: (B, N, M+1, M+1, M), or with ``trigram``
@@ -496,3 +517,15 @@ class Chain(Structure):
 
     def _marginals(self, F, lengths):
         return structs.crf_marginals(self._scores(F, lengths), lengths)
+
+    def span_log_probs(self, F, lengths, spans, tags):
+        with torch.no_grad():
+            return structs.crf_span_log_probs(self._scores(F, lengths), lengths, spans, tags)
+
+    def nbest(self, F, lengths, k):
+        """Exact: the k most probable sequences (valid ones, with ``allowed``), best first."""
+        with torch.no_grad():
+            scores = self._scores(F, lengths)
+            found = structs.crf_nbest(scores, lengths, k)
+            log_z = structs.crf_log_partition(scores, lengths)
+            return structs.NBest(found.labels, found.scores - log_z.to(found.scores)[:, None])
