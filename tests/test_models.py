@@ -344,23 +344,33 @@ def test_optimizer_averages_reach_the_torch_head():
 
 @pytest.mark.parametrize("order", [1, 2])
 def test_the_scorer_gives_its_tables_beside_the_scores(order):
-    """With ``tables`` the scorer returns (F, its tables by name): the tree's distance bias (2, K), starting at
-    zero, or the second-order chain's trigram table, the parameters themselves (the loss's gradient reaches
-    them through them); F is the same either way."""
+    """``factored`` gives (scores, tables by name): a token-independent scorer's emissions (..., M) with its
+    "interaction" (X, C, M), whose sum is F; the tree's distance bias (2, K), starting at zero, or the
+    second-order chain's trigram table, the parameters themselves (the loss's gradient reaches them through
+    them); a scorer whose interaction reads the token gives F itself."""
     scorer = make_scorer("bilinear", n_dirs=1 if order == 2 else 2, label_dim=4, rank=6, order=order,
                          distance_lengths=0 if order == 2 else 3)
     scorer.resize(7, 5)
+    for p in scorer.parameters():
+        torch.nn.init.normal_(p)
     h = torch.randn(2, 3, 7)
-    F, tables = scorer(h, tables=True)
-    assert torch.equal(F, scorer(h))
+    emissions, tables = scorer(h, factored=True)
+    assert emissions.shape == (2, 3, 5)
+    torch.testing.assert_close(emissions[..., None, None, :] + tables["interaction"], scorer(h))
     if order == 2:
-        assert list(tables) == ["trigram"] and tables["trigram"] is scorer.psi2
+        assert list(tables) == ["interaction", "trigram"] and tables["trigram"] is scorer.psi2
     else:
-        assert list(tables) == ["distance_bias"] and tables["distance_bias"] is scorer.distance_bias
-        assert torch.equal(scorer.distance_bias.detach(), torch.zeros(2, 3))
-    plain = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6)
+        assert list(tables) == ["interaction", "distance_bias"] and tables["distance_bias"] is scorer.distance_bias
+    fresh = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=3)
+    fresh.resize(7, 5)
+    assert torch.equal(fresh.distance_bias.detach(), torch.zeros(2, 3))
+    plain = make_scorer("emission_transition", n_dirs=2, label_dim=4, rank=6)
     plain.resize(7, 5)
-    assert plain(h, tables=True)[1] == {}
+    assert list(plain(h, factored=True)[1]) == ["interaction"] and plain(h, factored=True)[1]["interaction"] is plain.psi
+    trilinear = make_scorer("trilinear", n_dirs=2, label_dim=4, rank=6)
+    trilinear.resize(7, 5)
+    F, tables = trilinear(h, factored=True)
+    assert torch.equal(F, trilinear(h)) and tables == {}
 
 
 @pytest.mark.parametrize("label_dim,rank", [(3, 5), (7, 2)])

@@ -48,7 +48,7 @@ def log_partition(scores, lengths: Tensor, limit: int, factored: bool) -> Tensor
     """log Z (B,) of :class:`~.tree.DirectionalScores` (CPU, no masks; ``lengths`` 0 for impossible
     sentences), differentiable with respect to F and the distance bias; ``factored``: read as emissions
     plus one table (``token_independent`` scores, see :func:`_factors`)."""
-    factors = _factors(scores.F, lengths) if factored else None
+    factors = _factors(scores, lengths) if factored else None
     if factors is not None:
         return _FactoredInside.apply(*factors, scores.distance_bias, lengths, limit)
     return _Inside.apply(scores.F, scores.distance_bias, lengths, limit)
@@ -57,27 +57,31 @@ def log_partition(scores, lengths: Tensor, limit: int, factored: bool) -> Tensor
 def label_marginals(scores, lengths: Tensor, limit: int, factored: bool) -> Optional[Tensor]:
     """The label marginals (B, N, M) float64, unnormalised (the arc marginals into each token, summed), or
     None if log Z is not finite somewhere (+inf or NaN read: the reference names it)."""
-    F, bias = scores.F, scores.distance_bias
-    factors = _factors(F, lengths) if factored else None
+    bias = scores.distance_bias
+    factors = _factors(scores, lengths) if factored else None
     if factors is not None:
         log_z, packed, _, _, real = inside_outside_factored(*factors, bias, lengths, limit, True, with_bias_grad=False)
     else:
-        log_z, _, _, packed, real = inside_outside(F, bias, lengths, limit, True, with_arcs=False)
+        log_z, _, _, packed, real = inside_outside(scores.F, bias, lengths, limit, True, with_arcs=False)
     if not bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
         return None
-    labels = torch.zeros(real.shape + (F.shape[-1],), dtype=torch.float64)
+    labels = torch.zeros(real.shape + (scores.shape[-1],), dtype=torch.float64)
     labels[real] = packed
     return labels
 
 
-def _factors(F: Tensor, lengths: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
-    """For token-independent F: (emissions (B, N, M), table (2, M+1, M)) with F[b, d, x, a, c] =
-    emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] (F's dtype, so that log Z keeps
-    it) and the table is the first real token's F relative to that row (the difference taken in float64,
-    where it is exact). Differentiable functions of F; None if no sentence has a token."""
+def _factors(scores, lengths: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+    """For token-independent DirectionalScores: (emissions (B, N, M), table (2, M+1, M)) with F[b, d, x, a, c] =
+    emissions[b, d, c] + table[x, a, c]: their :attr:`~.tree.DirectionalScores.factors` where they were given
+    so; else the emissions are F[:, :, 0, 1] (F's dtype, so that log Z keeps it) and the table is the first
+    real token's F relative to that row (the difference taken in float64, where it is exact), differentiable
+    functions of F. None if no sentence has a token."""
     filled = (lengths > 0).nonzero()
     if len(filled) == 0:
         return None
+    if scores.factors is not None:
+        return scores.factors
+    F = scores.F
     first = F[int(filled[0]), 0].to(torch.float64)  # (2, M+1, M)
     return F[:, :, 0, 1], first - first[0, 1]
 
