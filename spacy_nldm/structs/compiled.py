@@ -284,21 +284,25 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
     CRs, CLs, CRp, CLp = np.zeros((P, KK + 1)), np.zeros((P, KK + 1)), np.zeros((P, KK + 1)), np.zeros((P, KK + 1))
     CRf, CLf = np.zeros((P, KK + 1), np.bool_), np.zeros((P, KK + 1), np.bool_)
     CRl, CLl = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
-    It, Il = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))  # inner totals (unnormalised), logs
+    # the (M, M) charts are left uninitialised (np.empty: no page is touched before it is written): every element
+    # is written before it is read, the logs (*l) only where an item is flagged, and rows a >= 1 of the spans from
+    # the root (s = 0) are never read
+    It, Il = np.empty((P, KK + 1, M, M)), np.empty((P, KK + 1, M, M))  # inner totals (unnormalised), logs
     Is, If = np.zeros((P, KK + 1)), np.zeros((P, KK + 1), np.bool_)
-    IRv, ILv = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
-    IRl, ILl = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
+    IRv, ILv = np.empty((P, KK + 1, M, M)), np.empty((P, KK + 1, M, M))
+    IRl, ILl = np.empty((P, KK + 1, M, M)), np.empty((P, KK + 1, M, M))
     IRs, ILs = np.zeros((P, KK + 1)), np.zeros((P, KK + 1))
     IRf, ILf = np.zeros((P, KK + 1), np.bool_), np.zeros((P, KK + 1), np.bool_)
     Tv, Tl = np.zeros((P, M)), np.zeros((P, M))
     Ts, Tp, Tf = np.zeros(P), np.zeros(P), np.zeros(P, np.bool_)
     # exp(F - largest) per dependent: [t-1, 0, a, c] for the arcs s -> t from tokens (head label a), [t-1, 1, a, c]
     # for the arcs from the right into t (t's label a, the head's c), [t-1, c] for the root -> t
-    E, Etop = np.zeros((N, 2, M, M)), np.zeros((N, 2))
+    E, Etop = np.empty((N, 2, M, M)), np.zeros((N, 2))
     Eroot, Eroot_top = np.zeros((N, M)), np.zeros(N)
     # outside: d log Z / d item
     gCR, gCL = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
-    gIR, gIL = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
+    Pg = P if with_grad else 0  # (zeroed per sentence)
+    gIR, gIL = np.empty((Pg, KK + 1, M, M)), np.empty((Pg, KK + 1, M, M))
     gT = np.zeros((P, M))
     tot, rho = np.zeros(M), np.zeros(M)
     terms = np.zeros((KK + 1) * M)  # the terms of one log-space sum
