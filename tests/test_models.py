@@ -263,6 +263,61 @@ def test_the_factored_chain_gives_the_same_loss_gradients_and_decoding(name, ord
         torch.testing.assert_close(got.score, want.score)
 
 
+@pytest.mark.parametrize("kind", ["tree", "tree k=2, bias", "chain", "chain order 2"])
+@pytest.mark.parametrize("name", ["bilinear", "emission_transition"])
+def test_emissions_with_the_interaction_table_are_the_full_scores(kind, name):
+    """A structure given the token-independent scorer's interaction table reads emissions (S, L, M) as the full
+    scores emissions + table: the same loss (label smoothing, partial labels and the max loss included), every
+    parameter's gradient, label marginals and decoding (labels, trees and scores) as on the full F."""
+    torch.manual_seed(7)
+    tree = kind.startswith("tree")
+    scorer = make_scorer(name, n_dirs=2 if tree else 1, label_dim=4, rank=6, order=2 if "order 2" in kind else 1,
+                         distance_lengths=2 if "bias" in kind else 0).double()
+    scorer.resize(7, 5)
+    for p in scorer.parameters():
+        torch.nn.init.normal_(p)
+    h = torch.randn(4, 6, 7, dtype=torch.float64)
+    lengths = torch.tensor([6, 4, 1, 5])
+    gold = torch.nn.functional.one_hot(torch.randint(0, 5, (4, 6)), 5).bool()
+    partial = gold.clone()
+    partial[3, 2] = True  # token 2 of sentence 3: any label
+
+    def structures(tables):
+        if tree:
+            make = lambda **kw: LatentTree(max_dist=2 if "k=2" in kind else None, budget=600,  # noqa: E731
+                                           distance_bias=tables.get("distance_bias"), **kw)
+        else:
+            make = lambda **kw: Chain(2 if "order 2" in kind else 1, budget=60, trigram=tables.get("trigram"),  # noqa: E731
+                                      **kw)
+        return make(), make(interaction=tables["interaction"])
+
+    for mask, smoothing, approx in ((gold, 0.0, "exact"), (gold, 0.1, "exact"), (partial, 0.1, "exact"),
+                                    (gold, 0.0, "max" if tree else "exact")):
+        emissions, tables = scorer(h, factored=True)
+        full, factored = structures(tables)
+        losses = [full.nll(scorer(h), lengths, mask, approx=approx, smoothing=smoothing),
+                  factored.nll(emissions, lengths, mask, approx=approx, smoothing=smoothing)]
+        torch.testing.assert_close(losses[1], losses[0])
+        params = list(scorer.parameters())
+        for a, b in zip(torch.autograd.grad(losses[1], params, allow_unused=True),
+                        torch.autograd.grad(losses[0], params, allow_unused=True)):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b)
+    with torch.no_grad():
+        emissions, tables = scorer(h, factored=True)
+        full, factored = structures(tables)
+        F = scorer(h)
+        torch.testing.assert_close(factored.label_marginals(emissions, lengths), full.label_marginals(F, lengths))
+        for posterior in (False, True):
+            got, want = factored.decode(emissions, lengths, posterior), full.decode(F, lengths, posterior)
+            assert torch.equal(got.labels, want.labels)
+            assert (got.heads is None) == (want.heads is None)
+            if got.heads is not None:
+                assert torch.equal(got.heads, want.heads)
+            torch.testing.assert_close(got.score, want.score)
+
+
 @pytest.mark.parametrize("name", sorted(SCORERS))
 def test_a_fresh_scorer_starts_at_zero_scores(name):
     """Emission and interaction start at zero, as spaCy's tagger's output layer does."""

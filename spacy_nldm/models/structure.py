@@ -15,6 +15,7 @@ NLDM's tree is the canonical one of the decoded labels (:func:`~spacy_nldm.struc
 does not depend on the batch.
 """
 import math
+from functools import lru_cache
 from typing import List, Optional, Tuple
 
 import torch
@@ -59,6 +60,15 @@ def on_device(allowed, device):
     return None if allowed is None else type(allowed)(*(mask.to(device) for mask in allowed))
 
 
+@lru_cache(maxsize=4096)
+def factored_moments(moments, n: int, m: int, *args):
+    """``moments(n, m, *args)`` (mu (n, X, C, M), mu_bias, constant: :mod:`.smoothing`) for scores given as
+    emissions + one table: ((mu summed over the contexts (n, 1, 1, M), mu_bias, constant), mu summed over the
+    tokens (X, C, M), the table's counts)."""
+    mu, mu_bias, constant = moments(n, m, *args)
+    return (mu.sum((1, 2), keepdim=True), mu_bias, constant), mu.sum(0)
+
+
 def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
     """Group indices by increasing length so that len(group) * cost(max length) <= budget."""
     groups: List[List[int]] = []
@@ -88,23 +98,22 @@ class Structure:
             return F
         return F[:, :, None, None, :] + self.interaction.to(device=F.device, dtype=F.dtype)
 
-    def _expectation(self, F: Tensor, lengths: Tensor, moments, weights: Tensor, bias: Optional[Tensor] = None
+    def _expectation(self, F: Tensor, lengths: Tensor, weights: Tensor, bias: Optional[Tensor], moments, *args
                      ) -> Tensor:
-        """:func:`~.smoothing.uniform_expectation` of the scores, F or emissions + ``interaction``: the
-        emissions' counts are F's summed over the contexts, the table's summed over the tokens."""
+        """:func:`~.smoothing.uniform_expectation` of the scores, F or emissions + ``interaction``, with the
+        moments ``moments(n, M, *args)`` (a cached function of :mod:`.smoothing`): the emissions' counts are
+        F's summed over the contexts, the table's summed over the tokens (:func:`factored_moments`)."""
         if self.interaction is None:
-            return uniform_expectation(F, lengths, moments, weights, bias=bias)
-
-        def emission_moments(n: int, m: int):
-            mu, mu_bias, constant = moments(n, m)
-            return mu.sum((1, 2), keepdim=True), mu_bias, constant
-
-        total = uniform_expectation(F[:, :, None, None, :], lengths, emission_moments, weights, bias=bias)
-        lens, weights = lengths.to(F.device), weights.to(device=F.device, dtype=F.dtype)
-        counts = torch.zeros_like(self.interaction, dtype=F.dtype, device=F.device)
-        for n in sorted(set(int(v) for v in lengths.tolist()) - {0}):
-            counts = counts + weights[lens == n].sum() * moments(n, F.shape[-1])[0].sum(0).to(counts)
-        return total + (counts * self.interaction.to(counts)).sum()
+            return uniform_expectation(F, lengths, lambda n, m: moments(n, m, *args), weights, bias=bias)
+        m = F.shape[-1]
+        total = uniform_expectation(F[:, :, None, None, :], lengths,
+                                    lambda n, m: factored_moments(moments, n, m, *args)[0], weights, bias=bias)
+        lens = lengths.to(F.device)
+        per_length = torch.zeros(int(lens.max()) + 1 if len(lens) else 1, dtype=F.dtype, device=F.device)
+        per_length.index_add_(0, lens, weights.to(device=F.device, dtype=F.dtype))  # the weights of each length
+        counts = sum(per_length[n] * factored_moments(moments, n, m, *args)[1].to(F)
+                     for n in sorted(set(lens.tolist()) - {0}))
+        return total + (counts * self.interaction.to(F)).sum()
 
     def cost(self, n: int, m: int) -> int:  # floats of the expanded tensor of one segment
         raise NotImplementedError
@@ -329,8 +338,7 @@ class LatentTree(Structure):
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         bias = self._bias(F)
         lengths_of_bias = 0 if bias is None else bias.shape[1]
-        moments = lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias)  # noqa: E731
-        return self._expectation(F, lengths, moments, weights, bias=bias)
+        return self._expectation(F, lengths, weights, bias, tree_moments, self.max_dist, lengths_of_bias)
 
     @staticmethod
     def gold_arcs(F: Tensor, labels: Tensor, interaction: Optional[Tensor] = None) -> Tensor:
@@ -524,9 +532,9 @@ class Chain(Structure):
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         if self.trigram is not None:  # F first-order, the trigram's counts as the "bias"
-            return self._expectation(F, lengths, lambda n, m: chain_moments(n, m, 2, trigram=True), weights,
-                                     bias=self.trigram.to(device=F.device, dtype=F.dtype))
-        return self._expectation(F, lengths, lambda n, m: chain_moments(n, m, self.order), weights)
+            return self._expectation(F, lengths, weights, self.trigram.to(device=F.device, dtype=F.dtype),
+                                     chain_moments, 2, True)
+        return self._expectation(F, lengths, weights, None, chain_moments, self.order)
 
     def _scores(self, F: Tensor, lengths: Tensor):
         """What structs' chain functions read: :meth:`factored` where it applies, else the potentials
