@@ -557,8 +557,8 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
         # == outside: d log Z / d item, in reverse order ==============================================
         gCR[: n + 1, : K + 1] = 0.0
         gCL[: n + 1, : K + 1] = 0.0
-        gIR[: n + 1, : K + 1] = 0.0
-        gIL[: n + 1, : K + 1] = 0.0
+        gIR[: n + 1, 1 : K + 1] = 0.0  # (width 0 is no incomplete item)
+        gIL[: n + 1, 1 : K + 1] = 0.0
         gT[: n + 1] = 0.0
         if n <= K:
             gCR[0, n, 0] = 1.0
