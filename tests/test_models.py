@@ -283,12 +283,12 @@ def test_emissions_with_the_interaction_table_are_the_full_scores(kind, name):
     partial[3, 2] = True  # token 2 of sentence 3: any label
 
     def structures(tables):
-        if tree:
-            make = lambda **kw: LatentTree(max_dist=2 if "k=2" in kind else None, budget=600,  # noqa: E731
-                                           distance_bias=tables.get("distance_bias"), **kw)
-        else:
-            make = lambda **kw: Chain(2 if "order 2" in kind else 1, budget=60, trigram=tables.get("trigram"),  # noqa: E731
-                                      **kw)
+        def make(**kw):
+            if tree:
+                return LatentTree(max_dist=2 if "k=2" in kind else None, budget=600,
+                                  distance_bias=tables.get("distance_bias"), **kw)
+            return Chain(2 if "order 2" in kind else 1, budget=60, trigram=tables.get("trigram"), **kw)
+
         return make(), make(interaction=tables["interaction"])
 
     for mask, smoothing, approx in ((gold, 0.0, "exact"), (gold, 0.1, "exact"), (partial, 0.1, "exact"),

@@ -4,8 +4,8 @@
 (S,) their real token counts. A structure made with the scorer's ``interaction`` table (X, C, M) (a
 token-independent scorer's) reads F as emissions (S, L, M) instead, the scores being emissions + interaction:
 the loss, marginals and canonical tree read the two factors, and only the rarer paths (partial labels, the max
-loss, Viterbi decoding) build the full F (:meth:`Structure.full`). :class:`LatentTree` (the NLDM) and :class:`Chain` (CRF of order 1
-or 2) call :mod:`spacy_nldm.structs` on them: the NLDM's log Z, Viterbi decoding and marginals take F
+loss, Viterbi decoding) build the full F (:meth:`Structure.full`). :class:`LatentTree` (the NLDM) and
+:class:`Chain` (CRF of order 1 or 2) call :mod:`spacy_nldm.structs` on them: the NLDM's log Z, Viterbi decoding and marginals take F
 itself, as :class:`~spacy_nldm.structs.DirectionalScores` (with ``max_dist`` their memory is
 O(n k M^2): a 5,000-token sentence decodes in seconds); log S of partial labels and the chains expand
 F to the dense tensors. Segments are grouped by length into buckets whose expanded tensors stay under
