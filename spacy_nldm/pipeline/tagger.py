@@ -329,7 +329,8 @@ class StructuredTagger(TrainablePipe):
 
     def _check_finite(self, scores: TokenScores, docs: List[Doc]) -> None:
         """spaCy's E940 for our scores: say which batch, and what to look at."""
-        if not bool(self.model.ops.xp.isfinite(scores.scores).all()):
+        xp = self.model.ops.xp
+        if not all(bool(xp.isfinite(s).all()) for s in (scores.scores, *scores.tables.values())):
             raise ValueError(
                 f"[spacy-nldm] {self.name}: found NaN or infinite values in the edge scores of a batch of "
                 f"{len(docs)} docs (first: {docs[0].text[:60]!r}) (spaCy's E940): the weights have diverged "
