@@ -402,8 +402,9 @@ class TaggerActor:
                     pa.list_(pa.list_(pa.float32())))
             if self.ents:
                 columns["ents"] = pa.array([[{"start": e.start, "end": e.end, "label": e.label_,
-                                              "start_char": e.start_char, "end_char": e.end_char} for e in doc.ents]
-                                            for doc in docs], ents_type())
+                                              "start_char": e.start_char, "end_char": e.end_char,
+                                              "prob": e._.nldm_prob}
+                                             for e in doc.ents] for doc in docs], ents_type())
         return pa.table(columns)
 
 
@@ -500,12 +501,12 @@ def _write_shard(plan: ShardPlan, table, out_format: str, facts: PipelineFacts, 
 
 
 def ents_type():
-    """The ``ents`` column's type: per document, its entities' token span [start, end), label and characters
-    [start_char, end_char)."""
+    """The ``ents`` column's type: per document, its entities' token span [start, end), label, characters
+    [start_char, end_char) and probability (``Span._.nldm_prob`` of the entity components; null for others)."""
     import pyarrow as pa
 
     return pa.list_(pa.struct([("start", pa.int32()), ("end", pa.int32()), ("label", pa.string()),
-                               ("start_char", pa.int32()), ("end_char", pa.int32())]))
+                               ("start_char", pa.int32()), ("end_char", pa.int32()), ("prob", pa.float32())]))
 
 
 def _empty_rows(out_format: str, heads: bool, probs: bool, ents: bool = False):

@@ -103,3 +103,17 @@ def test_bad_confidence_settings_are_errors_naming_them():
         nlp = spacy.blank("en")
         with pytest.raises(ValueError, match=key):
             nlp.add_pipe("crf_ner", config={key: value})
+
+
+def test_displacy_shows_each_entity_with_its_probability():
+    from spacy_nldm.pipeline import entities_to_displacy, render_entities
+
+    nlp = trained("crf_ner", steps=10)
+    doc = nlp(TEXTS[0])
+    assert doc.ents
+    data = entities_to_displacy(doc)
+    assert [(e["start"], e["end"]) for e in data["ents"]] == [(e.start_char, e.end_char) for e in doc.ents]
+    assert [e["label"] for e in data["ents"]] == [f"{e.label_} {e._.nldm_prob:.2f}" for e in doc.ents]
+    html = render_entities(doc, jupyter=False)
+    assert all(f"{e._.nldm_prob:.2f}" in html for e in doc.ents)
+

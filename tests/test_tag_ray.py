@@ -322,3 +322,26 @@ def test_entities_in_parquet_and_docbin(ruler_pipeline, ray_local, tmp_path):
         tmp_path / "parquet" / "a.parquet").field("ents").type
     docs = list(DocBin().from_disk(tmp_path / "docbin" / "a.spacy").get_docs(nlp.vocab))
     assert [[(e.start, e.end, e.label_, e.start_char, e.end_char) for e in d.ents] for d in docs] == want
+
+
+@needs_ray
+def test_the_entity_components_probabilities_in_parquet(ray_local, tmp_path):
+    """crf_ner's entities carry their probability (Span._.nldm_prob) in the Parquet output; others' are null."""
+    import pyarrow.parquet as pq  # noqa: F401
+
+    from spacy_nldm.bulk import tag_corpus
+    from test_ner_confidence import TEXTS, trained
+
+    nlp = trained("crf_ner", steps=10)
+    nlp.to_disk(tmp_path / "model")
+    want = [[(e.start, e.end, e.label_, e._.nldm_prob) for e in d.ents] for d in nlp.pipe(TEXTS)]
+    assert any(want)
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    srsly.write_jsonl(inputs / "a.jsonl", [{"text": t} for t in TEXTS])
+    tag_corpus(str(inputs), tmp_path / "out", str(tmp_path / "model"), workers=1, batch_size=2, log=lambda _: None)
+    rows = read_parquet(tmp_path / "out" / "a.parquet")
+    got = [[(e["start"], e["end"], e["label"], e["prob"]) for e in r["ents"]] for r in rows]
+    assert [[g[:3] for g in doc] for doc in got] == [[w[:3] for w in doc] for doc in want]
+    for doc_got, doc_want in zip(got, want):
+        assert [g[3] for g in doc_got] == pytest.approx([w[3] for w in doc_want], rel=1e-6)

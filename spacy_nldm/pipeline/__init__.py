@@ -8,7 +8,7 @@ display.
     [(t.tag_, t._.nldm_head) for t in doc], doc._.nldm_tree_score
     html = render_tree(doc)  # displaCy drawing of the latent label tree
 """
-from .display import render_tree, tree_to_displacy
+from .display import entities_to_displacy, render_entities, render_tree, tree_to_displacy
 from .extensions import register_extensions
 from .factories import make_crf_ner, make_crf_tagger, make_nldm_ner, make_nldm_tagger
 from .ner import StructuredEntityRecognizer
@@ -24,6 +24,8 @@ __all__ = [
     "make_crf_tagger",
     "make_tag_scorer",
     "render_tree",
+    "render_entities",
+    "entities_to_displacy",
     "tree_to_displacy",
     "register_extensions",
 ]
