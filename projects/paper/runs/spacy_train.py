@@ -396,6 +396,14 @@ def execute_entities(run: Run, corpus: Path, workdir: Path, machine: str) -> dic
     (out / "config.cfg").write_text(run.config, encoding="utf8")
     overrides = {"paths.train": data / "train.spacy", "paths.dev": data / "dev.spacy", "system.seed": run.seed}
     seconds, _ = spacy_train(out / "config.cfg", out / "model", overrides, out / "train.log")
+    return entity_record(run, data, out, seconds, machine)
+
+
+def entity_record(run: Run, data: Path, out: Path, seconds: float, machine: str) -> dict:
+    """Evaluate and apply the trained entity run in ``out`` (``model/model-best``, ``train.log``) on the test split
+    of ``data``; the row."""
+    from thinc.api import Config
+
     best = out / "model" / "model-best"
     scores = spacy_evaluate(best, data / "test.spacy", out / "evaluate.log")
     prefix = ENTITY_SYSTEMS[run.system]
