@@ -1,0 +1,124 @@
+"""Calibration of entity confidence on a test set: expected calibration error, a reliability diagram and the
+precision-recall curve by threshold, for trained pipelines side by side.
+
+    python -m projects.paper.scripts.entity_calibration corpus/ner/wnut17/test.spacy \\
+        --model crf_ner=training/ner/wnut17-a3d23e6651ee-seed0/model/model-best \\
+        --model spancat=training/ner/wnut17-XXXX-seed0/model/model-best \\
+        --output projects/paper/results/ner/calibration.md --figures projects/paper/results/ner/calibration
+
+Each pipeline tags the test docs' tokens (no gold annotation). A predicted entity's confidence is
+``Span._.nldm_prob`` for ``crf_ner`` and ``nldm_ner`` (their exact probability), and for ``spancat`` the score it
+stores in ``doc.spans[key].attrs["scores"]`` (its predicted spans: those above its own threshold). An entity is
+correct when the gold doc has the same span with the same type.
+
+- ECE (10 equal-width bins over the predicted entities): sum over bins of (share of the entities in the bin) x
+  |accuracy in the bin - mean confidence in the bin|.
+- The precision-recall curve by threshold: the entities at or above each confidence against all gold entities;
+  its area is the average precision (sum over the correct entities, best first, of precision x 1 / n_gold).
+Prints a Markdown table (and writes it with ``--output``); ``--figures`` writes reliability.png and pr.png.
+"""
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import numpy
+import typer
+
+BINS = 10
+
+
+def predictions(model: str, docs) -> List[Tuple[int, int, int, str, float]]:
+    """(doc, start, end, label, confidence) of each entity the pipeline ``model`` predicts on the docs' tokens."""
+    import spacy
+    from spacy.tokens import Doc
+
+    import spacy_nldm.pipeline  # noqa: F401  (Span._.nldm_prob)
+
+    nlp = spacy.load(model)
+    spans_keys = [nlp.get_pipe(name).cfg.get("spans_key") or "sc" for name, _ in nlp.pipeline
+                  if nlp.get_pipe_meta(name).factory == "spancat"]
+    out = []
+    inputs = [Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in docs]
+    for i, doc in enumerate(nlp.pipe(inputs, batch_size=256)):
+        if spans_keys:
+            group = doc.spans[spans_keys[0]]
+            scores = group.attrs.get("scores", numpy.ones(len(group)))
+            out += [(i, s.start, s.end, s.label_, float(p)) for s, p in zip(group, scores)]
+        else:
+            out += [(i, e.start, e.end, e.label_, float(e._.nldm_prob)) for e in doc.ents if e._.nldm_prob is not None]
+    return out
+
+
+def calibration(found, gold: set) -> Dict[str, object]:
+    """ECE, average precision, the reliability bins and the precision-recall curve of ``found`` entities."""
+    conf = numpy.asarray([f[-1] for f in found], dtype="float64")
+    right = numpy.asarray([f[:-1] in gold for f in found], dtype="float64")
+    bins = numpy.minimum((conf * BINS).astype(int), BINS - 1)
+    ece, rows = 0.0, []
+    for b in range(BINS):
+        inside = bins == b
+        if inside.any():
+            ece += inside.mean() * abs(right[inside].mean() - conf[inside].mean())
+            rows.append((b, int(inside.sum()), float(conf[inside].mean()), float(right[inside].mean())))
+    order = numpy.argsort(-conf, kind="stable")
+    hits = numpy.cumsum(right[order])
+    precision = hits / numpy.arange(1, len(order) + 1)
+    recall = hits / max(1, len(gold))
+    ap = float((precision * right[order]).sum() / max(1, len(gold)))
+    return {"ece": float(ece), "ap": ap, "n": len(found), "precision": float(right.mean()) if len(found) else 0.0,
+            "recall": float(right.sum() / max(1, len(gold))), "bins": rows, "curve": (recall, precision)}
+
+
+def main(
+    test: Path = typer.Argument(..., help="Test DocBin with gold entities"),
+    model: List[str] = typer.Option(..., help="NAME=PATH of a trained pipeline (repeatable)"),
+    output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here"),
+    figures: Optional[Path] = typer.Option(None, help="Folder for reliability.png and pr.png"),
+) -> None:
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
+    docs = list(DocBin().from_disk(test).get_docs(Vocab()))
+    gold = {(i, e.start, e.end, e.label_) for i, d in enumerate(docs) for e in d.ents}
+    results = {}
+    for spec in model:
+        name, _, path = spec.partition("=")
+        results[name] = calibration(predictions(path, docs), gold)
+        typer.echo(f"{name}: ECE {results[name]['ece']:.3f}, AP {results[name]['ap']:.3f}", err=True)
+    lines = ["| system | entities | precision | recall | ECE (10 bins) | area under the PR curve (AP) |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {name} | {r['n']} | {100 * r['precision']:.2f} | {100 * r['recall']:.2f} | {r['ece']:.3f} | "
+              f"{r['ap']:.3f} |" for name, r in results.items()]
+    text = "\n".join(lines)
+    typer.echo(text)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        command = "python -m projects.paper.scripts.entity_calibration " + str(test) + "".join(
+            f" --model {spec}" for spec in model)
+        output.write_text(f"Entity confidence on {test} ({len(gold)} gold entities).\n\nCommand: `{command}`\n\n"
+                          + text + "\n", encoding="utf8")
+    if figures is not None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        figures.mkdir(parents=True, exist_ok=True)
+        fig, ax = plt.subplots(figsize=(4.5, 4.5))
+        ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
+        for name, r in results.items():
+            ax.plot([b[2] for b in r["bins"]], [b[3] for b in r["bins"]], marker="o", label=f"{name} (ECE {r['ece']:.3f})")
+        ax.set(xlabel="confidence", ylabel="accuracy", title="Reliability (predicted entities)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(figures / "reliability.png", dpi=120)
+        fig, ax = plt.subplots(figsize=(4.5, 4.5))
+        for name, r in results.items():
+            ax.plot(*r["curve"], label=f"{name} (AP {r['ap']:.3f})")
+        ax.set(xlabel="recall", ylabel="precision", title="Precision-recall by threshold")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(figures / "pr.png", dpi=120)
+
+
+if __name__ == "__main__":
+    typer.run(main)
