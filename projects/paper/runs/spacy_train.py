@@ -420,7 +420,7 @@ def entity_tables(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[
                   systems: List[str], timing_machine: Optional[str] = None) -> List[str]:
     """Markdown, dataset x encoder rows, systems as columns: test entity F1 (mean ± sd over seeds) and each
     system's difference to ``ner``; then per system P, R, surface F1 (means) and training minutes (of the runs
-    made on ``timing_machine`` where given)."""
+    made on ``timing_machine`` where given); then the dev curves (:func:`dev_curve_table`)."""
     others = [s for s in systems if s != "ner" and "ner" in systems]
     head = ["dataset", "encoder"] + [f"{s} F1" for s in systems] + [f"{s} − ner" for s in others]
     main = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -444,4 +444,25 @@ def entity_tables(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[
                 row.append(" / ".join(f"{mean(runs[s], m):.2f}" for m in ("test_p", "test_r", "surface_f"))
                            + f" / {minutes}" if runs[s] else "—")
             detail.append("| " + " | ".join(row) + " |")
-    return main + [""] + detail
+    return main + [""] + detail + [""] + dev_curve_table(cells, datasets, settings, systems)
+
+
+def dev_curve_table(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[str], settings: List[str],
+                    systems: List[str], every: int = 400) -> List[str]:
+    """Markdown: the dev F1 of ``spacy train``'s log at every ``every``-th step (mean over the runs that
+    reached it; a run stopped by ``patience`` ends early), one row per dataset, encoder and system."""
+    rows = [(d, e, s, cells[d, e, s]) for d in datasets for e in settings for s in systems if cells.get((d, e, s))]
+    if not rows:
+        return []
+    last = max(step for *_, runs in rows for r in runs for step, _ in r["dev_curve"])
+    steps = list(range(every, last + 1, every))
+    lines = ["| dataset | encoder | system | " + " | ".join(str(step) for step in steps) + " |",
+             "|" + "---|" * (3 + len(steps))]
+    for dataset, setting, system, runs in rows:
+        curves = [dict(map(tuple, r["dev_curve"])) for r in runs]
+        row = [dataset, setting, system]
+        for step in steps:
+            found = [c[step] for c in curves if step in c]
+            row.append(f"{statistics.mean(found):.1f}" if found else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
