@@ -420,7 +420,7 @@ def entity_tables(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[
                   systems: List[str], timing_machine: Optional[str] = None) -> List[str]:
     """Markdown, dataset x encoder rows, systems as columns: test entity F1 (mean ± sd over seeds) and each
     system's difference to ``ner``; then per system P, R, surface F1 (means) and training minutes (of the runs
-    made on ``timing_machine`` where given); then the dev curves (:func:`dev_curve_table`)."""
+    made on ``timing_machine`` where given); then the F1 per type and the dev curves."""
     others = [s for s in systems if s != "ner" and "ner" in systems]
     head = ["dataset", "encoder"] + [f"{s} F1" for s in systems] + [f"{s} − ner" for s in others]
     main = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -444,7 +444,25 @@ def entity_tables(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[
                 row.append(" / ".join(f"{mean(runs[s], m):.2f}" for m in ("test_p", "test_r", "surface_f"))
                            + f" / {minutes}" if runs[s] else "—")
             detail.append("| " + " | ".join(row) + " |")
-    return main + [""] + detail + [""] + dev_curve_table(cells, datasets, settings, systems)
+    return (main + [""] + detail + [""] + per_type_table(cells, datasets, settings, systems) + [""]
+            + dev_curve_table(cells, datasets, settings, systems))
+
+
+def per_type_table(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[str], settings: List[str],
+                   systems: List[str]) -> List[str]:
+    """Markdown: test F1 per entity type (mean over seeds), one row per dataset, encoder and system."""
+    rows = [(d, e, s, cells[d, e, s]) for d in datasets for e in settings for s in systems if cells.get((d, e, s))]
+    types = sorted({label for *_, runs in rows for r in runs for label in r["test_per_type"]})
+    if not types:
+        return []
+    lines = ["| dataset | encoder | system | " + " | ".join(types) + " |", "|" + "---|" * (3 + len(types))]
+    for dataset, setting, system, runs in rows:
+        row = [dataset, setting, system]
+        for label in types:
+            found = [r["test_per_type"][label] for r in runs if label in r["test_per_type"]]
+            row.append(f"{statistics.mean(found):.1f}" if found else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
 
 
 def dev_curve_table(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[str], settings: List[str],

@@ -329,7 +329,8 @@ def test_entity_and_tagging_datasets_are_not_mixed(tmp_path):
 
 def test_entity_table_has_encoder_rows_and_differences_to_ner():
     row = lambda f, secs=120.0: {"test_f": f, "test_p": f + 10, "test_r": f - 5, "surface_f": f - 2,  # noqa: E731
-                                 "train_seconds": secs, "dev_curve": [[0, 0.0], [400, f / 2], [800, f]]}
+                                 "train_seconds": secs, "dev_curve": [[0, 0.0], [400, f / 2], [800, f]],
+                                 "test_per_type": {"person": f + 1, "location": f - 1}}
     cells = {("wnut17", "own", "ner"): [row(20), row(22)], ("wnut17", "own", "spancat"): [row(18)],
              ("wnut17", "vectors", "ner"): [row(30)]}
     lines = entity_tables(cells, ["wnut17"], ["own", "vectors"], ["ner", "spancat"])
@@ -337,5 +338,7 @@ def test_entity_table_has_encoder_rows_and_differences_to_ner():
     assert lines[2] == "| wnut17 | own | 21.00 ± 1.41 (n=2) | 18.00 (n=1) | -3.00 |"
     assert lines[3] == "| wnut17 | vectors | 30.00 (n=1) | — | — |"
     assert "| wnut17 | own | 31.00 / 16.00 / 19.00 / 2.0 | 28.00 / 13.00 / 16.00 / 2.0 |" in lines
+    assert "| dataset | encoder | system | location | person |" in lines
+    assert "| wnut17 | own | ner | 20.0 | 22.0 |" in lines
     assert "| dataset | encoder | system | 400 | 800 |" in lines
     assert "| wnut17 | own | ner | 10.5 | 21.0 |" in lines and "| wnut17 | vectors | ner | 15.0 | 30.0 |" in lines
