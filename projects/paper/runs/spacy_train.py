@@ -86,6 +86,9 @@ ENTITY_SYSTEMS: Dict[str, str] = {
     "nldm_ner": "ents",
 }
 ENTITY_SETTINGS = ("own", "vectors", "trf")
+#: the entity systems spaCy's `init config` template writes (with a shared tok2vec or transformer); any other
+#: system gets its factory's default config, with the encoder in its own model
+SPACY_ENTITY_SYSTEMS = ("ner", "spancat")
 #: where `spacy project run glove-vectors projects/paper` writes GloVe 6B 50d as a spaCy vectors folder
 DEFAULT_VECTORS = Path("assets/glove/vectors")
 ENTITY_RESULTS = Path("projects/paper/results/ner/runs.jsonl")
@@ -164,9 +167,9 @@ def labels_with_bang(train: Path) -> bool:
 
 def apply_overrides(config, settings: List[str], system: str, *, every_system: bool = False):
     """``--set`` overrides (``section.key=value``, value as JSON, else a string) on a structured component
-    (on every system, spaCy's ``tagger`` too, with ``every_system``); ``{c}`` in the section stands for the
+    (on every system, spaCy's ``tagger``, ``ner`` and ``spancat`` too, with ``every_system``); ``{c}`` in the section stands for the
     component's name."""
-    if system == "tagger" and not every_system:
+    if system in ("tagger",) + SPACY_ENTITY_SYSTEMS and not every_system:
         return config
     for item in settings:
         path, _, raw = item.partition("=")
@@ -300,8 +303,7 @@ def generate_entity_config(system: str, setting: str, lang: str, max_steps: int,
         raise ValueError(f"system must be one of {tuple(ENTITY_SYSTEMS)}, not {system!r}")
     if setting not in ENTITY_SETTINGS:
         raise ValueError(f"setting must be one of {ENTITY_SETTINGS}, not {setting!r}")
-    spacy_template = system in ("ner", "spancat")
-    if setting != "trf" or spacy_template:
+    if setting != "trf" or system in SPACY_ENTITY_SYSTEMS:
         config = init_config(lang=lang, pipeline=[system], optimize="efficiency", gpu=setting == "trf")
     else:
         config = init_config(lang=lang, pipeline=["ner"], optimize="efficiency", gpu=True)

@@ -47,6 +47,8 @@ def test_overrides_reach_the_structured_component_only():
     assert config["components"]["nldm_tagger"]["label_smoothing"] == 0.1
     tagger = apply_overrides(generate_config("tagger", "own", "en"), ["components.{c}.label_smoothing=0.1"], "tagger")
     assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
+    ner = apply_overrides(generate_entity_config("ner", "own", "en", 100), ["components.{c}.moves=\"x\""], "ner")
+    assert ner["components"]["ner"]["moves"] is None
 
 
 def test_average_params_is_part_of_a_runs_key_in_both_settings():
