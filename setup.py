@@ -54,6 +54,8 @@ setup(
         "spacy_factories": [
             "nldm_tagger = spacy_nldm.pipeline.factories:make_nldm_tagger",
             "crf_tagger = spacy_nldm.pipeline.factories:make_crf_tagger",
+            "nldm_ner = spacy_nldm.pipeline.factories:make_nldm_ner",
+            "crf_ner = spacy_nldm.pipeline.factories:make_crf_ner",
         ],
         "spacy_architectures": [
             "spacy-nldm.NLDMTagger.v2 = spacy_nldm.models:build_nldm_tagger",

@@ -38,7 +38,7 @@ INPUT_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".txt": "text", ".parque
 OUTPUT_SUFFIXES = {"parquet": ".parquet", "docbin": ".spacy"}
 ERRORS_DIR = "_errors"
 # the output's own columns: a carried field of one of these names is renamed input_<name>
-OUTPUT_COLUMNS = ("line", "row", "tokens", "tags", "heads", "probs")
+OUTPUT_COLUMNS = ("line", "row", "tokens", "tags", "heads", "probs", "ents")
 TAGGER_FACTORIES = ("nldm_tagger", "crf_tagger")
 MAX_REPORTED = 10  # malformed records printed per shard (all of them go to the errors file)
 
@@ -279,6 +279,19 @@ class PipelineFacts:
     probs_settable: List[str]  # the taggers whose config section has store_probs (spacy.load can set it)
     has_tree: bool  # an NLDM component: Token._.nldm_head is set
     prob_labels: Optional[List[str]]  # the last tagger's labels (the order of ``probs``)
+    ents: bool = False  # a component that sets Doc.ents (its factory's ``assigns`` has "doc.ents")
+
+
+def sets_entities(factory: Optional[str]) -> bool:
+    """Whether a factory's components set ``Doc.ents``, by the ``assigns`` it declares (spaCy's ``ner`` and
+    ``entity_ruler``, this package's ``crf_ner`` and ``nldm_ner``); False for a factory spaCy does not know."""
+    from spacy.language import Language
+
+    try:
+        return bool(factory) and Language.has_factory(factory) and "doc.ents" in Language.get_factory_meta(
+            factory).assigns
+    except ValueError:
+        return False
 
 
 def pipeline_dir(model: str) -> Path:
@@ -313,7 +326,8 @@ def pipeline_facts(model: str) -> PipelineFacts:
         if cfg.exists():
             labels = list(json.loads(cfg.read_text(encoding="utf8")).get("labels", []))
     settable = [n for n in taggers if "store_probs" in components[n]]
-    return PipelineFacts(taggers, settable, has_tree, labels)
+    ents = any(sets_entities(components.get(n, {}).get("factory")) for n in active)
+    return PipelineFacts(taggers, settable, has_tree, labels, ents)
 
 
 class TaggerActor:
@@ -321,7 +335,7 @@ class TaggerActor:
 
     def __init__(self, model: str, text_key: str, overrides: Dict, use_gpu: bool, threads: int,
                  pipe_batch_size: Optional[int], has_tree: bool, probs: bool, docbin: bool,
-                 taggers: Tuple[str, ...] = ()):
+                 taggers: Tuple[str, ...] = (), ents: bool = False):
         import spacy
 
         if use_gpu:  # Ray set CUDA_VISIBLE_DEVICES to this worker's GPU: device 0 is ours
@@ -341,13 +355,14 @@ class TaggerActor:
         from .pipeline.extensions import register_extensions
 
         register_extensions()
-        tree = any(getattr(getattr(pipe, "model", None), "attrs", {}).get("structure") == "tree"
-                   for _, pipe in self.nlp.pipeline)
+        tree = any(getattr(getattr(self.nlp.get_pipe(name), "model", None), "attrs", {}).get("structure") == "tree"
+                   for name in taggers)
         if tree != has_tree:
             raise RuntimeError(f"[spacy-nldm] {model}: the config says the pipeline {'does' if has_tree else 'does not'} "
                                f"decode latent trees, the loaded pipeline {'does' if tree else 'does not'}")
         self.text_key, self.pipe_batch_size = text_key, pipe_batch_size
         self.heads, self.probs, self.docbin = has_tree and not docbin, probs, docbin
+        self.ents = ents and not docbin
         self.cache: Dict = {}
 
     def records(self, chunks: List[Dict[str, Any]]) -> List[Tuple[int, int, str, Dict]]:
@@ -385,6 +400,10 @@ class TaggerActor:
                 columns["probs"] = pa.array(
                     [None if doc._.nldm_probs is None else doc._.nldm_probs.tolist() for doc in docs],
                     pa.list_(pa.list_(pa.float32())))
+            if self.ents:
+                columns["ents"] = pa.array([[{"start": e.start, "end": e.end, "label": e.label_,
+                                              "start_char": e.start_char, "end_char": e.end_char} for e in doc.ents]
+                                            for doc in docs], ents_type())
         return pa.table(columns)
 
 
@@ -444,7 +463,7 @@ def _write_shard(plan: ShardPlan, table, out_format: str, facts: PipelineFacts, 
 
     line = "row" if plan.shard.fmt == "parquet" else "line"
     if table is None:
-        table = _empty_rows(out_format, facts.has_tree, probs)
+        table = _empty_rows(out_format, facts.has_tree, probs, facts.ents)
     table = table.sort_by("line")
     lines = table.column("line").to_pylist()
     if len(lines) != plan.n_docs or len(set(lines)) != len(lines):
@@ -469,7 +488,7 @@ def _write_shard(plan: ShardPlan, table, out_format: str, facts: PipelineFacts, 
 
     columns = _carried_columns(table.column("meta").to_pylist())
     columns[line] = table.column("line")
-    for name in ("tokens", "tags", "heads", "probs"):
+    for name in ("tokens", "tags", "heads", "probs", "ents"):
         if name in table.column_names:
             columns[name] = table.column(name)
     metadata = {"spacy_nldm.model": model, "spacy_nldm.source": plan.shard.rel}
@@ -480,7 +499,16 @@ def _write_shard(plan: ShardPlan, table, out_format: str, facts: PipelineFacts, 
     return words
 
 
-def _empty_rows(out_format: str, heads: bool, probs: bool):
+def ents_type():
+    """The ``ents`` column's type: per document, its entities' token span [start, end), label and characters
+    [start_char, end_char)."""
+    import pyarrow as pa
+
+    return pa.list_(pa.struct([("start", pa.int32()), ("end", pa.int32()), ("label", pa.string()),
+                               ("start_char", pa.int32()), ("end_char", pa.int32())]))
+
+
+def _empty_rows(out_format: str, heads: bool, probs: bool, ents: bool = False):
     import pyarrow as pa
 
     fields = [("shard", pa.int32()), ("line", pa.int64()), ("meta", pa.string()), ("n_words", pa.int64())]
@@ -492,6 +520,8 @@ def _empty_rows(out_format: str, heads: bool, probs: bool):
             fields.append(("heads", pa.list_(pa.int32())))
         if probs:
             fields.append(("probs", pa.list_(pa.list_(pa.float32()))))
+        if ents:
+            fields.append(("ents", ents_type()))
     return pa.schema(fields).empty_table()
 
 
@@ -569,7 +599,8 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
         actor_kwargs = dict(model=str(Path(model).resolve()) if Path(model).is_dir() else model, text_key=text_key,
                             overrides=overrides, use_gpu=num_gpus > 0, threads=max(1, int(cpus_per_worker)),
                             pipe_batch_size=pipe_batch_size, has_tree=facts.has_tree,
-                            probs=probs, docbin=out_format == "docbin", taggers=tuple(facts.taggers))
+                            probs=probs, docbin=out_format == "docbin", taggers=tuple(facts.taggers),
+                            ents=facts.ents)
         for attempt in range(retries + 1):
             summary.attempts = attempt + 1
             todo = [shard for shard in pending if not shard.output.exists()]

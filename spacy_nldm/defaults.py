@@ -23,6 +23,13 @@ COMMON = {
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
+#: settings of both entity components (see :class:`~spacy_nldm.pipeline.ner.StructuredEntityRecognizer`):
+#: the tag scheme the entities are learnt in, and no label smoothing (spaCy's ``ner`` has none; a uniform
+#: target over every tag sequence would also count the sequences the scheme forbids)
+NER_COMMON = {**{key: COMMON[key] for key in COMMON if key != "attr"}, "scheme": "BIO", "label_smoothing": 0.0}
+NLDM_NER = {**NER_COMMON, "loss": "exact"}
+CRF_NER = {**NER_COMMON, "decode": "viterbi"}
+
 
 #: The encoder a component gets in its own config: the ``tok2vec`` that ``spacy init config -p tagger`` writes
 #: for spaCy's ``tagger`` (MultiHashEmbed over NORM, PREFIX, SUFFIX, SHAPE, then a MaxoutWindowEncoder of

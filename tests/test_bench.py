@@ -1,11 +1,12 @@
 """`bench pipeline` runs end to end on a few tweets and prints its table."""
 from typer.testing import CliRunner
 
-from nldm_fixtures import TWITTER
+from nldm_fixtures import MIRROR, TWITTER
 
 from spacy_nldm.cli import app
 
 runner = CliRunner()
+WNUT = MIRROR / "ner" / "wnut17"
 
 
 def table_rows(output: str):
@@ -30,3 +31,20 @@ def test_bench_pipeline_compares_with_the_crf(tmp_path):
 def test_bench_pipeline_needs_an_existing_data_file(tmp_path):
     result = runner.invoke(app, ["bench", "pipeline", str(tmp_path / "none.txt"), "--limit", "2"])
     assert result.exit_code == 1 and str(tmp_path / "none.txt") in result.output
+
+
+def test_bench_pipeline_times_the_entity_components_beside_spacy_ner(tmp_path):
+    out = tmp_path / "ner.md"
+    result = runner.invoke(
+        app,
+        ["bench", "pipeline", str(WNUT / "wnut17train.conll"), "--task", "ner", "--limit", "12", "--threads", "1",
+         "--width", "16", "--rank", "16", "--label-dim", "8", "--warmup", "1", "--rounds", "1", "--output", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    rows = {r.split("|")[1].strip(): r for r in table_rows(out.read_text())}
+    assert set(rows) == {"nldm_ner", "crf_ner", "spacy ner"}
+    assert float(rows["spacy ner"].split("|")[8]) == float(rows["spacy ner"].split("|")[9]) == 1.0
+    # the taggers' systems are not entity systems
+    result = runner.invoke(app, ["bench", "pipeline", str(WNUT / "wnut17train.conll"), "--task", "ner",
+                                 "--systems", "crf order 1"])
+    assert result.exit_code != 0 and "crf_ner" in result.output

@@ -30,7 +30,7 @@ def _scripts(project: dict) -> list:
 
 def test_the_main_job_trains_and_tests_the_four_systems_and_packages_one(project):
     names = {c["name"] for c in project["commands"]}
-    assert set(project["workflows"]) == {"all", "corpora", "package"}
+    assert set(project["workflows"]) == {"all", "corpora", "package", "ner"}
     for steps in project["workflows"].values():
         assert set(steps) <= names
     assert project["workflows"]["all"] == ["convert-twitter"] + [f"{step}-{system}" for system in SYSTEMS
@@ -66,12 +66,14 @@ def _assets_are_pinned(assets, prefix: str) -> None:
 
 
 def test_assets_are_pinned_upstream_and_match_the_mirror(project):
-    """The main job's assets are the four Twitter files, the study's the rest; every asset is pinned and, with
-    SPACY_NLDM_MIRROR set to the full mirror, its file matches the md5. Both land in the same mirror."""
+    """The main job's assets are the four Twitter files and the three of WNUT 2017, the study's the rest; every
+    asset is pinned and, with SPACY_NLDM_MIRROR set to the full mirror, its file matches the md5. Both land in
+    the same mirror."""
     from weasel.util import load_project_config
 
     assert sorted(a["dest"].rsplit("/", 1)[1] for a in project["assets"]) == [
-        "daily547.conll", "oct27.dev", "oct27.test", "oct27.train"]
+        "daily547.conll", "emerging.dev.conll", "emerging.test.annotated", "oct27.dev", "oct27.test", "oct27.train",
+        "wnut17train.conll"]
     _assets_are_pinned(project["assets"], "../shared/data/")
     study = load_project_config(ROOT / "projects" / "paper", interpolate=True)
     assert len(study["assets"]) >= 25

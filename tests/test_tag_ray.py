@@ -61,6 +61,7 @@ def check_rows(rows, texts, expected, probs=False):
     for row, text in zip(rows, texts):
         tokens, tags, heads, marginals = expected[text]
         assert (row["tokens"], row["tags"], row["heads"]) == (tokens, tags, heads)
+        assert "ents" not in row  # the pipeline sets no entities
         if probs:
             numpy.testing.assert_allclose(numpy.array(row["probs"], dtype="float32").reshape(marginals.shape),
                                           marginals, atol=1e-5)
@@ -273,3 +274,51 @@ def test_malformed_input_options_fail_clearly(pipeline, tmp_path):
         find_shards(str(tmp_path / "d"), tmp_path / "out")
     with pytest.raises(BulkError, match="not a file, a folder or a glob"):
         find_shards(str(tmp_path / "nothing.jsonl"), tmp_path / "out")
+
+
+ENTITY_TEXTS = ["Apple is looking at buying a startup in San Francisco", "", "nothing to see here",
+                "apple pie in san francisco , then Apple again"]
+
+
+@pytest.fixture(scope="module")
+def ruler_pipeline(tmp_path_factory):
+    """A blank English pipeline with spaCy's entity_ruler (no tagger): it sets Doc.ents and nothing else."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("entity_ruler").add_patterns([
+        {"label": "ORG", "pattern": "Apple"},
+        {"label": "GPE", "pattern": [{"LOWER": "san"}, {"LOWER": "francisco"}]}])
+    path = tmp_path_factory.mktemp("tag_ents") / "ruler"
+    nlp.to_disk(path)
+    return path
+
+
+@needs_ray
+def test_entities_in_parquet_and_docbin(ruler_pipeline, ray_local, tmp_path):
+    """A pipeline that sets Doc.ents: Parquet has each document's entities (token span, label, characters)
+    as nlp.pipe finds them, an empty shard the same columns; the DocBin keeps Doc.ents."""
+    import pyarrow.parquet as pq
+
+    from spacy_nldm.bulk import tag_corpus
+
+    nlp = spacy.load(ruler_pipeline)
+    texts = ENTITY_TEXTS  # the empty text too: a document without tokens
+    want = [[(e.start, e.end, e.label_, e.start_char, e.end_char) for e in doc.ents] for doc in nlp.pipe(texts)]
+    assert [len(w) for w in want] == [2, 0, 0, 2]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    srsly.write_jsonl(inputs / "a.jsonl", [{"text": t} for t in ENTITY_TEXTS])
+    (inputs / "empty.txt").write_text("\n\n", encoding="utf8")
+    for out_format in ("parquet", "docbin"):
+        summary = tag_corpus(str(inputs), tmp_path / out_format, str(ruler_pipeline), workers=1, batch_size=2,
+                             out_format=out_format, log=lambda _: None)
+        assert (summary.done, summary.docs) == (2, len(texts))
+    rows = read_parquet(tmp_path / "parquet" / "a.parquet")
+    got = [[(e["start"], e["end"], e["label"], e["start_char"], e["end_char"]) for e in r["ents"]] for r in rows]
+    assert got == want
+    for row, text in zip(rows, texts):
+        assert [text[e["start_char"]:e["end_char"]] for e in row["ents"]] == [
+            " ".join(row["tokens"][e["start"]:e["end"]]) for e in row["ents"]]
+    assert pq.read_schema(tmp_path / "parquet" / "empty.parquet").field("ents").type == pq.read_schema(
+        tmp_path / "parquet" / "a.parquet").field("ents").type
+    docs = list(DocBin().from_disk(tmp_path / "docbin" / "a.spacy").get_docs(nlp.vocab))
+    assert [[(e.start, e.end, e.label_, e.start_char, e.end_char) for e in d.ents] for d in docs] == want

@@ -322,6 +322,67 @@ def lane_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, 
     return rows
 
 
+def constraint_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, str, float, float]]:
+    """(call, shape, constrained s, unconstrained s): each chain call on the same random scores (std 1,
+    float32, on ``device``), with the BIO constraints of M = 13 (6 types) and 25 (12 types) applied by
+    :func:`structs.constrain` inside the timed call (start and end rules on every sentence), and without."""
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+
+    def draw(*shape):
+        return torch.randn(*shape, generator=gen).to(device).requires_grad_(True)
+
+    def fwd_bwd(fn, leaves):
+        def run():
+            fn().sum().backward()
+            for leaf in leaves:
+                leaf.grad = None
+        return run
+
+    for m, n in ((13, 20), (13, 40), (25, 20), (25, 40)):
+        labels = structs.entity_labels([f"T{k}" for k in range((m - 1) // 2)], "BIO")
+        allowed = structs.Transitions(*(x.to(device) for x in structs.allowed_transitions(labels, "BIO")))
+        lengths = torch.randint(n // 2, n + 1, (batch,), generator=gen).to(device)
+        lengths[0] = n
+        em, trans, start, end, trigram = draw(batch, n, m), draw(m, m), draw(m), draw(m), draw(m + 1, m + 1, m)
+        shape = f"n<={n}, M={m}"
+
+        def first(constrained: bool):
+            scores = structs.ChainScores(em, trans, start, end)
+            scores = structs.constrain(scores, allowed, lengths) if constrained else scores
+            return structs.crf_log_partition(scores, lengths)
+
+        def potentials(constrained: bool):
+            scores = structs.chain_potentials(em, trans, lengths, start=start, end=end)
+            scores = structs.constrain(scores, allowed, lengths) if constrained else scores
+            return structs.crf_log_partition(scores, lengths)
+
+        def second(constrained: bool):
+            scores = structs.SecondOrderScores(em, trigram)
+            scores = structs.constrain(scores, allowed, lengths) if constrained else scores
+            return structs.crf_log_partition(scores, lengths)
+
+        rows.append(("chain-1 log Z fwd+bwd, ChainScores", shape,
+                     *alternate(fwd_bwd(lambda: first(True), [em, trans, start, end]),
+                                fwd_bwd(lambda: first(False), [em, trans, start, end]), repeats, device)))
+        rows.append(("chain-1 log Z fwd+bwd, potentials", shape,
+                     *alternate(fwd_bwd(lambda: potentials(True), [em, trans, start, end]),
+                                fwd_bwd(lambda: potentials(False), [em, trans, start, end]), repeats, device)))
+        rows.append(("chain-2 log Z fwd+bwd, SecondOrderScores", shape,
+                     *alternate(fwd_bwd(lambda: second(True), [em, trigram]),
+                                fwd_bwd(lambda: second(False), [em, trigram]), repeats, device)))
+
+        def decode(constrained: bool):
+            with torch.no_grad():
+                scores = structs.ChainScores(em.detach(), trans.detach(), start.detach(), end.detach())
+                scores = structs.constrain(scores, allowed, lengths) if constrained else scores
+                return structs.crf_viterbi(scores, lengths).score
+
+        rows.append(("chain-1 Viterbi, ChainScores", shape,
+                     *alternate(lambda: decode(True), lambda: decode(False), repeats, device)))
+    return rows
+
+
 def scale_rows(batch: int, repeats: int, peers: bool, device: str = "cpu") -> List[Tuple[float, List[str]]]:
     """Per score std: forward+backward seconds of the tree's log Z (dense, n=30, M=17) and the chain's
     (n=30, M=17; potentials, then ChainScores), and their ratios to pytorch-crf at the same scale

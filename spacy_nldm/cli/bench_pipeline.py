@@ -1,5 +1,9 @@
 """``python -m spacy_nldm bench pipeline``: training and tagging speed of the spaCy components.
 
+``--task tag`` (the default) times the taggers on an ARK file; ``--task ner`` the entity components beside
+spaCy's ``ner`` on an entity file in a CoNLL layout (``python -m spacy_nldm convert ner`` reads the same files,
+e.g. ``../shared/data/ner/wnut17/wnut17train.conll``), with the entity F1 on the training set as the sanity check.
+
 Every system gets the same encoder (``--encoder``): ``bilstm``, hash embeddings + a 1-layer BiLSTM as in the
 project configs, or ``cnn``, the tok2vec that ``spacy init config -p tagger`` writes for spaCy's tagger
 (hash embeddings + a 4-layer maxout window CNN of width 96), and is trained for ``--epochs`` on an ARK file (the paper's training set is oct27.traindev, e.g.
@@ -30,10 +34,18 @@ SYSTEMS: Dict[str, Dict] = {
     "crf order 1": {"factory": "crf_tagger", "model": {"order": 1}},
     "crf order 2": {"factory": "crf_tagger", "model": {"order": 2}},
     "spacy tagger": {"factory": "tagger", "model": {}},
+    "nldm_ner": {"factory": "nldm_ner", "model": {}, "task": "ner"},
+    "crf_ner": {"factory": "crf_ner", "model": {}, "task": "ner"},
+    "crf_ner order 2": {"factory": "crf_ner", "model": {"order": 2}, "task": "ner"},
+    "spacy ner": {"factory": "ner", "model": {}, "task": "ner"},
 }
-DEFAULT_SYSTEMS = ("nldm", "nldm store_tree=false", "crf order 1", "crf order 2", "spacy tagger")
+DEFAULT_SYSTEMS = {"tag": ("nldm", "nldm store_tree=false", "crf order 1", "crf order 2", "spacy tagger"),
+                   "ner": ("nldm_ner", "crf_ner", "spacy ner")}
+#: each task's systems' baselines in the ratio columns (first, second)
+BASELINES = {"tag": ("crf order 1", "spacy tagger"), "ner": ("crf_ner", "spacy ner")}
 #: the speed goals: (system, baseline, train ratio, tag ratio) on the CPU words per second
-GOALS = (("crf order 1", "spacy tagger", 0.9, 0.9), ("nldm", "crf order 1", 0.7, 0.8))
+GOALS = (("crf order 1", "spacy tagger", 0.9, 0.9), ("nldm", "crf order 1", 0.7, 0.8),
+         ("crf_ner", "spacy ner", 0.5, 0.8), ("nldm_ner", "crf_ner", 0.5, 0.5))
 #: the encoders' widths by default
 WIDTHS = {"cnn": 96, "bilstm": 100}
 
@@ -59,6 +71,10 @@ def build(system: str, tok2vec: Dict, edge_scorer: str, label_dim: int, rank: in
     nlp = spacy.blank("en")
     if spec["factory"] == "tagger":  # no label is negative: the ARK tag "!" is a plain label
         config = {"neg_prefix": "\u0000", "model": {"@architectures": "spacy.Tagger.v2", "tok2vec": tok2vec}}
+    elif spec["factory"] == "ner":  # the model `spacy init config -p ner` writes, on the same tok2vec
+        config = {"model": {"@architectures": "spacy.TransitionBasedParser.v2", "state_type": "ner",
+                            "extra_state_tokens": False, "hidden_width": 64, "maxout_pieces": 2, "use_upper": True,
+                            "nO": None, "tok2vec": tok2vec}}
     else:
         model = {"edge_scorer": edge_scorer, "label_dim": label_dim, "rank": rank, **spec["model"]}
         config = {"model": {**model, "tok2vec": tok2vec}, **spec.get("component", {})}
@@ -79,18 +95,50 @@ def batches(examples: List, batch_words: int):
         yield batch
 
 
+def read_sentences(data: Path, task: str):
+    """(words, tags) of an ARK file's tweets, or (words, BIO tags) of an entity file's sentences."""
+    if task == "tag":
+        from ..corpora.ark import read_ark
+
+        return [(s.words, s.tags) for s in read_ark(data)]
+    from ..corpora.conll_ner import read_conll_ner
+
+    return [(s.words, s.tags) for s in read_conll_ner(data)]
+
+
+def examples_of(nlp, sents, task: str):
+    from spacy.tokens import Doc
+    from spacy.training import Example
+    from spacy.training.iob_utils import iob_to_biluo
+
+    if task == "tag":
+        return [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in sents]
+    return [Example.from_dict(Doc(nlp.vocab, words=w), {"entities": iob_to_biluo(t)}) for w, t in sents]
+
+
+def train_accuracy(tagged, examples, task: str) -> float:
+    """Token accuracy of the tags, or entity F1 (exact span and type), of the tagged training docs."""
+    if task == "tag":
+        pairs = [(t.tag_, g.tag_) for doc, eg in zip(tagged, examples) for t, g in zip(doc, eg.reference)]
+        return sum(a == b for a, b in pairs) / max(1, len(pairs))
+    found = {(i, e.start, e.end, e.label_) for i, doc in enumerate(tagged) for e in doc.ents}
+    gold = {(i, e.start, e.end, e.label_) for i, eg in enumerate(examples) for e in eg.reference.ents}
+    return 2 * len(found & gold) / max(1, len(found) + len(gold))
+
+
 def run_system(system: str, sents, *, epochs: int, batch_words: int, tok2vec: Dict, edge_scorer: str,
                label_dim: int, rank: int, seed: int, warmup: int = 0, tag_repeats: int = 1) -> Dict[str, float]:
     """One system's training and tagging speed; tagging is timed ``tag_repeats`` times and the fastest pass
     counts (the same docs, the same model: one pass of a small file is short enough for the machine's
     noise to move it)."""
     from spacy.tokens import Doc
-    from spacy.training import Example
     from thinc.api import fix_random_seed
 
     fix_random_seed(seed)
     nlp = build(system, tok2vec, edge_scorer, label_dim, rank)
-    examples = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in sents]
+    task = SYSTEMS[system].get("task", "tag")
+    examples = examples_of(nlp, sents, task)
+    gold = list(examples)  # in the file's order (training shuffles ``examples``)
     optimizer = nlp.initialize(lambda: examples)
     n_words = sum(len(w) for w, _ in sents)
     rng = random.Random(seed)
@@ -110,24 +158,27 @@ def run_system(system: str, sents, *, epochs: int, batch_words: int, tok2vec: Di
         wall, cpu = time.perf_counter(), time.process_time()
         tagged = list(nlp.pipe(docs, batch_size=256))
         tag_wall, tag_cpu = min(tag_wall, time.perf_counter() - wall), min(tag_cpu, time.process_time() - cpu)
-    correct = sum(t.tag_ == g for doc, (_, tags) in zip(tagged, sents) for t, g in zip(doc, tags))
     return {
         "train_wps": epochs * n_words / train_wall,
         "train_wps_cpu": epochs * n_words / train_cpu,
         "tag_wps": n_words / tag_wall,
         "tag_wps_cpu": n_words / tag_cpu,
-        "train_acc": correct / n_words,
+        "train_acc": train_accuracy(tagged, gold, task),
     }
 
 
 @bench_app.command("pipeline")
 def bench_pipeline(
-    data: Path = typer.Argument(..., help="ARK file to train and tag (token<TAB>tag lines), e.g. oct27.traindev."),
-    systems: str = typer.Option(",".join(DEFAULT_SYSTEMS), help=f"Comma-separated, from: {', '.join(SYSTEMS)}."),
+    data: Path = typer.Argument(..., help="ARK file to train and tag (token<TAB>tag lines), e.g. oct27.traindev; "
+                                "with --task ner an entity file (token ... BIO tag lines), e.g. wnut17train.conll."),
+    task: str = typer.Option("tag", help="tag (the taggers beside spaCy's tagger) or ner (the entity components "
+                             "beside spaCy's ner)."),
+    systems: str = typer.Option("", help=f"Comma-separated, from: {', '.join(SYSTEMS)} (default: the task's "
+                                "systems but k=5, k=none and order 2 of crf_ner)."),
     encoder_kind: str = typer.Option("bilstm", "--encoder", help="The encoder every system gets: bilstm (hash "
                                      "embeddings + a BiLSTM) or cnn (spaCy's tagger's tok2vec)."),
     epochs: int = typer.Option(1, help="Training epochs timed."),
-    limit: int = typer.Option(0, help="Use only the first N tweets (0 = all)."),
+    limit: int = typer.Option(0, help="Use only the first N sentences (0 = all)."),
     batch_words: int = typer.Option(1000, help="Words per training batch."),
     width: int = typer.Option(0, help="Encoder width (0: 96 for cnn, as spaCy's tagger; 100 for bilstm)."),
     edge_scorer: str = typer.Option(NLDM_MODEL["edge_scorer"], help="Edge scorer of the structured systems."),
@@ -144,12 +195,14 @@ def bench_pipeline(
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here."),
 ) -> None:
     """Training and tagging words per second of nldm (the component's defaults, with and without the stored
-    tree), crf (order 1, 2) and spaCy's tagger, on one encoder, with the ratios of the speed goals."""
+    tree), crf (order 1, 2) and spaCy's tagger, or of nldm_ner, crf_ner and spaCy's ner, on one encoder, with
+    the ratios of the speed goals."""
     import torch
 
-    from ..corpora.ark import read_ark
     from ..corpora.errors import ConversionError
 
+    if task not in DEFAULT_SYSTEMS:
+        raise typer.BadParameter(f"--task must be one of {list(DEFAULT_SYSTEMS)}, got {task!r}")
     if encoder_kind not in WIDTHS:
         raise typer.BadParameter(f"--encoder must be one of {list(WIDTHS)}, got {encoder_kind!r}")
     width = width or WIDTHS[encoder_kind]
@@ -168,28 +221,31 @@ def bench_pipeline(
             raise typer.Exit(code=1)
         where = torch.cuda.get_device_name(gpu_id)
     try:
-        sents = [(s.words, s.tags) for s in read_ark(data)]
+        sents = read_sentences(data, task)
     except ConversionError as err:
         typer.secho(f"error: {err}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=1)
     if limit:
         sents = sents[:limit]
     n_words = sum(len(w) for w, _ in sents)
-    names = [s.strip() for s in systems.split(",") if s.strip()]
-    unknown = [s for s in names if s not in SYSTEMS]
+    names = [s.strip() for s in systems.split(",") if s.strip()] or list(DEFAULT_SYSTEMS[task])
+    of_task = [name for name in SYSTEMS if SYSTEMS[name].get("task", "tag") == task]
+    unknown = [s for s in names if s not in of_task]
     if unknown:
-        raise typer.BadParameter(f"unknown systems {unknown}; choose from {list(SYSTEMS)}")
+        raise typer.BadParameter(f"unknown systems {unknown} for --task {task}; choose from {of_task}")
+    first, second = BASELINES[task]
     head = (
         f"{platform.machine()}, {where}, torch {torch.__version__}, {torch.get_num_threads()} torch threads; "
-        f"{data.name}: {len(sents)} tweets, {n_words} words; encoder MultiHashEmbed({width}) + "
+        f"{data.name}: {len(sents)} sentences, {n_words} words; encoder MultiHashEmbed({width}) + "
         f"{'MaxoutWindow CNN(depth 4' if encoder_kind == 'cnn' else 'BiLSTM(depth 1'}, width {width}); "
         f"{edge_scorer} D_t={label_dim} D_r={rank}; {epochs} epoch(s), batches of ~{batch_words} words, "
         f"{warmup} untimed warm-up batches (and docs, before tagging); best of {rounds} round(s), "
         f"every other one in reverse order, and of {tag_repeats} tagging pass(es) per round"
     )
     header = (
-        "| system | train w/s | train w/s (CPU) | tag w/s | tag w/s (CPU) | train CPU w/s / CRF-1 | tag CPU w/s / CRF-1 "
-        "| train / spaCy tagger | tag / spaCy tagger | train-set acc |\n|---|---|---|---|---|---|---|---|---|---|"
+        f"| system | train w/s | train w/s (CPU) | tag w/s | tag w/s (CPU) | train CPU w/s / {first} | tag CPU w/s / "
+        f"{first} | train / {second} | tag / {second} | train-set {'acc' if task == 'tag' else 'entity F1'} |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     typer.echo(head)
     results: Dict[str, Dict[str, float]] = {}
@@ -209,9 +265,9 @@ def bench_pipeline(
     for name, row in results.items():
         lines.append(
             f"| {name} | {row['train_wps']:.0f} | {row['train_wps_cpu']:.0f} | {row['tag_wps']:.0f} | "
-            f"{row['tag_wps_cpu']:.0f} | {ratio(name, 'crf order 1', 'train_wps_cpu'):.2f} | "
-            f"{ratio(name, 'crf order 1', 'tag_wps_cpu'):.2f} | {ratio(name, 'spacy tagger', 'train_wps_cpu'):.2f} | "
-            f"{ratio(name, 'spacy tagger', 'tag_wps_cpu'):.2f} | {row['train_acc']:.3f} |"
+            f"{row['tag_wps_cpu']:.0f} | {ratio(name, first, 'train_wps_cpu'):.2f} | "
+            f"{ratio(name, first, 'tag_wps_cpu'):.2f} | {ratio(name, second, 'train_wps_cpu'):.2f} | "
+            f"{ratio(name, second, 'tag_wps_cpu'):.2f} | {row['train_acc']:.3f} |"
         )
     goals = [f"{name} / {base}: train {ratio(name, base, 'train_wps_cpu'):.2f} (goal >= {train:g}), "
              f"tag {ratio(name, base, 'tag_wps_cpu'):.2f} (goal >= {tag:g})"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import typer
 
@@ -53,12 +53,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=1)
 
 
-def _finish(docs, per_file, output: Path) -> None:
+def _finish(docs, per_file, output: Path, extra: Tuple[str, ...] = ()) -> None:
+    """Write the DocBin; print a line per source file, the ``extra`` lines, then the total."""
     from ..corpora.docbins import summary, write_docbin
 
     write_docbin(docs, output)
     lines = summary(per_file, output)
-    for line in lines[:-1]:
+    for line in lines[:-1] + list(extra):
         typer.echo(line)
     typer.secho(lines[-1], fg=typer.colors.GREEN)
 
@@ -84,16 +85,24 @@ def convert_ner(
     inputs: List[Path] = typer.Argument(..., help="CoNLL files (token ... tag per line), concatenated in the given order"),
     output: Path = typer.Option(..., "--output", "-o", help="Output .spacy file"),
     scheme: str = typer.Option("BIO", help="Tag scheme of the input: BIO (IOB2), IOB1 or BILUO (IOBES read as BILUO)"),
+    repair: bool = typer.Option(False, "--repair", help="Read a broken entity sequence instead of stopping: a stray "
+                                                        "I-X begins an X entity (BILUO: a stray L-X is U-X, an "
+                                                        "unended entity ends where the next begins), with a "
+                                                        "warning per line"),
 ) -> None:
     """Entities in CoNLL layouts (WNUT 2017, CoNLL-2003) to DocBin: one Doc per sentence, the entities on
     Doc.ents and on Doc.spans["sc"] (for spaCy's spancat)."""
+    from collections import Counter
+
     from ..corpora.conll_ner import SCHEMES, conll_ner_to_docs
 
     if scheme not in SCHEMES:
         _fail(f"--scheme must be one of {', '.join(SCHEMES)}, not {scheme!r}")
     with _reported():
-        docs, per_file = conll_ner_to_docs(inputs, scheme=scheme)
-    _finish(docs, per_file, output)
+        docs, per_file = conll_ner_to_docs(inputs, scheme=scheme, repair=repair)
+    types = Counter(ent.label_ for doc in docs for ent in doc.ents)
+    by_type = ", ".join(f"{label} {n}" for label, n in sorted(types.items()))
+    _finish(docs, per_file, output, (f"  entities: {sum(types.values())}" + (f" ({by_type})" if types else ""),))
 
 
 @convert_app.command("conllu-check")

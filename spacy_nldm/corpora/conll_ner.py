@@ -1,33 +1,43 @@
 """Entity corpora in CoNLL layouts (WNUT 2017, CoNLL-2003 and the like) to spaCy Docs with ``Doc.ents``.
 
-Format: one token per line, its entity tag in the last column (columns separated by TABs, or by spaces where
-the line has no TAB); a separator line between sentences: empty, or only spaces and TABs (WNUT 2017's train
-file separates its sentences by a line holding one TAB); ``-DOCSTART-`` lines are skipped. Tags are ``O`` or
-``PREFIX-TYPE`` with the prefix of the scheme:
+Format: one token per line, the token in the first column and its entity tag in the last (columns separated by
+TABs, or by spaces where the line has no TAB: CoNLL-2003's ``word POS chunk tag``); a separator line between
+sentences: empty, or only spaces and TABs (WNUT 2017's train file separates its sentences by a line holding one
+TAB); ``-DOCSTART-`` lines are skipped. Tags are ``O`` or ``PREFIX-TYPE`` with the prefix of the scheme:
 
 - ``BIO`` (IOB2): B begins an entity, I continues one of the same type; an I after O, or after another type,
-  is an error;
-- ``IOB1``: I begins or continues an entity, B begins one only right after an entity of the same type;
-- ``BILUO`` (IOBES, with E/S read as L/U): B begins, I continues, L ends, U is a one-token entity.
+  is a broken sequence;
+- ``IOB1``: I begins or continues an entity, B begins one (needed only right after an entity of the same
+  type): CoNLL-2003's original files;
+- ``BILUO`` (IOBES, with E/S read as L/U): B begins, I continues, L ends, U is a one-token entity; an I or L
+  with no entity of its type open, or an entity not ended by L, is a broken sequence.
 
-Each sentence is one Doc; its entities go on ``Doc.ents`` and also on ``Doc.spans[spans_key]`` (spaCy's
-``spancat`` learns from a span group, the NER components from ``Doc.ents``: one file serves both). Errors name
-the file and the line (:class:`~.errors.ConversionError`).
+A broken sequence is an error (:class:`~.errors.ConversionError`, file and line) unless ``repair`` is set: then a
+stray I-X begins an X entity (BIO reads as IOB1 does; under BILUO a stray L-X is U-X, and an entity left open
+ends where the next begins), with one :class:`~.errors.ConversionWarning` per repaired line.
+
+Each sentence is one Doc; its entities go on ``Doc.ents`` (every other token O) and also on
+``Doc.spans[spans_key]`` (spaCy's ``spancat`` learns from a span group, the NER components from ``Doc.ents``:
+one file serves both).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Tuple
 
-from .errors import ConversionError, PathLike, docs_per_file, is_blank, read_lines
+from .errors import ConversionError, ConversionWarning, PathLike, docs_per_file, is_blank, read_lines
 
 SCHEMES = ("BIO", "IOB1", "BILUO")
+PREFIXES = {"BIO": "BI", "IOB1": "BI", "BILUO": "BILUES"}
 #: the span group that also holds the entities (spancat's default ``spans_key``)
 SPANS_KEY = "sc"
 
 
 @dataclass
 class NerSentence:
+    """One sentence: its tokens, their tags as written, the line of each token (from 1) and the file."""
+
     words: List[str] = field(default_factory=list)
     tags: List[str] = field(default_factory=list)
     lines: List[int] = field(default_factory=list)
@@ -44,7 +54,8 @@ def _columns(line: str) -> List[str]:
 
 def read_conll_ner(path: PathLike) -> Iterator[NerSentence]:
     """Read one file; yield its sentences (token and tag per line). ConversionError for a line with one column
-    (no tag), an empty token or tag, and a file without tokens."""
+    (no tag), an empty token or tag, and a file without tokens; a ConversionWarning for a token with an ASCII
+    space (TAB-separated files only; it is kept)."""
     sent = NerSentence(path=str(path))
     found = False
     for number, line in read_lines(path):
@@ -62,6 +73,10 @@ def read_conll_ner(path: PathLike) -> Iterator[NerSentence]:
             raise ConversionError(path, number, "empty token (the line starts with a TAB)")
         if not tag:
             raise ConversionError(path, number, f"empty tag for token {word!r}")
+        if " " in word:
+            warnings.warn(ConversionWarning(
+                path, number, f"token {word!r} contains an ASCII space: kept as one token, which spaCy's "
+                "tokenizer would split (train and evaluate with gold_preproc = true)"))
         sent.words.append(word)
         sent.tags.append(tag)
         sent.lines.append(number)
@@ -73,39 +88,44 @@ def read_conll_ner(path: PathLike) -> Iterator[NerSentence]:
 
 
 def split_tag(tag: str, scheme: str, path: PathLike, line: int) -> Tuple[str, str]:
-    """(prefix, type) of a tag ("O", "") for O; ConversionError for a tag the scheme does not have."""
+    """(prefix, type) of a tag, ("O", "") for O, E/S read as L/U; ConversionError for a tag the scheme lacks."""
     if tag == "O":
         return "O", ""
-    prefixes = {"BIO": "BI", "IOB1": "BI", "BILUO": "BILUES"}[scheme]
+    prefixes = PREFIXES[scheme]
     prefix, sep, kind = tag.partition("-")
     if not sep or len(prefix) != 1 or prefix not in prefixes or not kind:
+        hint = " (an IOBES/BILUO file? use scheme BILUO)" if scheme != "BILUO" and prefix in tuple("ELSU") and sep else ""
         raise ConversionError(path, line, f"bad tag {tag!r}: expected O or one of {', '.join(prefixes)} + '-TYPE' "
-                                          f"(scheme {scheme})")
+                                          f"(scheme {scheme}){hint}")
     return {"E": "L", "S": "U"}.get(prefix, prefix), kind
 
 
-def entity_offsets(sent: NerSentence, scheme: str = "BIO") -> List[Tuple[int, int, str]]:
-    """The sentence's entities as (start, end, type) token offsets; ConversionError (file, line) for a tag
-    outside the scheme or a broken sequence (an I with no entity of its type to continue, an entity left open
-    under BILUO)."""
+def entity_offsets(sent: NerSentence, scheme: str = "BIO", repair: bool = False) -> List[Tuple[int, int, str]]:
+    """The sentence's entities as (start, end, type) token offsets, end exclusive; ConversionError (file, line)
+    for a tag outside the scheme and, unless ``repair``, for a broken sequence (see the module's docstring)."""
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {SCHEMES}, not {scheme!r}")
     spans: List[Tuple[int, int, str]] = []
     open_start: Optional[int] = None
     open_type = ""
+
+    def broken(line: int, problem: str, repaired: str) -> None:
+        if not repair:
+            raise ConversionError(sent.path, line, f"broken entity: {problem} (--repair: {repaired})")
+        warnings.warn(ConversionWarning(sent.path, line, f"broken entity: {problem}: {repaired}"))
+
     for i, (tag, line) in enumerate(zip(sent.tags, sent.lines)):
         prefix, kind = split_tag(tag, scheme, sent.path, line)
-        continues = open_start is not None and kind == open_type
-        if prefix in ("I", "L") and not continues:
-            if scheme == "IOB1" and prefix == "I":
-                prefix = "B"  # IOB1: an I begins an entity
-            else:
-                before = sent.tags[i - 1] if i else "the sentence start"
-                raise ConversionError(sent.path, line, f"broken entity: {tag!r} after {before!r} (scheme {scheme}: "
-                                                       f"{prefix}-{kind} must continue a {kind} entity)")
+        if prefix in ("I", "L") and not (open_start is not None and kind == open_type):
+            begin = "B" if prefix == "I" else "U"
+            if scheme != "IOB1":
+                before = repr(sent.tags[i - 1]) if i else "the sentence start"
+                broken(line, f"{tag!r} after {before} continues no {kind} entity",
+                       f"read as {begin}-{kind}")
+            prefix = begin
         if scheme == "BILUO" and prefix in ("B", "U", "O") and open_start is not None:
-            raise ConversionError(sent.path, line, f"broken entity: {tag!r} while a {open_type} entity begun on line "
-                                                   f"{sent.lines[open_start]} is not ended by L-{open_type}")
+            broken(line, f"{tag!r} while the {open_type} entity begun on line {sent.lines[open_start]} is not "
+                         f"ended by L-{open_type}", f"that entity ends before {tag!r}")
         if prefix in ("B", "U", "O") and open_start is not None:
             spans.append((open_start, i, open_type))
             open_start = None
@@ -116,13 +136,14 @@ def entity_offsets(sent: NerSentence, scheme: str = "BIO") -> List[Tuple[int, in
             open_start = None
     if open_start is not None:
         if scheme == "BILUO":
-            raise ConversionError(sent.path, sent.lines[-1], f"broken entity: the sentence ends inside a {open_type} "
-                                                             "entity (scheme BILUO: it must end with L- or U-)")
+            broken(sent.lines[-1], f"the sentence ends inside the {open_type} entity begun on line "
+                                   f"{sent.lines[open_start]} (no L-{open_type})", "that entity ends with the sentence")
         spans.append((open_start, len(sent.tags), open_type))
     return spans
 
 
-def conll_ner_to_docs(paths: Sequence[PathLike], scheme: str = "BIO", vocab=None, spans_key: str = SPANS_KEY):
+def conll_ner_to_docs(paths: Sequence[PathLike], scheme: str = "BIO", vocab=None, spans_key: str = SPANS_KEY,
+                      repair: bool = False):
     """Read one or more files (concatenated in order) into Docs, one a sentence, with ``Doc.ents`` and
     ``Doc.spans[spans_key]`` set; returns (docs, per_file) where per_file lists (path, n_sentences, n_tokens)."""
     from spacy.tokens import Doc, Span
@@ -132,7 +153,7 @@ def conll_ner_to_docs(paths: Sequence[PathLike], scheme: str = "BIO", vocab=None
 
     def make_doc(sent: NerSentence):
         doc = Doc(vocab, words=sent.words, spaces=[True] * (len(sent.words) - 1) + [False])
-        ents = [Span(doc, start, end, label=kind) for start, end, kind in entity_offsets(sent, scheme)]
+        ents = [Span(doc, start, end, label=kind) for start, end, kind in entity_offsets(sent, scheme, repair)]
         doc.set_ents(ents, default="outside")
         doc.spans[spans_key] = list(ents)
         return doc

@@ -51,6 +51,11 @@ def allowed_first(mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     return idx, mask.gather(-1, idx)
 
 
+def on_device(allowed, device):
+    """``allowed`` (:class:`~spacy_nldm.structs.Transitions` or None) on ``device``."""
+    return None if allowed is None else type(allowed)(*(mask.to(device) for mask in allowed))
+
+
 def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
     """Group indices by increasing length so that len(group) * cost(max length) <= budget."""
     groups: List[List[int]] = []
@@ -196,12 +201,18 @@ class LatentTree(Structure):
     (near-)best ones (:func:`~spacy_nldm.structs.canonical_heads`: the shortest arcs among the
     trees within a relative 1e-5 of the best) and its score, so that a doc's tree does not depend on
     the rounding of its batch; ``False``: Viterbi's own choice among them.
+
+    ``allowed`` (:class:`~spacy_nldm.structs.Transitions`): the label transitions a decoded sequence may
+    make (BIO or BILUO rules). The tree does not order neighbours, so the rules cannot enter its
+    distribution: the loss and the marginals are the NLDM's own, and :meth:`decode` returns the valid
+    sequence with the largest sum of the exact label marginals (:func:`~spacy_nldm.structs.valid_decode`: the
+    most correct tokens expected among the valid sequences), whatever ``posterior`` says.
     """
 
     has_tree = True
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
-                 distance_bias: Optional[Tensor] = None, token_independent: bool = False):
+                 distance_bias: Optional[Tensor] = None, token_independent: bool = False, allowed=None):
         """``distance_bias`` (2, K): a score per arc direction and length (see
         :class:`~spacy_nldm.structs.DirectionalScores`), the table the model gives beside F
         (:meth:`~.scorers.Scorer.tables`). ``token_independent``: F is emission + one table (the
@@ -211,6 +222,7 @@ class LatentTree(Structure):
         self.canonical = canonical
         self.distance_bias = distance_bias
         self.token_independent = token_independent
+        self.allowed = allowed
 
     def directional(self, F: Tensor) -> structs.DirectionalScores:
         """F (B, N, 2, M+1, M) with the distance bias, as the tree algorithms read it."""
@@ -321,6 +333,13 @@ class LatentTree(Structure):
     def _decode(self, F, lengths, posterior, tree=True, probs=None) -> structs.Decoded:
         scores = self.directional(F)  # no (N+1, N+1, M, M) tensor: memory O(n k M^2)
         mask = None
+        if self.allowed is not None:  # the valid sequence of the most expected correct tokens
+            if probs is None:
+                probs = self._marginals(F, lengths)
+            labels = structs.valid_decode(probs, lengths, on_device(self.allowed, probs.device)).labels
+            if not tree:
+                return structs.Decoded(labels, None, F.new_zeros(F.shape[0]))
+            return self._canonical(F, labels, lengths)
         if posterior:
             if probs is None:
                 probs = self._marginals(F, lengths)
@@ -365,18 +384,31 @@ class Chain(Structure):
     two back adds ``trigram[a, p, c]`` (the second-order scorer's table, read from the module so that the
     loss writes its gradient straight into it). With ``token_independent`` the chain then runs on
     :class:`~spacy_nldm.structs.SecondOrderScores`, which never builds the (B, N, M, M, M) potentials.
+
+    ``allowed`` (:class:`~spacy_nldm.structs.Transitions`): the label transitions a sequence may make (BIO or
+    BILUO rules), in every computation (:func:`~spacy_nldm.structs.constrain`): an invalid sequence has
+    probability 0 and is never decoded; posterior decoding returns the valid sequence with the largest sum of
+    label marginals (:func:`~spacy_nldm.structs.valid_decode`).
     """
 
     has_tree = False
 
     def __init__(self, order: int = 1, budget: int = CHAIN_BUDGET, token_independent: bool = False,
-                 trigram: Optional[Tensor] = None):
+                 trigram: Optional[Tensor] = None, allowed=None):
         super().__init__(budget)
         if trigram is not None and order != 2:
             raise ValueError("a trigram table needs order 2")
         self.order = order
         self.token_independent = token_independent
         self.trigram = trigram
+        self.allowed = allowed
+
+    def constrained(self, scores, lengths: Tensor):
+        """``scores`` (potentials or their factored form) with the forbidden transitions at -inf."""
+        if self.allowed is None:
+            return scores
+        device = scores.device if isinstance(scores, Tensor) else scores.emissions.device
+        return structs.constrain(scores, on_device(self.allowed, device), lengths)
 
     def factored(self, F: Tensor):
         """F as :class:`~spacy_nldm.structs.ChainScores` (order 1) or
@@ -430,7 +462,9 @@ class Chain(Structure):
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
         scores = self.factored(F)
-        if scores is not None:  # (a gold mask with one label per token reads that sequence's score off)
+        if scores is not None or self.allowed is not None:
+            # (a gold mask with one label per token reads that sequence's score off)
+            scores = self.constrained(self.expand(F) if scores is None else scores, lengths)
             gold = gold_mask.to(F.device)
             return structs.crf_log_partition(scores, lengths), structs.crf_log_partition(scores, lengths, label_mask=gold)
         sub, ok = self.restrict(F, gold_mask, lengths)
@@ -443,19 +477,22 @@ class Chain(Structure):
                                        bias=self.trigram.to(device=F.device, dtype=F.dtype))
         return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, self.order), weights)
 
-    def _scores(self, F: Tensor):
-        """What structs' chain functions read: :meth:`factored` where it applies, else the potentials."""
+    def _scores(self, F: Tensor, lengths: Tensor):
+        """What structs' chain functions read: :meth:`factored` where it applies, else the potentials
+        (constrained by ``allowed``)."""
         scores = self.factored(F)
-        return self.expand(F) if scores is None else scores
+        return self.constrained(self.expand(F) if scores is None else scores, lengths)
 
     def _decode(self, F, lengths, posterior, tree=False, probs=None) -> structs.Decoded:
-        pot = self._scores(F)
+        pot = self._scores(F, lengths)
         mask = None
         if posterior:
             if probs is None:
                 probs = structs.crf_marginals(pot, lengths)
+            if self.allowed is not None:
+                return structs.valid_decode(probs, lengths, on_device(self.allowed, probs.device))
             mask = torch.nn.functional.one_hot(probs.argmax(-1), F.shape[-1]).bool()
         return structs.crf_viterbi(pot, lengths, label_mask=mask)
 
     def _marginals(self, F, lengths):
-        return structs.crf_marginals(self._scores(F), lengths)
+        return structs.crf_marginals(self._scores(F, lengths), lengths)

@@ -147,13 +147,16 @@ def _stated_width(tok2vec: Model) -> int:
     return tok2vec.get_dim("nO") if tok2vec.has_dim("nO") and tok2vec.get_dim("nO") else 0
 
 
-def get_structure(model: Model, tables: Dict[str, torch.Tensor]) -> Structure:
-    """The model's structure over the scorer's ``tables`` (:attr:`TokenScores.tables` as torch tensors)."""
+def get_structure(model: Model, tables: Dict[str, torch.Tensor], allowed=None) -> Structure:
+    """The model's structure over the scorer's ``tables`` (:attr:`TokenScores.tables` as torch tensors).
+    ``allowed``: the label transitions a sequence may make (:class:`~spacy_nldm.structs.Transitions`; the
+    entity components' BIO or BILUO rules), None for any."""
     independent = getattr(torch_scorer(model), "token_independent", False)
     if model.attrs["structure"] == "tree":
         return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=tables.get("distance_bias"),
-                          token_independent=independent)
-    return Chain(order=model.attrs["order"], token_independent=independent, trigram=tables.get("trigram"))
+                          token_independent=independent, allowed=allowed)
+    return Chain(order=model.attrs["order"], token_independent=independent, trigram=tables.get("trigram"),
+                 allowed=allowed)
 
 
 def torch_scorer(model: Model) -> torch.nn.Module:

@@ -1,4 +1,5 @@
-"""The spaCy components ``nldm_tagger`` and ``crf_tagger``, their scorer, extensions and display.
+"""The spaCy components ``nldm_tagger``, ``crf_tagger``, ``nldm_ner`` and ``crf_ner``, their scorer, extensions and
+display.
 
     nlp = spacy.blank("en")
     nlp.add_pipe("nldm_tagger", config={"attr": "tag", "model": {"edge_scorer": "trilinear", "max_dist": 5}})
@@ -9,12 +10,16 @@
 """
 from .display import render_tree, tree_to_displacy
 from .extensions import register_extensions
-from .factories import make_crf_tagger, make_nldm_tagger
+from .factories import make_crf_ner, make_crf_tagger, make_nldm_ner, make_nldm_tagger
+from .ner import StructuredEntityRecognizer
 from .scorers import make_tag_scorer
 from .tagger import StructuredTagger
 
 __all__ = [
     "StructuredTagger",
+    "StructuredEntityRecognizer",
+    "make_nldm_ner",
+    "make_crf_ner",
     "make_nldm_tagger",
     "make_crf_tagger",
     "make_tag_scorer",

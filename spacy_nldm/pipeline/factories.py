@@ -1,4 +1,4 @@
-"""The ``nldm_tagger`` and ``crf_tagger`` factories (entry points ``spacy_factories``)."""
+"""The ``nldm_tagger``, ``crf_tagger``, ``nldm_ner`` and ``crf_ner`` factories (entry points ``spacy_factories``)."""
 from typing import Callable, List, Optional, Sequence
 
 from spacy.language import Language
@@ -7,6 +7,7 @@ from thinc.api import Config, Model
 from .. import models  # noqa: F401  (registers the architectures)
 from .. import defaults
 from . import scorers  # noqa: F401  (registers the scorer)
+from .ner import StructuredEntityRecognizer
 from .tagger import StructuredTagger
 
 _SCORER = {"@scorers": "spacy-nldm.tag_scorer.v1"}
@@ -72,6 +73,69 @@ def make_crf_tagger(
         nlp.vocab, model, name, attr=attr, decode=decode, max_length=max_length,
         store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
         label_smoothing=label_smoothing, average_params=average_params, scorer=scorer,
+    )
+
+
+_NER_SCORER = {"@scorers": "spacy.ner_scorer.v1"}
+#: as spaCy's ``ner``
+_NER_SCORE_WEIGHTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
+_NER_ASSIGNS = ["doc.ents", "token.ent_iob", "token.ent_type", "doc._.nldm_probs"]
+
+
+@Language.factory(
+    "nldm_ner",
+    assigns=_NER_ASSIGNS,
+    default_config={"model": defaults.NLDM_MODEL, **defaults.NLDM_NER, "scorer": _NER_SCORER},
+    default_score_weights=_NER_SCORE_WEIGHTS,
+)
+def make_nldm_ner(
+    nlp: Language,
+    name: str,
+    model: Model,
+    scheme: str,
+    loss: str,
+    max_length: int,
+    store_probs: bool,
+    normalize_loss: bool,
+    tok2vec_loss: Optional[str],
+    label_smoothing: float,
+    average_params: bool,
+    scorer: Optional[Callable],
+) -> StructuredEntityRecognizer:
+    """Named entities with the Neural Latent Dependency Model (BIO or BILUO tags linked by a latent tree)."""
+    return StructuredEntityRecognizer(
+        nlp.vocab, model, name, scheme=scheme, decode="posterior", loss=loss, max_length=max_length,
+        store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
+        label_smoothing=label_smoothing, average_params=average_params, scorer=scorer,
+    )
+
+
+@Language.factory(
+    "crf_ner",
+    assigns=_NER_ASSIGNS,
+    default_config={"model": defaults.CRF_MODEL, **defaults.CRF_NER, "scorer": _NER_SCORER},
+    default_score_weights=_NER_SCORE_WEIGHTS,
+)
+def make_crf_ner(
+    nlp: Language,
+    name: str,
+    model: Model,
+    scheme: str,
+    decode: str,
+    max_length: int,
+    store_probs: bool,
+    normalize_loss: bool,
+    tok2vec_loss: Optional[str],
+    label_smoothing: float,
+    average_params: bool,
+    scorer: Optional[Callable],
+) -> StructuredEntityRecognizer:
+    """Named entities with a linear-chain CRF of order 1 or 2 over BIO or BILUO tags, the scheme's rules
+    enforced."""
+    return StructuredEntityRecognizer(
+        nlp.vocab, model, name, scheme=scheme, decode=decode, max_length=max_length, store_probs=store_probs,
+        normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss, label_smoothing=label_smoothing,
+        average_params=average_params, scorer=scorer,
     )
 
 

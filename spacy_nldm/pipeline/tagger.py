@@ -126,7 +126,7 @@ class StructuredTagger(TrainablePipe):
         average_params: bool = NLDM["average_params"],
         scorer: Optional[Callable] = None,
     ):
-        for key, value, allowed in (("attr", attr, ATTRS), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
+        for key, value, allowed in (("attr", attr, self.attrs), ("decode", decode, DECODERS), ("loss", loss, LOSSES),
                                     ("tok2vec_loss", tok2vec_loss, TOK2VEC_LOSSES)):
             if value not in allowed:
                 raise ValueError(f"[spacy-nldm] {name}: {key} must be one of {allowed}, not {value!r}")
@@ -157,9 +157,17 @@ class StructuredTagger(TrainablePipe):
         self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
 
     # ----------------------------------------------------------------- labels
+    #: the attributes the component may predict (``attr``)
+    attrs = ATTRS
+
     @property
     def labels(self) -> Tuple[str, ...]:
         return tuple(self.cfg["labels"])
+
+    @property
+    def outputs(self) -> Tuple[str, ...]:
+        """The labels the model scores, in the order of its output layer (the taggers': :attr:`labels`)."""
+        return self.labels
 
     @property
     def label_data(self) -> List[str]:
@@ -176,7 +184,7 @@ class StructuredTagger(TrainablePipe):
         self.cfg["labels"].append(label)
         self.vocab.strings.add(label)
         if self.model.has_dim("nO"):
-            resize_labels(self.model, len(self.labels))
+            resize_labels(self.model, len(self.outputs))
             self.averages.forget_copy()
         return 1
 
@@ -193,18 +201,27 @@ class StructuredTagger(TrainablePipe):
         """Collect the labels (or take ``labels``), size the output layer, initialize the model."""
         validate_get_examples(get_examples, f"{type(self).__name__}.initialize")
         if labels is None:
-            found = {getattr(tok, self.attr + "_") for eg in get_examples() for tok in eg.reference}
-            labels = sorted(found - {""})
+            labels = self.labels_in(get_examples())
         for label in labels:
             self.add_label(label)
         if not self.labels:
             raise ValueError(f"[spacy-nldm] {self.name}: no {self.attr} labels found in the training examples")
-        resize_labels(self.model, len(self.labels))
+        resize_labels(self.model, len(self.outputs))
         self.averages = ParamAverages()
         docs = [eg.predicted for eg in islice(get_examples(), 10)]
         self.model.initialize(X=[d for d in docs if len(d)] or None)
         if nlp is not None:
             self._weight_own_score(nlp)
+
+    def labels_in(self, examples: Iterable[Example]) -> List[str]:
+        """The labels of the examples' gold docs, sorted (what :meth:`initialize` collects)."""
+        found = {getattr(tok, self.attr + "_") for eg in examples for tok in eg.reference}
+        return sorted(found - {""})
+
+    def structure(self, model: Model, tables: Dict[str, torch.Tensor]):
+        """The structure that turns the model's scores into the loss, decoded labels and marginals
+        (:func:`~spacy_nldm.models.tagger.get_structure`)."""
+        return get_structure(model, tables)
 
     def _weight_own_score(self, nlp: Language) -> None:
         """Make ``[training.score_weights]`` weight what this component reports (``<attr>_acc``):
@@ -246,8 +263,8 @@ class StructuredTagger(TrainablePipe):
         tables = {name: xp2torch(table, requires_grad=True) for name, table in scores.tables.items()}
         gold = torch.from_numpy(self.gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
-        smoothing = mixture_weight(self.label_smoothing, len(self.labels))
-        loss = get_structure(self.model, tables).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
+        smoothing = mixture_weight(self.label_smoothing, len(self.outputs))
+        loss = self.structure(self.model, tables).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
         n_tokens = int(segmented.lengths.sum())
         if not loss.requires_grad:  # no tokens
             zeros = {name: self.model.ops.alloc(table.shape, dtype="float32") for name, table in scores.tables.items()}
@@ -321,7 +338,7 @@ class StructuredTagger(TrainablePipe):
         predicted docs), what the loss's log S sums over: the gold label, or every label where the gold one is
         unknown (spaCy's missing annotation, or a predicted token aligned to gold tokens of different labels)."""
         S, L = scores.scores.shape[:2]
-        index = {label: i for i, label in enumerate(self.labels)}
+        index = {label: i for i, label in enumerate(self.outputs)}
         # the tokens' gold label ids (-1: unknown), doc after doc as the segments hold them
         ids = [self._gold_ids(examples[d], index) for d in sorted({segment.doc for segment in scores.segments})]
         ids = numpy.concatenate(ids) if ids else numpy.zeros(0, dtype="int64")
@@ -366,12 +383,12 @@ class StructuredTagger(TrainablePipe):
         has_tree = self.model.attrs["structure"] == "tree" and self.store_tree
         if not any(len(doc) for doc in docs):
             none = numpy.zeros((0, 1), dtype="int64")
-            probs = numpy.zeros((0, 1, len(self.labels)), dtype="float32") if self.store_probs else None
+            probs = numpy.zeros((0, 1, len(self.outputs)), dtype="float32") if self.store_probs else None
             return Predictions([], none, none if has_tree else None, numpy.zeros(0), probs, has_tree)
         model = self.averages.tagging_model(self.model)
         token_scores = model.predict(docs)
         self._check_finite(token_scores, docs)
-        structure = get_structure(model, {name: xp2torch(table) for name, table in token_scores.tables.items()})
+        structure = self.structure(model, {name: xp2torch(table) for name, table in token_scores.tables.items()})
         scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
         lengths = torch.from_numpy(scores.lengths)

@@ -9,11 +9,15 @@ one transition matrix, start and end scores, as pytorch-crf holds them) and for 
 :class:`SecondOrderScores` (emissions and one trigram table), which skip building the potentials;
 :func:`crf_lane` says which lane computes them (``lane=`` forces one; :func:`crf_viterbi` has its own,
 compiled for ChainScores on the CPU). Decoders return :class:`Decoded` (labels, heads, score).
+Allowed-transition constraints (BIO, BILUO), :mod:`.constraints`: :func:`entity_labels`,
+:func:`allowed_transitions`, :func:`constrain` (-inf on every forbidden transition's scores) and
+:func:`valid_decode` (the best valid sequence under summed token scores).
 Score layouts are documented in :mod:`.tree` and :mod:`.chain`; semirings in :mod:`.semiring`.
 """
 from .chain_second import SecondOrderScores
 from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
+from .constraints import SCHEMES, Transitions, allowed_transitions, constrain, entity_labels, valid_decode
 from .semiring import LogSemiring, MaxSemiring, Semiring
 from .tree import (
     DirectionalScores,
@@ -53,4 +57,10 @@ __all__ = [
     "Semiring",
     "LogSemiring",
     "MaxSemiring",
+    "SCHEMES",
+    "Transitions",
+    "entity_labels",
+    "allowed_transitions",
+    "constrain",
+    "valid_decode",
 ]

@@ -34,12 +34,13 @@ gold        log Z under a label_mask that allows one label per real token: the  
 factored    :class:`ChainScores` (on a GPU only where ``bounded`` does not take   :mod:`.chain_factored`
             its potentials); the sentences it does not trust go to the
             potentials' lane
-trigram     :class:`~.chain_second.SecondOrderScores` whose trigram is finite and  :mod:`.chain_second`
-            spans at most 200 nats (exp space in float64); wider ones go to the
-            reference on their potentials
-bounded     order-1 potentials without a label mask, every real token finite and  :mod:`.chain_bounded`
-            spanning at most 354 nats (float32 run in float64 beyond 43.7)
-reference   everything else: order-2 potentials, masks, -inf, wider tokens         here
+trigram     :class:`~.chain_second.SecondOrderScores` whose trigram's finite       :mod:`.chain_second`
+            entries span at most 200 nats (exp space in float64); wider ones, and
+            the sentences it does not trust, go to the reference on their potentials
+bounded     order-1 potentials without a label mask, every real token's finite     :mod:`.chain_bounded`
+            entries spanning at most 354 nats (float32 run in float64 beyond
+            43.7); with -inf, the sentences it does not trust go to the reference
+reference   everything else: order-2 potentials, masks, wider tokens               here
 ==========  ====================================================================  ======================
 
 ``lane=`` on :func:`crf_log_partition` and :func:`crf_marginals` forces one (a ValueError where it cannot
@@ -118,7 +119,7 @@ class _Lane(NamedTuple):
     :func:`.chain_bounded.token_spans` it looked at (so that the lane does not compute them again)."""
 
     name: str
-    spans: Optional[Tuple[Tensor, float]] = None
+    spans: Optional[chain_bounded.Spans] = None
 
 
 # -- the public functions ---------------------------------------------------------------------------
@@ -136,7 +137,7 @@ def crf_log_partition(potentials: Scores, lengths: Tensor, *, label_mask: Option
     elif chosen.name == "factored":
         log_z = _factored_log_partition(_masked(scores, mask), lengths)
     elif chosen.name == "trigram":
-        log_z = chain_second.log_partition(scores, lengths, label_mask=mask)
+        log_z = _trigram_log_partition(scores, lengths, mask)
     else:
         log_z = _log_partition(_potentials(_masked(scores, mask), lengths), lengths, chosen)
     raise_if_not_finite(log_z, lambda b: _bad_position(scores, lengths, b))
@@ -154,7 +155,7 @@ def crf_marginals(potentials: Scores, lengths: Tensor, *, label_mask: Optional[T
     scores = _masked(scores, mask)
     with torch.no_grad():
         if chosen.name == "trigram":
-            return chain_second.marginals(scores, lengths)
+            return _trigram_marginals(scores, lengths)
         if chosen.name == "factored":
             marg = _factored_marginals(scores, lengths)
             if marg is not None:
@@ -247,7 +248,7 @@ def chain_potentials(
     order = transitions.dim() - 1
     if end is not None:  # onto the last real token's emissions
         last = torch.arange(n, device=emissions.device)[None, :] == (lengths.to(emissions.device) - 1)[:, None]
-        emissions = emissions + last[:, :, None].to(emissions.dtype) * end
+        emissions = torch.where(last[:, :, None], emissions + end, emissions)  # (not 0 * end: end may be -inf)
     first = transitions.new_zeros((1,) * order + (m,)) if start is None else start.reshape((1,) * order + (m,))
     per_token = torch.cat([first.expand(1, *transitions.shape), transitions.expand(max(n - 1, 0), *transitions.shape)])
     return emissions.reshape(batch, n, *((1,) * order), m) + per_token[:n]
@@ -279,9 +280,10 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
         elif lane == "factored" and not factored:
             why = "it needs ChainScores"
         elif lane == "trigram" and not (trigram and chain_second.takes(scores)):
-            why = f"it needs SecondOrderScores whose trigram is finite and spans at most {chain_second.SPAN:g} nats"
+            why = (f"it needs SecondOrderScores whose trigram (its finite entries; no +inf or NaN) spans at most "
+                   f"{chain_second.SPAN:g} nats")
         elif lane == "bounded" and not chain_bounded.applies(_potentials(_masked(scores, mask), lengths), lengths):
-            why = "it needs order-1 scores, finite where allowed, every token spanning at most 354 nats"
+            why = "it needs order-1 scores without +inf or NaN, every token's finite entries spanning at most 354 nats"
         if why is not None:
             raise ValueError(f"lane {lane!r} cannot take these scores: {why}")
         return _Lane(lane)
@@ -298,22 +300,32 @@ def _pick(scores: Scores, lengths: Tensor, mask: Optional[Tensor], gold: Optiona
     if scores.dim() == 5 or mask is not None:
         return _Lane("reference")
     spans = chain_bounded.widest_span(scores, lengths)
-    if spans is not None and chain_bounded.takes(spans[1], scores.dtype):
+    if spans is not None and chain_bounded.takes(spans.span, scores.dtype):
         return _Lane("bounded", spans)
     return _Lane("reference")
 
 
 def _log_partition(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tensor:
     """log Z (B,) of potentials by ``lane`` (bounded or the reference), differentiable."""
-    if lane.name == "bounded":
-        return chain_bounded.log_partition(potentials, lengths, lane.spans)
+    if lane.name == "bounded":  # the sentences it does not vouch for (-inf potentials only) on the reference
+        log_z, exact = chain_bounded.log_partition(potentials, lengths, lane.spans)
+        rows = (~exact).nonzero().squeeze(1)
+        if len(rows):
+            redone = _recursion(LogSemiring(), potentials[rows], lengths[rows]).to(potentials.dtype)
+            log_z = log_z.index_copy(0, rows, redone)
+        return log_z
     return _recursion(LogSemiring(), potentials, lengths).to(potentials.dtype)
 
 
 def _transition_marginals(potentials: Tensor, lengths: Tensor, lane: _Lane) -> Tuple[Tensor, Tensor]:
     """Transition marginals like ``potentials`` (0 beyond the lengths) and log Z (B,), by ``lane``."""
     if lane.name == "bounded":
-        return chain_bounded.marginals(potentials, lengths, lane.spans)
+        marg, log_z, exact = chain_bounded.marginals(potentials, lengths, lane.spans)
+        rows = (~exact).nonzero().squeeze(1)
+        if len(rows):
+            redone, redone_z = _transition_marginals(potentials[rows], lengths[rows], _Lane("reference"))
+            marg, log_z = marg.index_copy(0, rows, redone), log_z.index_copy(0, rows, redone_z)
+        return marg, log_z
     with torch.enable_grad():
         leaf = potentials.detach().requires_grad_(True)
         log_z = _recursion(LogSemiring(), leaf, lengths)
@@ -374,7 +386,30 @@ def _viterbi(potentials: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     return labels * keep, score
 
 
-# -- the factored lane's inputs and fallbacks -------------------------------------------------------
+# -- the factored lanes' inputs and fallbacks ------------------------------------------------------
+
+
+def _trigram_log_partition(scores: SecondOrderScores, lengths: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """log Z by the trigram lane; the sentences it does not trust on their potentials (the reference)."""
+    log_z, exact = chain_second.log_partition(scores, lengths, label_mask=mask)
+    rows = (~exact).nonzero().squeeze(1)
+    if len(rows):
+        some = _masked(SecondOrderScores(scores.emissions[rows], scores.trigram), None if mask is None else mask[rows])
+        redone = _recursion(LogSemiring(), some.potentials(), lengths[rows]).to(log_z.dtype)
+        log_z = log_z.index_copy(0, rows, redone)
+    return log_z
+
+
+def _trigram_marginals(scores: SecondOrderScores, lengths: Tensor) -> Tensor:
+    """P(y_t = c) (B, N, M) by the trigram lane; the sentences it does not trust on their potentials."""
+    marg, exact = chain_second.marginals(scores, lengths)
+    rows = (~exact).nonzero().squeeze(1)
+    if len(rows):
+        some = SecondOrderScores(scores.emissions[rows], scores.trigram).potentials().detach()
+        redone, _ = _transition_marginals(some, lengths[rows], _Lane("reference"))
+        marg = marg.index_copy(0, rows, _token_label_sums(redone).to(marg.dtype))
+    return marg
+
 
 
 def _factored_log_partition(scores: ChainScores, lengths: Tensor) -> Tensor:
@@ -434,7 +469,7 @@ def _emissions_with_end(scores: ChainScores, lengths: Tensor) -> Tensor:
         return scores.emissions
     n = scores.emissions.shape[1]
     last = torch.arange(n, device=lengths.device)[None, :] == (lengths - 1)[:, None]
-    return scores.emissions + last[:, :, None].to(scores.emissions.dtype) * scores.end
+    return torch.where(last[:, :, None], scores.emissions + scores.end, scores.emissions)  # end may be -inf
 
 
 def _start_scores(scores: ChainScores) -> Tensor:

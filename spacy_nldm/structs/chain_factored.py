@@ -20,8 +20,14 @@ E spanning up to 3/4 of -log tiny, ~65 nats); float32 scores whose columns span 
 recursions in float64 (tiny ~1e-308; at tagger sizes about as fast), which keeps them exact up to
 std ~60-100. :func:`fast_path` says which sentences it trusts; :mod:`.chain` redoes the others on their
 potentials, and the whole call when most sentences would be (or the columns span more than 3/4 of
-float64's range, or a score is not finite, or a sentence is empty). So the lane changes the speed, never
+float64's range, or a score is +inf or NaN, or the batch has no tokens). So the lane changes the speed, never
 the result.
+
+-inf scores (forbidden transitions, start or end labels, masked emissions: :mod:`.constraints`) are
+structural zeros, exact in E and d: the spans leave them out, a label no previous label leads to has a
+zero column of E, and a state no path reaches stays exactly 0 (marginal and gradient 0). The bound is a
+posteriori, so it also catches a reachable state that underflowed to 0. A sentence no label sequence
+fits (a zero norm) is not trusted: its potentials give it log Z = -inf and gradient 0.
 """
 import math
 from typing import Callable, NamedTuple, Optional
@@ -75,12 +81,11 @@ def fast_path(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Te
 
 def _column_span(transitions: Tensor) -> float:
     """The largest span (max - min over the previous label) of a column of the transitions, in nats; -inf
-    entries (forbidden transitions, exact zeros of E) are left out, NaN if a column has no finite entry."""
+    entries (forbidden transitions, exact zeros of E) are left out; NaN where a score is NaN or +inf."""
     column = transitions.amax(0)  # (M,)
-    if not bool(torch.isfinite(column).all()):
-        return math.nan
+    reached = column > float("-inf")  # a column of -inf only: a label no previous label leads to
     finite_low = torch.where(transitions > float("-inf"), transitions, column).amin(0)
-    return float((column - finite_low).amax())
+    return float(torch.where(reached, column - finite_low, 0.0).amax()) if transitions.numel() else 0.0
 
 
 def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: Tensor,
@@ -88,20 +93,23 @@ def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: 
     """The exp-space forward and backward passes (module docstring), or None when they cannot apply; a
     sentence is trusted when its underflow bound is at most ``eps`` (default: the dtype's)."""
     batch, n, m = emissions.shape
-    if n == 0 or bool((lengths == 0).any()):
+    if n == 0:
         return None
     tiny = torch.finfo(emissions.dtype).tiny
     real = real_tokens(lengths, n)
     emissions = torch.where(real[:, :, None], emissions, 0.0)  # padding may hold anything
     column = transitions.amax(0)  # (M,)
-    if not bool(torch.isfinite(column).all()):
-        return None  # a label no transition reaches, or +inf / NaN: the general path sorts it out
-    exps = (transitions - column).exp()  # E (M, M)
+    if bool((column == float("inf")).any() | column.isnan().any()):
+        return None  # +inf or NaN: the general path reports it
+    column = torch.where(column > float("-inf"), column, 0.0)  # a label no previous label leads to: E's column 0
+    exps = (transitions - column).exp()  # E (M, M), exact zeros at forbidden transitions
     shifted = torch.cat([(emissions[:, :1] + start), emissions[:, 1:] + column], 1)  # (B, N, M)
     shift = shifted.amax(-1)  # (B, N)
-    if not bool(torch.isfinite(shift).all()):  # a token with no allowed label, or +inf / NaN (start too)
+    if bool((shift == float("inf")).any() | shift.isnan().any()):  # +inf or NaN (start too)
         return None
-    d = (shifted - shift[:, :, None]).exp()  # every row's maximum is 1
+    # a token with no allowed label: d_t = 0, its sentence's norm 0, so not trusted (redone on its potentials)
+    shift = torch.where(shift > float("-inf"), shift, 0.0)
+    d = (shifted - shift[:, :, None]).exp()  # every row's maximum is 1 (or 0)
     shift = torch.where(real, shift, 0.0)
 
     # forward: y_t = (y_{t-1} E) * d_t / top_t
@@ -117,8 +125,9 @@ def _recursions(emissions: Tensor, transitions: Tensor, start: Tensor, lengths: 
     ya = torch.where(real[:, :, None], torch.stack(ya, 1), 0.0)  # (B, N, M), each real row's maximum 1
     tops = torch.cat(tops, 1)  # (B, N), 1 for token 0
     scale = (tops.log() + shift).cumsum(1)  # log alpha_t = log ya_t + scale_t
-    last = (lengths - 1)[:, None]
+    last = (lengths - 1).clamp_min(0)[:, None]
     log_z = scale.gather(1, last).squeeze(1) + ya.gather(1, last[:, :, None].expand(batch, 1, m)).sum(-1).squeeze(1).log()
+    log_z = torch.where(lengths > 0, log_z, 0.0)  # an empty sentence: the start state alone
 
     # backward: y_{t-1} = E (d_t * y_t) / top_t; 1 (beta = 0) at and after each sentence's last token
     ones = emissions.new_ones(batch, m)

@@ -36,13 +36,15 @@ def bench_structs(
     baseline: Optional[Path] = typer.Option(None, help="Also time log Z, Viterbi and ChainScores against this other checkout's structs."),
     peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline, --lanes)."),
     lanes: bool = typer.Option(False, help="Also time every lane of the tree and the chain, each forced, against the reference."),
+    constraints: bool = typer.Option(False, help="Also time the chains with BIO constraints (structs.constrain) against the same chains without."),
 ) -> None:
     """Forward and backward time and peak memory of log_partition on DirectionalScores (as the components
     give them; the lane tree_lane picks), with the 1st-order CRF at the same shape and the reference lane.
 
     'CPU s' is the process CPU time of forward+backward: on a shared machine with --threads 1 it is
     close to the wall time the same run would take alone. An empty --lengths skips this grid.
-    ``--peers``, ``--baseline`` and ``--lanes`` run in this process, alternating, with --threads (1 if 0).
+    ``--peers``, ``--baseline``, ``--lanes`` and ``--constraints`` run in this process, alternating, with
+    --threads (1 if 0).
     """
     header = (
         "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | fwd+bwd CPU s | peak MB | CRF-1 fwd+bwd s "
@@ -69,9 +71,9 @@ def bench_structs(
                 line = _format(config, row)
                 lines.append(line)
                 typer.echo(line)
-    if peers or baseline is not None or lanes:
+    if peers or baseline is not None or lanes or constraints:
         lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists, device,
-                              lanes)
+                              lanes, constraints)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(_machine(device, threads) + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
@@ -79,9 +81,10 @@ def bench_structs(
 
 
 def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int, repeats: int,
-                 lengths: str, labels: str, max_dists: str, device: str = "cpu", lanes: bool = False) -> list:
-    """The --lanes, --peers and --baseline tables (printed as they come), as lines, on ``device`` (timed by
-    wall clock between synchronisations on CUDA)."""
+                 lengths: str, labels: str, max_dists: str, device: str = "cpu", lanes: bool = False,
+                 constraints: bool = False) -> list:
+    """The --lanes, --constraints, --peers and --baseline tables (printed as they come), as lines, on
+    ``device`` (timed by wall clock between synchronisations on CUDA)."""
     import torch
 
     from .. import peers as bench_peers
@@ -100,6 +103,12 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
         emit("| structure | call | shape | lane | lane s | reference s | lane / reference |\n|---|---|---|---|---|---|---|")
         for structure, call, shape, lane, ours, ref in bench_peers.lane_rows(batch, repeats, device):
             emit(f"| {structure} | {call} | {shape} | {lane} | {ours:.4f} | {ref:.4f} | {ours / ref:.2f} |")
+    if constraints:
+        emit(f"\nBIO constraints against none (B={batch}, float32, std 1, lengths drawn in n/2..n, one process, "
+             f"{where}, alternating, {bench_peers.unit(device)}):\n")
+        emit("| call | shape | constrained s | unconstrained s | constrained / unconstrained |\n|---|---|---|---|---|")
+        for call, shape, ours, plain in bench_peers.constraint_rows(batch, repeats, device):
+            emit(f"| {call} | {shape} | {ours:.4f} | {plain:.4f} | {ours / plain:.2f} |")
     if baseline is not None:
         other = bench_peers.load_baseline(baseline)
         emit(f"\nAgainst the structs of {baseline} (one process, {where}, alternating, {bench_peers.unit(device)}):\n")

@@ -134,6 +134,22 @@ def test_bench_structs_lanes_times_every_lane_against_the_reference():
         assert ratio_agrees(number(row[4]), number(row[5]), number(row[6])), row
 
 
+def test_bench_structs_constraints_times_each_chain_with_and_without_the_bio_rules():
+    """--constraints: a row per call and shape, with both times and their ratio."""
+    result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "", "--constraints",
+                                 "--peer-repeats", "1", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    header = rows(result.output, "| call | shape |")
+    assert cells(header[0]) == ["call", "shape", "constrained s", "unconstrained s", "constrained / unconstrained"]
+    body = [cells(line) for line in rows(result.output, "| chain-")]
+    calls = ("chain-1 log Z fwd+bwd, ChainScores", "chain-1 log Z fwd+bwd, potentials",
+             "chain-2 log Z fwd+bwd, SecondOrderScores", "chain-1 Viterbi, ChainScores")
+    assert sorted((row[0], row[1]) for row in body) == sorted(
+        (call, f"n<={n}, M={m}") for call in calls for n in (20, 40) for m in (13, 25))
+    for row in body:
+        assert ratio_agrees(number(row[2]), number(row[3]), number(row[4])), row
+
+
 def table_rows(output: str):
     """Data rows of the Markdown tables in ``output``: not the header (``| B |``) or the rule."""
     return [line for line in output.splitlines() if line.startswith("| ") and not line.startswith(("| B |", "|---"))]

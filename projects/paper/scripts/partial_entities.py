@@ -1,0 +1,57 @@
+"""The partial-annotation corpora of the entity study: a share of the gold entities removed at random, their
+tokens either marked unknown (spaCy's missing ``ent_iob``: the components marginalise them) or read as ``O``.
+
+    python -m projects.paper.scripts.partial_entities corpus/ner/wnut17/train.spacy \\
+        --share 0.5 --seed 0 --unknown corpus/ner/wnut17_half_unknown/train.spacy --outside corpus/ner/wnut17_half_o/train.spacy
+
+The same entities are removed in both outputs (one draw: each entity is removed with probability ``share``).
+``Doc.spans["sc"]`` keeps the entities that stay (spancat cannot mark tokens unknown). Prints the counts.
+"""
+import random
+from pathlib import Path
+
+import typer
+from spacy.tokens import Doc, DocBin
+from spacy.vocab import Vocab
+
+from spacy_nldm.corpora.conll_ner import SPANS_KEY
+
+
+def removed_entities(docs, share: float, seed: int):
+    """For each doc, the indices of its entities to remove (each with probability ``share``; one draw)."""
+    rng = random.Random(seed)
+    return [{i for i in range(len(doc.ents)) if rng.random() < share} for doc in docs]
+
+
+def partial(doc: Doc, removed, unknown: bool) -> Doc:
+    """A copy of ``doc`` whose entities at the ``removed`` indices are gone: their tokens unknown or ``O``."""
+    out = doc.copy()
+    ents = list(out.ents)
+    kept = [ent for i, ent in enumerate(ents) if i not in removed]
+    gone = [ent for i, ent in enumerate(ents) if i in removed]
+    out.set_ents(kept, **({"missing": gone} if unknown else {"outside": gone}), default="outside")
+    out.spans[SPANS_KEY] = list(kept)
+    return out
+
+
+def main(
+    input: Path = typer.Argument(..., help="DocBin with gold entities (the train split)"),
+    share: float = typer.Option(0.5, help="Share of the entities removed"),
+    seed: int = typer.Option(0, help="Seed of the draw"),
+    unknown: Path = typer.Option(..., help="Output: the removed entities' tokens unknown"),
+    outside: Path = typer.Option(..., help="Output: the removed entities' tokens O"),
+) -> None:
+    vocab = Vocab()
+    docs = list(DocBin().from_disk(input).get_docs(vocab))
+    removed = removed_entities(docs, share, seed)
+    for path, as_unknown in ((unknown, True), (outside, False)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        DocBin(docs=[partial(doc, r, as_unknown) for doc, r in zip(docs, removed)], store_user_data=True).to_disk(path)
+    n_ents = sum(len(doc.ents) for doc in docs)
+    n_removed = sum(len(r) for r in removed)
+    typer.echo(f"{input}: {len(docs)} docs, {n_ents} entities, {n_removed} removed ({n_removed / max(1, n_ents):.1%}); "
+               f"wrote {unknown} and {outside}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,199 @@
+"""The entity components ``crf_ner`` and ``nldm_ner``: gold tags read from Doc.ents (missing, misaligned, cut in
+windows), decoded sequences valid under the scheme, a model that learns, round trips and spaCy's route."""
+import random
+import warnings
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.tokens import Doc, Span
+from spacy.training import Example
+from thinc.api import Adam
+
+from spacy_nldm import structs
+from spacy_nldm.models.segments import doc_segments
+from spacy_nldm.models.tagger import torch_scorer
+from spacy_nldm.pipeline.ner import tag_spans
+
+TOK2VEC = {
+    "@architectures": "spacy.HashEmbedCNN.v2",
+    "pretrained_vectors": None,
+    "width": 64,
+    "depth": 2,
+    "embed_size": 2000,
+    "window_size": 1,
+    "maxout_pieces": 2,
+    "subword_features": True,
+}
+SMALL = {"tok2vec": TOK2VEC, "label_dim": 16, "rank": 32}
+FACTORIES = ("crf_ner", "nldm_ner")
+
+PEOPLE = [["Zorp"], ["Mia", "Blick"], ["Ana", "Maria", "Sol"], ["Tove"]]
+PLACES = [["Paris"], ["New", "Avalon"], ["Oslo"], ["Port", "Zima"]]
+TEMPLATES = [
+    ["I", "met", "PER", "in", "LOC", "."],
+    ["PER", "flew", "to", "LOC", "yesterday"],
+    ["LOC", "loves", "PER", "!"],
+    ["we", "saw", "PER", "and", "PER", "at", "LOC"],
+    ["nothing", "happened", "here", "."],
+]
+
+
+def synthetic(vocab, n: int, seed: int = 0):
+    """``n`` docs from the templates, with their PER and LOC entities."""
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        words, ents = [], []
+        for slot in TEMPLATES[i % len(TEMPLATES)]:
+            if slot in ("PER", "LOC"):
+                name = rng.choice(PEOPLE if slot == "PER" else PLACES)
+                ents.append((len(words), len(words) + len(name), slot))
+                words.extend(name)
+            else:
+                words.append(slot)
+        doc = Doc(vocab, words=words)
+        doc.ents = [Span(doc, a, b, label=label) for a, b, label in ents]
+        docs.append(doc)
+    return docs
+
+
+def examples_of(docs):
+    return [Example(Doc(doc.vocab, words=[t.text for t in doc]), doc) for doc in docs]
+
+
+def pipeline(factory: str, scheme: str = "BIO", **config):
+    nlp = spacy.blank("en")
+    nlp.add_pipe(factory, config={"model": SMALL, "scheme": scheme, **config})
+    return nlp
+
+
+def valid(tags, scheme):
+    """Whether a tag sequence obeys the scheme (brute force, on the tag strings)."""
+    allowed = structs.allowed_transitions(tags_of_scheme(scheme), scheme)
+    index = {tag: i for i, tag in enumerate(tags_of_scheme(scheme))}
+    ids = [index[t] for t in tags]
+    if not ids:
+        return True
+    ok = bool(allowed.start[ids[0]]) and bool(allowed.end[ids[-1]])
+    return ok and all(bool(allowed.transitions[a, c]) for a, c in zip(ids, ids[1:]))
+
+
+def tags_of_scheme(scheme):
+    return structs.entity_labels(["LOC", "PER"], scheme)
+
+
+@pytest.mark.parametrize("scheme", structs.SCHEMES)
+@pytest.mark.parametrize("max_length", [256, 3])
+def test_gold_tags_read_back_as_the_entities_cut_at_the_windows(scheme, max_length):
+    nlp = pipeline("crf_ner", scheme=scheme, max_length=max_length)
+    ner = nlp.get_pipe("crf_ner")
+    docs = synthetic(nlp.vocab, 12)
+    ner.initialize(lambda: examples_of(docs))
+    index = {tag: i for i, tag in enumerate(ner.outputs)}
+    prefix = [t.partition("-")[0] for t in ner.outputs]
+    kinds = [t.partition("-")[2] for t in ner.outputs]
+    for eg in examples_of(docs):
+        ids = ner._gold_ids(eg, index)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (the long sentences' warning, tested with the taggers)
+            windows = doc_segments(eg.predicted, max_length)
+        tags = [ner.outputs[i] for i in ids]
+        found, expected = [], []
+        for start, end in windows:
+            assert valid(tags[start:end], scheme)
+            found += [(start + a, start + b) for a, b in tag_spans(ids[start:end].tolist(), prefix, kinds)]
+            expected += [(max(e.start, start), min(e.end, end)) for e in eg.reference.ents
+                         if e.start < end and e.end > start]
+        assert found == expected
+
+
+def test_missing_annotation_allows_every_tag_and_misaligned_tokens_are_aligned():
+    nlp = pipeline("crf_ner")
+    ner = nlp.get_pipe("crf_ner")
+    ner.initialize(lambda: examples_of(synthetic(nlp.vocab, 10)))
+    index = {tag: i for i, tag in enumerate(ner.outputs)}
+    # ent_iob missing on "met" and "in": unknown there, known elsewhere
+    ref = Doc(nlp.vocab, words=["I", "met", "Zorp", "in", "Oslo"], ents=["O", "", "B-PER", "", "B-LOC"])
+    eg = Example(Doc(nlp.vocab, words=[t.text for t in ref]), ref)
+    ids = ner._gold_ids(eg, index)
+    assert [ner.outputs[i] if i >= 0 else None for i in ids] == ["O", None, "B-PER", None, "B-LOC"]
+    mask = ner.gold_mask([eg], ner.segment_scores([eg.predicted], ner.model.predict([eg.predicted])))
+    assert mask[0, 1].all() and mask[0, 3].all() and mask[0, 2].sum() == 1
+    # the reference's one token "New Avalon" is two predicted tokens: the entity is aligned onto both
+    ref = Doc(nlp.vocab, words=["to", "New Avalon", "!"], spaces=[True, False, False], ents=["O", "B-LOC", "O"])
+    eg = Example(nlp.make_doc("to New Avalon!"), ref)
+    ids = ner._gold_ids(eg, index)
+    assert [t.text for t in eg.predicted] == ["to", "New", "Avalon", "!"]
+    assert [ner.outputs[i] for i in ids] == ["O", "B-LOC", "I-LOC", "O"]
+
+
+def test_an_entity_type_the_component_does_not_know_is_an_error_naming_it():
+    nlp = pipeline("crf_ner")
+    ner = nlp.get_pipe("crf_ner")
+    ner.initialize(lambda: examples_of(synthetic(nlp.vocab, 10)))
+    ref = Doc(nlp.vocab, words=["I", "use", "Zorpix"], ents=["O", "O", "B-PRODUCT"])
+    eg = Example(Doc(nlp.vocab, words=[t.text for t in ref]), ref)
+    with pytest.raises(ValueError, match="'PRODUCT'.*add_label"):
+        ner.update([eg])
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("scheme", structs.SCHEMES)
+def test_decoded_tags_are_valid_under_the_scheme_with_random_weights(factory, scheme):
+    nlp = pipeline(factory, scheme=scheme, decode="posterior") if factory == "crf_ner" else pipeline(factory, scheme=scheme)
+    ner = nlp.get_pipe(factory)
+    docs = synthetic(nlp.vocab, 20, seed=3)
+    nlp.initialize(lambda: examples_of(docs))
+    torch.manual_seed(0)
+    for param in torch_scorer(ner.model).parameters():  # large random scores: many tags compete
+        param.data.normal_(0, 3.0)
+    preds = ner.predict([Doc(nlp.vocab, words=[t.text for t in doc]) for doc in docs])
+    for s, (_, start, end) in enumerate(preds.segments):
+        assert valid([ner.outputs[i] for i in preds.labels[s, : end - start]], scheme)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_the_component_learns_entities_and_reports_spacy_scores(factory, tmp_path):
+    nlp = pipeline(factory)
+    train = examples_of(synthetic(nlp.vocab, 40))
+    nlp.initialize(lambda: train)
+    optimizer = Adam(0.01)
+    for _ in range(15):
+        random.Random(0).shuffle(train)
+        for i in range(0, len(train), 8):
+            nlp.update(train[i : i + 8], sgd=optimizer)
+    held_out = examples_of(synthetic(nlp.vocab, 20, seed=7))
+    scores = nlp.evaluate(held_out)
+    assert scores["ents_f"] == 1.0, scores
+    assert set(scores["ents_per_type"]) == {"PER", "LOC"}
+    # round trip through disk: the same entities
+    nlp.to_disk(tmp_path / "model")
+    loaded = spacy.load(tmp_path / "model")
+    texts = [eg.reference.text for eg in held_out]
+    assert [[(e.start, e.end, e.label_) for e in d.ents] for d in nlp.pipe(texts)] == \
+           [[(e.start, e.end, e.label_) for e in d.ents] for d in loaded.pipe(texts)]
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_empty_docs_and_stored_probabilities(factory):
+    nlp = pipeline(factory, store_probs=True)
+    docs = synthetic(nlp.vocab, 10)
+    nlp.initialize(lambda: examples_of(docs))
+    empty, doc = list(nlp.pipe(["", "I met Zorp in Oslo"]))
+    assert len(empty.ents) == 0
+    probs = doc._.nldm_probs
+    assert probs.shape == (5, len(nlp.get_pipe(factory).outputs))
+    numpy.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+    assert doc._.nldm_prob_labels[0] == "O"
+
+
+def test_init_config_writes_a_pipeline_spacy_can_fill():
+    from spacy.cli.init_config import init_config
+
+    for factory in FACTORIES:
+        config = init_config(lang="en", pipeline=[factory], optimize="efficiency", gpu=False)
+        nlp = spacy.util.load_model_from_config(config, auto_fill=True, validate=True)
+        assert nlp.pipe_names == [factory]
+        assert config["training"]["score_weights"]["ents_f"] == 1.0
