@@ -23,10 +23,25 @@ COMMON = {
 NLDM = {**COMMON, "decode": "posterior", "loss": "exact", "store_tree": True}
 CRF = {**COMMON, "decode": "viterbi"}
 
-#: settings of both entity components (see :class:`~spacy_nldm.pipeline.ner.StructuredEntityRecognizer`):
-#: the tag scheme the entities are learnt in, and no label smoothing (spaCy's ``ner`` has none; a uniform
-#: target over every tag sequence would also count the sequences the scheme forbids)
-NER_COMMON = {**{key: COMMON[key] for key in COMMON if key != "attr"}, "scheme": "BIO", "label_smoothing": 0.0}
+#: settings of both entity components (see :class:`~spacy_nldm.pipeline.ner.StructuredEntityRecognizer`): the
+#: tag scheme the entities are learnt in; the span group that gets the entities with their probabilities
+#: (spancat's default key); the probability an entity needs to be kept; the lower one a span that was not
+#: decoded needs to join the span group (None: none joins); how many entity sets to keep per doc (0: none)
+NER_COMMON = {
+    "max_length": COMMON["max_length"],
+    "store_probs": COMMON["store_probs"],
+    "average_params": COMMON["average_params"],
+    "scheme": "BIO",
+    "spans_key": "sc",
+    "threshold": 0.0,
+    "candidate_threshold": None,
+    "n_best": 0,
+}
+#: what the entity components train with and do not offer as settings: the taggers' loss normalisation and
+#: tok2vec gradient, and no label smoothing (spaCy's ``ner`` has none; a uniform target over every tag
+#: sequence would also count the sequences the scheme forbids)
+NER_TRAINING = {"normalize_loss": COMMON["normalize_loss"], "tok2vec_loss": COMMON["tok2vec_loss"],
+                "label_smoothing": 0.0}
 NLDM_NER = {**NER_COMMON, "loss": "exact"}
 CRF_NER = {**NER_COMMON, "decode": "viterbi"}
 

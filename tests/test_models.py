@@ -263,6 +263,61 @@ def test_the_factored_chain_gives_the_same_loss_gradients_and_decoding(name, ord
         torch.testing.assert_close(got.score, want.score)
 
 
+@pytest.mark.parametrize("kind", ["tree", "tree k=2, bias", "chain", "chain order 2"])
+@pytest.mark.parametrize("name", ["bilinear", "emission_transition"])
+def test_emissions_with_the_interaction_table_are_the_full_scores(kind, name):
+    """A structure given the token-independent scorer's interaction table reads emissions (S, L, M) as the full
+    scores emissions + table: the same loss (label smoothing, partial labels and the max loss included), every
+    parameter's gradient, label marginals and decoding (labels, trees and scores) as on the full F."""
+    torch.manual_seed(7)
+    tree = kind.startswith("tree")
+    scorer = make_scorer(name, n_dirs=2 if tree else 1, label_dim=4, rank=6, order=2 if "order 2" in kind else 1,
+                         distance_lengths=2 if "bias" in kind else 0).double()
+    scorer.resize(7, 5)
+    for p in scorer.parameters():
+        torch.nn.init.normal_(p)
+    h = torch.randn(4, 6, 7, dtype=torch.float64)
+    lengths = torch.tensor([6, 4, 1, 5])
+    gold = torch.nn.functional.one_hot(torch.randint(0, 5, (4, 6)), 5).bool()
+    partial = gold.clone()
+    partial[3, 2] = True  # token 2 of sentence 3: any label
+
+    def structures(tables):
+        def make(**kw):
+            if tree:
+                return LatentTree(max_dist=2 if "k=2" in kind else None, budget=600,
+                                  distance_bias=tables.get("distance_bias"), **kw)
+            return Chain(2 if "order 2" in kind else 1, budget=60, trigram=tables.get("trigram"), **kw)
+
+        return make(), make(interaction=tables["interaction"])
+
+    for mask, smoothing, approx in ((gold, 0.0, "exact"), (gold, 0.1, "exact"), (partial, 0.1, "exact"),
+                                    (gold, 0.0, "max" if tree else "exact")):
+        emissions, tables = scorer(h, factored=True)
+        full, factored = structures(tables)
+        losses = [full.nll(scorer(h), lengths, mask, approx=approx, smoothing=smoothing),
+                  factored.nll(emissions, lengths, mask, approx=approx, smoothing=smoothing)]
+        torch.testing.assert_close(losses[1], losses[0])
+        params = list(scorer.parameters())
+        for a, b in zip(torch.autograd.grad(losses[1], params, allow_unused=True),
+                        torch.autograd.grad(losses[0], params, allow_unused=True)):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b)
+    with torch.no_grad():
+        emissions, tables = scorer(h, factored=True)
+        full, factored = structures(tables)
+        F = scorer(h)
+        torch.testing.assert_close(factored.label_marginals(emissions, lengths), full.label_marginals(F, lengths))
+        for posterior in (False, True):
+            got, want = factored.decode(emissions, lengths, posterior), full.decode(F, lengths, posterior)
+            assert torch.equal(got.labels, want.labels)
+            assert (got.heads is None) == (want.heads is None)
+            if got.heads is not None:
+                assert torch.equal(got.heads, want.heads)
+            torch.testing.assert_close(got.score, want.score)
+
+
 @pytest.mark.parametrize("name", sorted(SCORERS))
 def test_a_fresh_scorer_starts_at_zero_scores(name):
     """Emission and interaction start at zero, as spaCy's tagger's output layer does."""
@@ -344,23 +399,33 @@ def test_optimizer_averages_reach_the_torch_head():
 
 @pytest.mark.parametrize("order", [1, 2])
 def test_the_scorer_gives_its_tables_beside_the_scores(order):
-    """With ``tables`` the scorer returns (F, its tables by name): the tree's distance bias (2, K), starting at
-    zero, or the second-order chain's trigram table, the parameters themselves (the loss's gradient reaches
-    them through them); F is the same either way."""
+    """``factored`` gives (scores, tables by name): a token-independent scorer's emissions (..., M) with its
+    "interaction" (X, C, M), whose sum is F; the tree's distance bias (2, K), starting at zero, or the
+    second-order chain's trigram table, the parameters themselves (the loss's gradient reaches them through
+    them); a scorer whose interaction reads the token gives F itself."""
     scorer = make_scorer("bilinear", n_dirs=1 if order == 2 else 2, label_dim=4, rank=6, order=order,
                          distance_lengths=0 if order == 2 else 3)
     scorer.resize(7, 5)
+    for p in scorer.parameters():
+        torch.nn.init.normal_(p)
     h = torch.randn(2, 3, 7)
-    F, tables = scorer(h, tables=True)
-    assert torch.equal(F, scorer(h))
+    emissions, tables = scorer(h, factored=True)
+    assert emissions.shape == (2, 3, 5)
+    torch.testing.assert_close(emissions[..., None, None, :] + tables["interaction"], scorer(h))
     if order == 2:
-        assert list(tables) == ["trigram"] and tables["trigram"] is scorer.psi2
+        assert list(tables) == ["interaction", "trigram"] and tables["trigram"] is scorer.psi2
     else:
-        assert list(tables) == ["distance_bias"] and tables["distance_bias"] is scorer.distance_bias
-        assert torch.equal(scorer.distance_bias.detach(), torch.zeros(2, 3))
-    plain = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6)
+        assert list(tables) == ["interaction", "distance_bias"] and tables["distance_bias"] is scorer.distance_bias
+    fresh = make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, distance_lengths=3)
+    fresh.resize(7, 5)
+    assert torch.equal(fresh.distance_bias.detach(), torch.zeros(2, 3))
+    plain = make_scorer("emission_transition", n_dirs=2, label_dim=4, rank=6)
     plain.resize(7, 5)
-    assert plain(h, tables=True)[1] == {}
+    assert list(plain(h, factored=True)[1]) == ["interaction"] and plain(h, factored=True)[1]["interaction"] is plain.psi
+    trilinear = make_scorer("trilinear", n_dirs=2, label_dim=4, rank=6)
+    trilinear.resize(7, 5)
+    F, tables = trilinear(h, factored=True)
+    assert torch.equal(F, trilinear(h)) and tables == {}
 
 
 @pytest.mark.parametrize("label_dim,rank", [(3, 5), (7, 2)])

@@ -740,7 +740,7 @@ def test_the_tok2vecs_gradient_is_that_of_the_intended_loss(ark, factory, tok2ve
     docs = [eg.predicted for eg in egs]
     lengths = torch.tensor([len(doc) for doc in docs])
     rows = [torch.tensor([t.orth % E.shape[0] for t in doc]) for doc in docs]
-    per_doc = [double(E[r], tables=True) for r in rows]
+    per_doc = [double(E[r], factored=True) for r in rows]
     F = torch.nn.utils.rnn.pad_sequence([f for f, _ in per_doc], batch_first=True)
     labels = torch.nn.utils.rnn.pad_sequence(
         [torch.tensor([pipe.labels.index(t.tag_) for t in eg.reference]) for eg in egs], batch_first=True)

@@ -239,6 +239,24 @@ def test_partial_gold_masks_give_finite_gradients(order):
         assert log_s[b].item() == pytest.approx(values.max() + np.log(np.exp(values - values.max()).sum()), abs=1e-10)
 
 
+@pytest.mark.parametrize("order", [1, 2])
+def test_gold_sequences_score_their_own_sum_and_invalid_ones_minus_infinity(order):
+    labels, scores = _setup("BILUO", order, seed=5)
+    lengths = torch.tensor(LENGTHS)
+    constrained = constrain(scores, allowed_transitions(labels, "BILUO"), lengths, *_flags())
+    gold = torch.zeros(len(LENGTHS), max(LENGTHS), dtype=torch.long)
+    for b, n in enumerate(LENGTHS):  # a valid sequence of each sentence, and for sentence 0 an invalid one
+        seq = _sequences(labels, n, "BILUO", FIRST[b], LAST[b])[-1] if b else (labels.index("B-PER"),) * n
+        gold[b, :n] = torch.tensor(seq, dtype=torch.long)
+    one_hot = torch.nn.functional.one_hot(gold, len(labels)).bool()
+    assert crf_lane(constrained, lengths, label_mask=one_hot) == "gold"
+    log_s = crf_log_partition(constrained, lengths, label_mask=one_hot)
+    assert log_s[0].item() == float("-inf")
+    for b, n in enumerate(LENGTHS[1:], start=1):
+        expected = _total(scores, b, order)(tuple(gold[b, :n].tolist())) if n else 0.0
+        assert log_s[b].item() == pytest.approx(expected, abs=1e-12)
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("order,lane", FORCED)
 @pytest.mark.parametrize("scale", [10.0, 20.0, 100.0])
@@ -303,6 +321,37 @@ def test_the_fast_lanes_trust_constrained_sentences(scheme, scale):
         potentials = constrain(scores.potentials(lengths), allowed_transitions(labels, scheme), lengths, *_flags())
         assert crf_lane(potentials, lengths) == "bounded"
         assert bool(chain_bounded.marginals(potentials, lengths)[2].all())
+
+
+def test_sentences_a_lane_cannot_vouch_for_are_redone_on_the_reference():
+    """Emissions of std 100 (order 2, float64) and of std 30 with transitions of std 7.5 (order 1,
+    float32): some products underflow, the lanes' checks hand those sentences to the reference, and log Z,
+    its gradients and the marginals are the reference's."""
+    labels = entity_labels(["A", "B", "C"], "BIO")
+    allowed = allowed_transitions(labels, "BIO")
+    m = len(labels)
+    gen = torch.Generator().manual_seed(0)
+    short = torch.tensor([12, 12, 7, 12, 3, 12, 9, 12])
+    second = constrain(SecondOrderScores(100 * torch.randn(8, 12, m, generator=gen, dtype=torch.float64),
+                                         torch.randn(m + 1, m + 1, m, generator=gen, dtype=torch.float64)),
+                       allowed, short)
+    long = torch.full((16,), 40)
+    gen = torch.Generator().manual_seed(0)
+    first = constrain(ChainScores(30 * torch.randn(16, 40, m, generator=gen), 7.5 * torch.randn(m, m, generator=gen)),
+                      allowed, long)
+    assert not bool(chain_second.log_partition(second, short)[1].all())
+    fast = chain_factored.fast_path(first.emissions, first.transitions, first.start, long)
+    assert not bool(fast.exact.all()) and 2 * int((~fast.exact).sum()) <= 16  # some sentences redone, not all
+    for scores, lengths, lane, tolerance in ((second, short, "trigram", 1e-9), (first, long, "factored", 1e-4)):
+        leaves = [x.detach().requires_grad_(True) for x in scores]
+        kind = type(scores)
+        log_z = crf_log_partition(kind(*leaves), lengths, lane=lane)
+        expected = crf_log_partition(kind(*leaves), lengths, lane="reference")
+        torch.testing.assert_close(log_z, expected, rtol=1e-6, atol=tolerance)
+        for got, want in zip(torch.autograd.grad(log_z.sum(), leaves), torch.autograd.grad(expected.sum(), leaves)):
+            torch.testing.assert_close(got, want, rtol=0, atol=tolerance)
+        torch.testing.assert_close(crf_marginals(scores, lengths, lane=lane),
+                                   crf_marginals(scores, lengths, lane="reference"), rtol=0, atol=tolerance)
 
 
 def test_bad_allowed_and_flags_are_rejected():

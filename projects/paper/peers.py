@@ -324,8 +324,9 @@ def lane_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, 
 
 def constraint_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, str, float, float]]:
     """(call, shape, constrained s, unconstrained s): each chain call on the same random scores (std 1,
-    float32, on ``device``), with the BIO constraints of M = 13 (6 types) and 25 (12 types) applied by
-    :func:`structs.constrain` inside the timed call (start and end rules on every sentence), and without."""
+    float32, on ``device``), with the constraints of 6 entity types, BIO (M = 13) and BILUO (M = 25),
+    applied by :func:`structs.constrain` inside the timed call (start and end rules on every sentence),
+    and without."""
     rows = []
     gen = torch.Generator().manual_seed(0)
 
@@ -339,13 +340,14 @@ def constraint_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple
                 leaf.grad = None
         return run
 
-    for m, n in ((13, 20), (13, 40), (25, 20), (25, 40)):
-        labels = structs.entity_labels([f"T{k}" for k in range((m - 1) // 2)], "BIO")
-        allowed = structs.Transitions(*(x.to(device) for x in structs.allowed_transitions(labels, "BIO")))
+    for scheme, n in (("BIO", 20), ("BIO", 40), ("BILUO", 20), ("BILUO", 40)):
+        labels = structs.entity_labels([f"T{k}" for k in range(6)], scheme)
+        allowed = structs.Transitions(*(x.to(device) for x in structs.allowed_transitions(labels, scheme)))
+        m = len(labels)
         lengths = torch.randint(n // 2, n + 1, (batch,), generator=gen).to(device)
         lengths[0] = n
         em, trans, start, end, trigram = draw(batch, n, m), draw(m, m), draw(m), draw(m), draw(m + 1, m + 1, m)
-        shape = f"n<={n}, M={m}"
+        shape = f"n<={n}, M={m} ({scheme})"
 
         def first(constrained: bool):
             scores = structs.ChainScores(em, trans, start, end)

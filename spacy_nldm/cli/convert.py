@@ -89,6 +89,12 @@ def convert_ner(
                                                         "I-X begins an X entity (BILUO: a stray L-X is U-X, an "
                                                         "unended entity ends where the next begins), with a "
                                                         "warning per line"),
+    token_column: int = typer.Option(1, "--token-column", help="Column of the token, from 1 (negative: from the "
+                                                               "end)"),
+    tag_column: int = typer.Option(-1, "--tag-column", help="Column of the tag, from 1 (negative: from the end; "
+                                                            "-1: the last)"),
+    comments: bool = typer.Option(False, "--comments", help="Skip lines starting with # before a sentence's "
+                                                            "first token (CoNLL-U style comments)"),
 ) -> None:
     """Entities in CoNLL layouts (WNUT 2017, CoNLL-2003) to DocBin: one Doc per sentence, the entities on
     Doc.ents and on Doc.spans["sc"] (for spaCy's spancat)."""
@@ -98,8 +104,11 @@ def convert_ner(
 
     if scheme not in SCHEMES:
         _fail(f"--scheme must be one of {', '.join(SCHEMES)}, not {scheme!r}")
+    if 0 in (token_column, tag_column):
+        _fail("--token-column and --tag-column count from 1 (or from -1, the last column)")
     with _reported():
-        docs, per_file = conll_ner_to_docs(inputs, scheme=scheme, repair=repair)
+        docs, per_file = conll_ner_to_docs(inputs, scheme=scheme, repair=repair, token_column=token_column,
+                                           tag_column=tag_column, comments=comments)
     types = Counter(ent.label_ for doc in docs for ent in doc.ents)
     by_type = ", ".join(f"{label} {n}" for label, n in sorted(types.items()))
     _finish(docs, per_file, output, (f"  entities: {sum(types.values())}" + (f" ({by_type})" if types else ""),))

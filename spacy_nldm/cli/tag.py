@@ -33,7 +33,7 @@ def tag(
                                      help="auto (by suffix: .jsonl/.ndjson, .txt, .parquet), jsonl, text or "
                                           "parquet"),
     out_format: str = typer.Option("parquet", "--format", "-f",
-                                   help="parquet (tokens, tags, heads, probs columns) or docbin (.spacy files)"),
+                                   help="parquet (tokens, tags, heads, probs, ents columns) or docbin (.spacy files)"),
     probs: bool = typer.Option(False, "--probs/--no-probs",
                                help="Also output the label marginals (sets store_probs on the taggers)"),
     num_gpus: float = typer.Option(0.0, "--num-gpus",

@@ -1,9 +1,10 @@
 """Entity corpora in CoNLL layouts (WNUT 2017, CoNLL-2003 and the like) to spaCy Docs with ``Doc.ents``.
 
-Format: one token per line, the token in the first column and its entity tag in the last (columns separated by
-TABs, or by spaces where the line has no TAB: CoNLL-2003's ``word POS chunk tag``); a separator line between
-sentences: empty, or only spaces and TABs (WNUT 2017's train file separates its sentences by a line holding one
-TAB); ``-DOCSTART-`` lines are skipped. Tags are ``O`` or ``PREFIX-TYPE`` with the prefix of the scheme:
+Format: one token per line, by default the token in the first column and its entity tag in the last (columns
+separated by TABs, or by spaces where the line has no TAB: CoNLL-2003's ``word POS chunk tag``; other columns
+can be named, for Universal NER's ``id token tag ...``); a separator line between sentences: empty, or only
+spaces and TABs (WNUT 2017's train file separates its sentences by a line holding one TAB); ``-DOCSTART-``
+lines are skipped, and so are ``#`` comment lines before a sentence when asked for. Tags are ``O`` or ``PREFIX-TYPE`` with the prefix of the scheme:
 
 - ``BIO`` (IOB2): B begins an entity, I continues one of the same type; an I after O, or after another type,
   is a broken sequence;
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Iterator, List, Optional, Sequence, Tuple
 
 from .errors import ConversionError, ConversionWarning, PathLike, docs_per_file, is_blank, read_lines
@@ -52,10 +54,15 @@ def _columns(line: str) -> List[str]:
     return line.split("\t") if "\t" in line else line.split()
 
 
-def read_conll_ner(path: PathLike) -> Iterator[NerSentence]:
-    """Read one file; yield its sentences (token and tag per line). ConversionError for a line with one column
-    (no tag), an empty token or tag, and a file without tokens; a ConversionWarning for a token with an ASCII
-    space (TAB-separated files only; it is kept)."""
+def read_conll_ner(path: PathLike, token_column: int = 1, tag_column: int = -1, comments: bool = False
+                   ) -> Iterator[NerSentence]:
+    """Read one file; yield its sentences. The token and the tag are in columns ``token_column`` and
+    ``tag_column``, counted from 1 (a negative number counts from the end: -1 is the last column). With
+    ``comments``, a line starting with ``#`` before a sentence's first token is skipped (CoNLL-U's rule).
+    ConversionError for a line without those two columns, an empty token or tag, and a file without tokens; a
+    ConversionWarning for a token with an ASCII space (TAB-separated files only; it is kept)."""
+    if 0 in (token_column, tag_column):
+        raise ValueError("columns are counted from 1 (or from -1, the last)")
     sent = NerSentence(path=str(path))
     found = False
     for number, line in read_lines(path):
@@ -65,12 +72,16 @@ def read_conll_ner(path: PathLike) -> Iterator[NerSentence]:
                 yield sent
                 sent = NerSentence(path=str(path))
             continue
+        if comments and not sent.words and line.startswith("#"):
+            continue
         cols = _columns(line)
-        if len(cols) < 2:
-            raise ConversionError(path, number, f"tag column missing: expected 'token<TAB>tag', found {line!r}")
-        word, tag = cols[0], cols[-1].strip()
+        token_at, tag_at = (c - 1 if c > 0 else len(cols) + c for c in (token_column, tag_column))
+        if token_at == tag_at or not (0 <= token_at < len(cols) and 0 <= tag_at < len(cols)):
+            raise ConversionError(path, number, f"tag column missing: expected the token in column {token_column} "
+                                                f"and the tag in column {tag_column}, found {line!r}")
+        word, tag = cols[token_at], cols[tag_at].strip()
         if word == "":
-            raise ConversionError(path, number, "empty token (the line starts with a TAB)")
+            raise ConversionError(path, number, "empty token" + (" (the line starts with a TAB)" if token_at == 0 else ""))
         if not tag:
             raise ConversionError(path, number, f"empty tag for token {word!r}")
         if " " in word:
@@ -143,9 +154,10 @@ def entity_offsets(sent: NerSentence, scheme: str = "BIO", repair: bool = False)
 
 
 def conll_ner_to_docs(paths: Sequence[PathLike], scheme: str = "BIO", vocab=None, spans_key: str = SPANS_KEY,
-                      repair: bool = False):
+                      repair: bool = False, token_column: int = 1, tag_column: int = -1, comments: bool = False):
     """Read one or more files (concatenated in order) into Docs, one a sentence, with ``Doc.ents`` and
-    ``Doc.spans[spans_key]`` set; returns (docs, per_file) where per_file lists (path, n_sentences, n_tokens)."""
+    ``Doc.spans[spans_key]`` set; the columns and ``comments`` as for :func:`read_conll_ner`. Returns (docs,
+    per_file) where per_file lists (path, n_sentences, n_tokens)."""
     from spacy.tokens import Doc, Span
     from spacy.vocab import Vocab
 
@@ -158,4 +170,5 @@ def conll_ner_to_docs(paths: Sequence[PathLike], scheme: str = "BIO", vocab=None
         doc.spans[spans_key] = list(ents)
         return doc
 
-    return docs_per_file(paths, read_conll_ner, make_doc)
+    read = partial(read_conll_ner, token_column=token_column, tag_column=tag_column, comments=comments)
+    return docs_per_file(paths, read, make_doc)

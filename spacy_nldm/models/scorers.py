@@ -10,7 +10,9 @@ A scorer maps token vectors ``h`` (..., nI) to factored scores ``F`` of shape (.
 
 A tree scorer may also hold ``distance_bias`` (2, K), a score per arc direction and length that does not
 depend on the tokens or labels, starting at 0: a table the scorer gives beside F (:meth:`Scorer.tables`), which
-the structure reads as such (see :class:`~spacy_nldm.models.structure.LatentTree`).
+the structure reads as such (see :class:`~spacy_nldm.models.structure.LatentTree`). A token-independent
+scorer (bilinear, emission_transition) gives its F in the same way, as emissions (..., M) and one interaction
+table (X, C, M) (``forward(h, factored=True)``): the model never builds F's M + 1 contexts per token.
 
 All scores depend on the dependent's vector only (``h_d``), so F is linear in the tokens and the
 (S, N+1, N+1, M, M) arc tensor is built from it only where the structured algorithms need it
@@ -137,16 +139,22 @@ class Scorer(nn.Module):
         """The scores the structure reads beside F, by name: the distance bias (X, K) where there is one."""
         return {"distance_bias": self.distance_bias} if self.sizes["K"] else {}
 
-    def forward(self, h: torch.Tensor, tables: bool = False):
-        """(..., nI) -> F (..., X, C, M); with ``tables``, (F, :meth:`tables`)."""
+    def forward(self, h: torch.Tensor, factored: bool = False):
+        """(..., nI) -> F (..., X, C, M). ``factored``: (scores, tables), the scores as the structure reads them:
+        a token-independent scorer's emissions (..., M), its interaction (X, C, M) the table "interaction"
+        (F = emissions[..., None, None, :] + interaction), so that nothing of F's size is built; another's F;
+        the tables of :meth:`tables` beside them."""
         if self.dropout and self.training:  # thinc sets training mode in begin_update, eval in predict
             h = nn.functional.dropout(h, self.dropout)
-        F = self.interaction(h)
+        interaction = self.interaction(h)
+        if factored and self.token_independent:
+            return h @ self.W + self.b, {"interaction": interaction, **self.tables()}
+        F = interaction
         if F.dim() == 3:  # (X, C, M): the same for every token
             F = F.expand(*h.shape[:-1], *F.shape)
         if self.emission:
             F = F + (h @ self.W + self.b)[..., None, None, :]
-        return (F, self.tables()) if tables else F
+        return (F, self.tables()) if factored else F
 
     def interaction(self, h: torch.Tensor) -> torch.Tensor:
         """(..., X, C, M), or (X, C, M) when it does not depend on the token."""
@@ -246,10 +254,13 @@ class SecondOrder(nn.Module):
         """The trigram table (M+1, M+1, M), which the chain reads beside F."""
         return {"trigram": self.psi2}
 
-    def forward(self, h: torch.Tensor, tables: bool = False):
-        """(..., nI) -> the first-order F (..., 1, C, M); with ``tables``, (F, :meth:`tables`)."""
-        F = self.first(h)
-        return (F, self.tables()) if tables else F
+    def forward(self, h: torch.Tensor, factored: bool = False):
+        """(..., nI) -> the first-order F (..., 1, C, M); ``factored``: the first-order scorer's (scores, tables)
+        (see :meth:`Scorer.forward`) with the trigram table among the tables."""
+        if not factored:
+            return self.first(h)
+        scores, tables = self.first(h, factored=True)
+        return scores, {**tables, **self.tables()}
 
 
 SCORERS = {"emission_transition": EmissionTransition, "bilinear": Bilinear, "trilinear": Trilinear}

@@ -25,9 +25,11 @@ class Segment(NamedTuple):
 
 @dataclass
 class TokenScores:
-    """The model's output: factored scores (T, X, C, M) of the batch's T tokens, doc after doc, the number
-    of tokens of each doc (D,), and the scorer's tables that the structure reads beside them, by name (the
-    tree's "distance_bias" (2, K), the second-order chain's "trigram" (M+1, M+1, M); none for the others)."""
+    """The model's output: the factored scores of the batch's T tokens, doc after doc, the number of tokens
+    of each doc (D,), and the scorer's tables that the structure reads beside them, by name. The scores are
+    emissions (T, M) where the tables hold the scorer's "interaction" (X, C, M) (a token-independent scorer:
+    F = emissions + interaction, never built), else F (T, X, C, M); the other tables are the tree's
+    "distance_bias" (2, K) and the second-order chain's "trigram" (M+1, M+1, M)."""
 
     scores: numpy.ndarray
     lengths: numpy.ndarray
@@ -36,8 +38,8 @@ class TokenScores:
 
 @dataclass
 class ScoreGradient:
-    """What the model's backprop takes: the gradient of the loss with respect to the scores (T, X, C, M) and
-    the tables of :class:`TokenScores`, and the factor on the gradient that backprop sends on to the tok2vec
+    """What the model's backprop takes: the gradient of the loss with respect to the scores and the tables
+    of :class:`TokenScores` (shaped as they are), and the factor on the gradient that backprop sends on to the tok2vec
     (the head's own layers get theirs unscaled)."""
 
     scores: numpy.ndarray
@@ -47,8 +49,8 @@ class ScoreGradient:
 
 @dataclass
 class SegmentScores:
-    """Factored scores F (S, L, X, C, M) of S segments padded to L (zero beyond each segment's
-    length), their lengths (S,), and where they come from."""
+    """The tokens' scores laid out as S segments padded to L, (S, L, M) or (S, L, X, C, M) (zero beyond each
+    segment's length), their lengths (S,), and where they come from."""
 
     scores: numpy.ndarray
     lengths: numpy.ndarray
@@ -57,7 +59,7 @@ class SegmentScores:
     cols: numpy.ndarray  # (T,) its position in the segment
 
     def unpad(self, d_scores: numpy.ndarray) -> numpy.ndarray:
-        """A gradient (S, L, X, C, M) as the tokens' (T, X, C, M)."""
+        """A gradient shaped as :attr:`scores` as the tokens', (T, ...)."""
         return d_scores[self.rows, self.cols]
 
 

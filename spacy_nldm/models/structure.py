@@ -1,8 +1,11 @@
 """From factored edge scores to the structured core: loss, decoding and label marginals.
 
 ``F`` (S, L, X, C, M) are a batch of segments' factored scores (see :mod:`.scorers`), ``lengths``
-(S,) their real token counts. :class:`LatentTree` (the NLDM) and :class:`Chain` (CRF of order 1
-or 2) call :mod:`spacy_nldm.structs` on them: the NLDM's log Z, Viterbi decoding and marginals take F
+(S,) their real token counts. A structure made with the scorer's ``interaction`` table (X, C, M) (a
+token-independent scorer's) reads F as emissions (S, L, M) instead, the scores being emissions + interaction:
+the loss, marginals and canonical tree read the two factors, and only the rarer paths (partial labels, the max
+loss, Viterbi decoding) build the full F (:meth:`Structure.full`). :class:`LatentTree` (the NLDM) and
+:class:`Chain` (CRF of order 1 or 2) call :mod:`spacy_nldm.structs` on them: the NLDM's log Z, Viterbi decoding and marginals take F
 itself, as :class:`~spacy_nldm.structs.DirectionalScores` (with ``max_dist`` their memory is
 O(n k M^2): a 5,000-token sentence decodes in seconds); log S of partial labels and the chains expand
 F to the dense tensors. Segments are grouped by length into buckets whose expanded tensors stay under
@@ -12,6 +15,7 @@ NLDM's tree is the canonical one of the decoded labels (:func:`~spacy_nldm.struc
 does not depend on the batch.
 """
 import math
+from functools import lru_cache
 from typing import List, Optional, Tuple
 
 import torch
@@ -56,6 +60,15 @@ def on_device(allowed, device):
     return None if allowed is None else type(allowed)(*(mask.to(device) for mask in allowed))
 
 
+@lru_cache(maxsize=4096)
+def factored_moments(moments, n: int, m: int, *args):
+    """``moments(n, m, *args)`` (mu (n, X, C, M), mu_bias, constant: :mod:`.smoothing`) for scores given as
+    emissions + one table: ((mu summed over the contexts (n, 1, 1, M), mu_bias, constant), mu summed over the
+    tokens (X, C, M), the table's counts)."""
+    mu, mu_bias, constant = moments(n, m, *args)
+    return (mu.sum((1, 2), keepdim=True), mu_bias, constant), mu.sum(0)
+
+
 def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
     """Group indices by increasing length so that len(group) * cost(max length) <= budget."""
     groups: List[List[int]] = []
@@ -75,8 +88,32 @@ def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
 class Structure:
     """Shared bucketing; subclasses implement the per-bucket ``_log_z_and_s``, ``_decode``, ``_marginals``."""
 
-    def __init__(self, budget: int = DEFAULT_BUDGET):
+    def __init__(self, budget: int = DEFAULT_BUDGET, interaction: Optional[Tensor] = None):
         self.budget = budget
+        self.interaction = interaction
+
+    def full(self, F: Tensor) -> Tensor:
+        """The scores (S, L, X, C, M): F itself, or with an ``interaction`` table, emissions F (S, L, M) plus it."""
+        if self.interaction is None:
+            return F
+        return F[:, :, None, None, :] + self.interaction.to(device=F.device, dtype=F.dtype)
+
+    def _expectation(self, F: Tensor, lengths: Tensor, weights: Tensor, bias: Optional[Tensor], moments, *args
+                     ) -> Tensor:
+        """:func:`~.smoothing.uniform_expectation` of the scores, F or emissions + ``interaction``, with the
+        moments ``moments(n, M, *args)`` (a cached function of :mod:`.smoothing`): the emissions' counts are
+        F's summed over the contexts, the table's summed over the tokens (:func:`factored_moments`)."""
+        if self.interaction is None:
+            return uniform_expectation(F, lengths, lambda n, m: moments(n, m, *args), weights, bias=bias)
+        m = F.shape[-1]
+        total = uniform_expectation(F[:, :, None, None, :], lengths,
+                                    lambda n, m: factored_moments(moments, n, m, *args)[0], weights, bias=bias)
+        lens = lengths.to(F.device)
+        per_length = torch.zeros(int(lens.max()) + 1 if len(lens) else 1, dtype=F.dtype, device=F.device)
+        per_length.index_add_(0, lens, weights.to(device=F.device, dtype=F.dtype))  # the weights of each length
+        counts = sum(per_length[n] * factored_moments(moments, n, m, *args)[1].to(F)
+                     for n in sorted(set(lens.tolist()) - {0}))
+        return total + (counts * self.interaction.to(F)).sum()
 
     def cost(self, n: int, m: int) -> int:  # floats of the expanded tensor of one segment
         raise NotImplementedError
@@ -185,6 +222,15 @@ class Structure:
                     heads[idx, : Fb.shape[1]] = found.heads
         return structs.Decoded(labels, heads if has_tree else None, best)
 
+    def span_log_probs(self, F: Tensor, lengths: Tensor, spans: Tensor, tags: "structs.EntityTags") -> Tensor:
+        """log P (R,) that each of ``spans`` (R, 4) rows (segment, start, end, type) is exactly one entity of
+        its type (:func:`~spacy_nldm.structs.crf_span_log_probs`, :func:`~spacy_nldm.structs.span_log_probs`)."""
+        raise NotImplementedError
+
+    def nbest(self, F: Tensor, lengths: Tensor, k: int) -> "structs.NBest":
+        """The k best label sequences (S, k, L) of each segment and their log probabilities (S, k)."""
+        raise NotImplementedError
+
     def label_marginals(self, F: Tensor, lengths: Tensor) -> Tensor:
         """P(y_t = c | x), shape (S, L, M)."""
         out = F.new_zeros(F.shape[0], F.shape[1], F.shape[-1])
@@ -212,20 +258,26 @@ class LatentTree(Structure):
     has_tree = True
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
-                 distance_bias: Optional[Tensor] = None, token_independent: bool = False, allowed=None):
+                 distance_bias: Optional[Tensor] = None, token_independent: bool = False, allowed=None,
+                 interaction: Optional[Tensor] = None):
         """``distance_bias`` (2, K): a score per arc direction and length (see
         :class:`~spacy_nldm.structs.DirectionalScores`), the table the model gives beside F
         (:meth:`~.scorers.Scorer.tables`). ``token_independent``: F is emission + one table (the
-        scorer says so), which the compiled lane reads in that form."""
-        super().__init__(budget)
+        scorer says so), which the compiled lane reads in that form. ``interaction`` (2, M+1, M): that table
+        itself, F then being the emissions (S, L, M)."""
+        super().__init__(budget, interaction)
         self.max_dist = max_dist
         self.canonical = canonical
         self.distance_bias = distance_bias
-        self.token_independent = token_independent
+        self.token_independent = token_independent or interaction is not None
         self.allowed = allowed
 
     def directional(self, F: Tensor) -> structs.DirectionalScores:
-        """F (B, N, 2, M+1, M) with the distance bias, as the tree algorithms read it."""
+        """The scores with the distance bias, as the tree algorithms read them: F (B, N, 2, M+1, M), or the
+        emissions (B, N, M) and the interaction as their factors."""
+        if self.interaction is not None:
+            table = self.interaction.to(device=F.device, dtype=F.dtype)
+            return structs.DirectionalScores.from_factors(F, table, self._bias(F))
         return structs.DirectionalScores(F, self._bias(F), self.token_independent)
 
     def _bias(self, F: Tensor) -> Optional[Tensor]:
@@ -264,6 +316,7 @@ class LatentTree(Structure):
         """Arc scores over the allowed labels only: (B, N+1, N+1, K, K) and their (B, N+1, K) mask,
         K = the most labels any token allows (1 with full gold labels, so that log S costs next
         to nothing). Sub-label 0 of the root is its label 0."""
+        F = self.full(F)
         B, N = label_mask.shape[:2]
         mask = torch.cat([label_mask.new_zeros(B, 1, label_mask.shape[2]), label_mask], dim=1)
         mask[:, 0, 0] = True
@@ -286,7 +339,7 @@ class LatentTree(Structure):
             total = total + structs.log_partition(self.directional(Fb), lens, max_dist=self.max_dist).sum()
         for idx, Fb, lens in self._buckets(F, lengths, cost=lambda n: (n + 1) ** 2, budget=GOLD_BUDGET):
             labels = gold_mask[idx, : Fb.shape[1]].to(torch.uint8).argmax(-1)  # (B, N): the one allowed label
-            gold = self._with_bias(self.gold_arcs(Fb, labels), Fb)
+            gold = self._with_bias(self.gold_arcs(Fb, labels, self.interaction), Fb)
             log_s = structs.log_partition(gold, lens, max_dist=self.max_dist).sum()
             total = total - ((1.0 - smoothing) * log_s if smoothing else log_s)
         return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
@@ -294,19 +347,24 @@ class LatentTree(Structure):
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         bias = self._bias(F)
         lengths_of_bias = 0 if bias is None else bias.shape[1]
-        moments = lambda n, m: tree_moments(n, m, self.max_dist, lengths_of_bias)  # noqa: E731
-        return uniform_expectation(F, lengths, moments, weights, bias=bias)
+        return self._expectation(F, lengths, weights, bias, tree_moments, self.max_dist, lengths_of_bias)
 
     @staticmethod
-    def gold_arcs(F: Tensor, labels: Tensor) -> Tensor:
+    def gold_arcs(F: Tensor, labels: Tensor, interaction: Optional[Tensor] = None) -> Tensor:
         """Arc scores (B, N+1, N+1, 1, 1) of given labels (B, N) (every token's one allowed label), gathered
-        from F: scores[b, h, d] = F[b, d-1, direction, label of h, label of d]."""
+        from F: scores[b, h, d] = F[b, d-1, direction, label of h, label of d] (with ``interaction``, F the
+        emissions: F[b, d-1, label of d] + interaction[direction, label of h, label of d])."""
         B, N = labels.shape
         head_label = torch.cat([labels.new_zeros(B, 1), labels + 1], dim=1)  # (B, N+1), 0 = the root
         h = torch.arange(N + 1, device=F.device)[:, None]
         d = torch.arange(1, N + 1, device=F.device)[None, :]
         b = torch.arange(B, device=F.device)[:, None, None]
-        arcs = F[b, d - 1, (h > d).long(), head_label[:, :, None], labels[:, None, :]]  # (B, N+1, N)
+        if interaction is None:
+            arcs = F[b, d - 1, (h > d).long(), head_label[:, :, None], labels[:, None, :]]  # (B, N+1, N)
+        else:
+            table = interaction.to(device=F.device, dtype=F.dtype)
+            emitted = F.gather(-1, labels[..., None])[..., 0]  # (B, N)
+            arcs = emitted[:, None, :] + table[(h > d).long(), head_label[:, :, None], labels[:, None, :]]
         return torch.cat([arcs.new_zeros(B, N + 1, 1), arcs], dim=2)[..., None, None]  # arcs into the root: unread
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
@@ -360,7 +418,8 @@ class LatentTree(Structure):
         """The canonical tree of ``labels`` (S, L) and its score: one tree among the (near-)equally scored
         ones, whatever the rounding; memory O(n k) with max_dist. A segment no tree can carry (score -inf)
         gets labels and heads 0, as structs' decoders leave it."""
-        heads, score = structs.canonical_heads(F, labels, lengths, self.max_dist, distance_bias=self._bias(F))
+        heads, score = structs.canonical_heads(self.directional(F), labels, lengths, self.max_dist,
+                                               distance_bias=self._bias(F))
         heads, score = heads.to(labels.device), score.to(device=F.device, dtype=F.dtype)
         possible = torch.isfinite(score)
         labels = torch.where(possible[:, None], labels, torch.zeros_like(labels))
@@ -369,6 +428,18 @@ class LatentTree(Structure):
 
     def _marginals(self, F, lengths):
         return structs.label_marginals(self.directional(F), lengths, max_dist=self.max_dist)
+
+    def span_log_probs(self, F, lengths, spans, tags):
+        """Summed over label sequences and trees (the NLDM's own distribution, invalid sequences included)."""
+        with torch.no_grad():
+            return structs.span_log_probs(self.directional(F), lengths, spans, tags, max_dist=self.max_dist)
+
+    def nbest(self, F, lengths, k):
+        """:func:`~spacy_nldm.structs.label_nbest`: the k valid sequences (with ``allowed``) of the largest
+        products of label marginals, with their exact log probabilities, best first (not in general the k most
+        probable sequences: see there)."""
+        allowed = None if self.allowed is None else on_device(self.allowed, F.device)
+        return structs.label_nbest(self.directional(F), lengths, k, allowed=allowed, max_dist=self.max_dist)
 
 
 class Chain(Structure):
@@ -394,12 +465,14 @@ class Chain(Structure):
     has_tree = False
 
     def __init__(self, order: int = 1, budget: int = CHAIN_BUDGET, token_independent: bool = False,
-                 trigram: Optional[Tensor] = None, allowed=None):
-        super().__init__(budget)
+                 trigram: Optional[Tensor] = None, allowed=None, interaction: Optional[Tensor] = None):
+        super().__init__(budget, interaction)
         if trigram is not None and order != 2:
             raise ValueError("a trigram table needs order 2")
+        if interaction is not None and order == 2 and trigram is None:
+            raise ValueError("an interaction table of order 2 needs the trigram table")
         self.order = order
-        self.token_independent = token_independent
+        self.token_independent = token_independent or interaction is not None
         self.trigram = trigram
         self.allowed = allowed
 
@@ -416,16 +489,23 @@ class Chain(Structure):
         0) plus the tables of its first token, relative to that context; None unless ``token_independent``."""
         if not self.token_independent or F.shape[0] == 0 or F.shape[1] == 0:
             return None
-        first = F[0, 0, 0]  # (M+1, M): row 0 the start context, row 1 + a the previous label a
+        if self.interaction is None:
+            first = F[0, 0, 0]  # (M+1, M): row 0 the start context, row 1 + a the previous label a
+            emissions = F[:, :, 0, 1, :]
+        else:  # F: the emissions
+            first = self.interaction[0].to(device=F.device, dtype=F.dtype)
+            emissions = F + first[1]
         if self.order == 1:
-            return structs.ChainScores(F[:, :, 0, 1, :], first[1:] - first[1], first[0] - first[1])
+            return structs.ChainScores(emissions, first[1:] - first[1], first[0] - first[1])
         if self.trigram is None:
             return None
         trigram = self.trigram.to(device=F.device, dtype=F.dtype) + (first - first[1])[None]
-        return structs.SecondOrderScores(F[:, :, 0, 1, :], trigram)
+        return structs.SecondOrderScores(emissions, trigram)
 
     def dense(self, F: Tensor) -> Tensor:
-        """F in the layout :meth:`expand` reads: order 2 with ``trigram``, (B, N, M+1, M+1, M) = F + trigram."""
+        """F in the layout :meth:`expand` reads (:meth:`full`): order 2 with ``trigram``, (B, N, M+1, M+1, M) =
+        F + trigram."""
+        F = self.full(F)
         if self.trigram is None:
             return F
         return F[:, :, 0, None] + self.trigram.to(device=F.device, dtype=F.dtype)
@@ -473,9 +553,9 @@ class Chain(Structure):
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         if self.trigram is not None:  # F first-order, the trigram's counts as the "bias"
-            return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, 2, trigram=True), weights,
-                                       bias=self.trigram.to(device=F.device, dtype=F.dtype))
-        return uniform_expectation(F, lengths, lambda n, m: chain_moments(n, m, self.order), weights)
+            return self._expectation(F, lengths, weights, self.trigram.to(device=F.device, dtype=F.dtype),
+                                     chain_moments, 2, True)
+        return self._expectation(F, lengths, weights, None, chain_moments, self.order)
 
     def _scores(self, F: Tensor, lengths: Tensor):
         """What structs' chain functions read: :meth:`factored` where it applies, else the potentials
@@ -496,3 +576,15 @@ class Chain(Structure):
 
     def _marginals(self, F, lengths):
         return structs.crf_marginals(self._scores(F, lengths), lengths)
+
+    def span_log_probs(self, F, lengths, spans, tags):
+        with torch.no_grad():
+            return structs.crf_span_log_probs(self._scores(F, lengths), lengths, spans, tags)
+
+    def nbest(self, F, lengths, k):
+        """Exact: the k most probable sequences (valid ones, with ``allowed``), best first."""
+        with torch.no_grad():
+            scores = self._scores(F, lengths)
+            found = structs.crf_nbest(scores, lengths, k)
+            log_z = structs.crf_log_partition(scores, lengths)
+            return structs.NBest(found.labels, found.scores - log_z.to(found.scores)[:, None])

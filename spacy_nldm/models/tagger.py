@@ -1,9 +1,10 @@
 """The Thinc model of the structured taggers: tok2vec (optionally beside the head's own embeddings) -> wrapped
 PyTorch edge scorer, per token.
 
-Input: a batch of Docs. Output: :class:`~.segments.TokenScores`, the factored scores (T, X, C, M) of the
-batch's T tokens and the scorer's tables that the structure reads beside them (the tree's distance bias, the
-second-order chain's trigram table). The component cuts the scores into segments (sentences, or windows of its
+Input: a batch of Docs. Output: :class:`~.segments.TokenScores`, the factored scores of the batch's T tokens
+((T, M) emissions for a token-independent scorer, else (T, X, C, M)) and the scorer's tables that the structure
+reads beside them (the token-independent scorer's interaction, the tree's distance bias, the second-order
+chain's trigram table). The component cuts the scores into segments (sentences, or windows of its
 ``max_length``: :mod:`.segments`); the loss, decoding and marginals live in :mod:`.structure`, built by
 :func:`get_structure`. Backprop takes a :class:`~.segments.ScoreGradient`: the gradient of the loss with
 respect to the scores and tables, and the factor on the gradient sent on to the tok2vec.
@@ -148,15 +149,14 @@ def _stated_width(tok2vec: Model) -> int:
 
 
 def get_structure(model: Model, tables: Dict[str, torch.Tensor], allowed=None) -> Structure:
-    """The model's structure over the scorer's ``tables`` (:attr:`TokenScores.tables` as torch tensors).
-    ``allowed``: the label transitions a sequence may make (:class:`~spacy_nldm.structs.Transitions`; the
-    entity components' BIO or BILUO rules), None for any."""
-    independent = getattr(torch_scorer(model), "token_independent", False)
+    """The model's structure over the scorer's ``tables`` (:attr:`TokenScores.tables` as torch tensors): with an
+    "interaction" table it reads the model's scores as emissions. ``allowed``: the label transitions a sequence
+    may make (:class:`~spacy_nldm.structs.Transitions`; the entity components' BIO or BILUO rules), None for any."""
+    interaction = tables.get("interaction")
     if model.attrs["structure"] == "tree":
         return LatentTree(max_dist=model.attrs["max_dist"], distance_bias=tables.get("distance_bias"),
-                          token_independent=independent, allowed=allowed)
-    return Chain(order=model.attrs["order"], token_independent=independent, trigram=tables.get("trigram"),
-                 allowed=allowed)
+                          allowed=allowed, interaction=interaction)
+    return Chain(order=model.attrs["order"], trigram=tables.get("trigram"), allowed=allowed, interaction=interaction)
 
 
 def torch_scorer(model: Model) -> torch.nn.Module:
@@ -204,7 +204,7 @@ def init(model: Model, X: Optional[List[Doc]] = None, Y=None) -> None:
 
 
 def forward(model: Model, docs: List[Doc], is_train: bool):
-    """The scorer runs on the batch's tokens (T, nI) -> (T, X, C, M) and its tables. Backprop takes a
+    """The scorer runs on the batch's tokens (T, nI) -> scores (T, M) or (T, X, C, M) and its tables. Backprop takes a
     :class:`~.segments.ScoreGradient` and sends the tok2vec its gradient times ``tok2vec_factor``; the head's
     own layers get theirs unscaled."""
     tok2vec, head = model.layers[0], model.layers[-1]
@@ -234,14 +234,15 @@ def forward(model: Model, docs: List[Doc], is_train: bool):
 
 
 def _scorer_inputs(model: Model, X, is_train: bool):
-    """The scorer's input (T, nI) as torch, asking for its tables too; backprop: the input's gradient."""
+    """The scorer's input (T, nI) as torch, asking for its factored scores and tables; backprop: the input's
+    gradient."""
     X_torch = xp2torch(X, requires_grad=is_train, device=model.shims[0].device)
-    return ArgsKwargs(args=(X_torch,), kwargs={"tables": True}), lambda d_inputs: torch2xp(d_inputs.args[0])
+    return ArgsKwargs(args=(X_torch,), kwargs={"factored": True}), lambda d_inputs: torch2xp(d_inputs.args[0])
 
 
 def _scorer_outputs(model: Model, inputs_outputs, is_train: bool):
-    """(F, tables) from torch (the tables copied: they are the scorer's parameters); backprop: their gradients
-    (dF, d_tables) handed to torch together."""
+    """(scores, tables) from torch (the tables copied: some are the scorer's parameters); backprop: their
+    gradients (d_scores, d_tables) handed to torch together."""
     _, (F, tables) = inputs_outputs
     device = model.shims[0].device
 

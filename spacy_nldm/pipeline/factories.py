@@ -79,7 +79,8 @@ def make_crf_tagger(
 _NER_SCORER = {"@scorers": "spacy.ner_scorer.v1"}
 #: as spaCy's ``ner``
 _NER_SCORE_WEIGHTS = {"ents_f": 1.0, "ents_p": 0.0, "ents_r": 0.0, "ents_per_type": None}
-_NER_ASSIGNS = ["doc.ents", "token.ent_iob", "token.ent_type", "doc._.nldm_probs"]
+_NER_ASSIGNS = ["doc.ents", "token.ent_iob", "token.ent_type", "doc.spans", "span._.nldm_prob", "doc._.nldm_nbest",
+                "doc._.nldm_probs"]
 
 
 @Language.factory(
@@ -96,17 +97,18 @@ def make_nldm_ner(
     loss: str,
     max_length: int,
     store_probs: bool,
-    normalize_loss: bool,
-    tok2vec_loss: Optional[str],
-    label_smoothing: float,
     average_params: bool,
+    spans_key: Optional[str],
+    threshold: float,
+    candidate_threshold: Optional[float],
+    n_best: int,
     scorer: Optional[Callable],
 ) -> StructuredEntityRecognizer:
     """Named entities with the Neural Latent Dependency Model (BIO or BILUO tags linked by a latent tree)."""
     return StructuredEntityRecognizer(
         nlp.vocab, model, name, scheme=scheme, decode="posterior", loss=loss, max_length=max_length,
-        store_probs=store_probs, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-        label_smoothing=label_smoothing, average_params=average_params, scorer=scorer,
+        store_probs=store_probs, average_params=average_params, spans_key=spans_key, threshold=threshold,
+        candidate_threshold=candidate_threshold, n_best=n_best, scorer=scorer,
     )
 
 
@@ -124,18 +126,19 @@ def make_crf_ner(
     decode: str,
     max_length: int,
     store_probs: bool,
-    normalize_loss: bool,
-    tok2vec_loss: Optional[str],
-    label_smoothing: float,
     average_params: bool,
+    spans_key: Optional[str],
+    threshold: float,
+    candidate_threshold: Optional[float],
+    n_best: int,
     scorer: Optional[Callable],
 ) -> StructuredEntityRecognizer:
     """Named entities with a linear-chain CRF of order 1 or 2 over BIO or BILUO tags, the scheme's rules
     enforced."""
     return StructuredEntityRecognizer(
         nlp.vocab, model, name, scheme=scheme, decode=decode, max_length=max_length, store_probs=store_probs,
-        normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss, label_smoothing=label_smoothing,
-        average_params=average_params, scorer=scorer,
+        average_params=average_params, spans_key=spans_key, threshold=threshold,
+        candidate_threshold=candidate_threshold, n_best=n_best, scorer=scorer,
     )
 
 

@@ -8,6 +8,11 @@ BILUO). The scheme's rules (:func:`~spacy_nldm.structs.allowed_transitions`: ``I
 never decoded; the NLDM's latent tree does not order neighbours, so its distribution is left as it is and
 its decoder returns the valid sequence with the most correct tags expected under its exact marginals.
 
+Each entity gets its probability under the model (``Span._.nldm_prob``; for the CRF and the NLDM alike the exact
+probability that its tokens form exactly that entity, :meth:`~spacy_nldm.models.structure.Structure.span_log_probs`),
+and the entities go, with those probabilities as ``attrs["scores"]``, to the span group ``spans_key`` as spaCy's
+``spancat`` stores its spans. With ``n_best`` the doc's k most probable entity sets are kept too.
+
 Gold annotation is read from the reference doc's entities; tokens whose annotation is missing (spaCy's
 ``ent_iob == 0``, or predicted tokens that do not align to whole gold entities) have every tag allowed in
 the loss (marginalised), as the taggers do for missing tags. A sentence longer than ``max_length`` is
@@ -19,19 +24,21 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 import numpy
 import torch
 from spacy.attrs import ENT_IOB, ENT_TYPE, ORTH
-from spacy.tokens import Doc, Span
+from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 from spacy.vocab import Vocab
 from thinc.api import Model
 
 from .. import structs
-from ..defaults import CRF_NER
+from ..defaults import CRF_NER, NER_TRAINING
 from ..models.segments import doc_segments
 from ..models.tagger import get_structure
 from .tagger import Predictions, StructuredTagger
 
 #: spaCy's ENT_IOB codes
 _MISSING, _INSIDE, _OUTSIDE, _BEGIN = 0, 1, 2, 3
+#: the longest span ``candidate_threshold`` considers (tokens)
+CANDIDATE_WIDTH = 32
 
 
 class StructuredEntityRecognizer(StructuredTagger):
@@ -40,8 +47,16 @@ class StructuredEntityRecognizer(StructuredTagger):
     scheme: "BIO" or "BILUO", the tags the entities are learnt in.
     decode: (CRF) "viterbi" (the best valid tag sequence) or "posterior" (the valid sequence with the largest
         sum of tag marginals); the NLDM always decodes the latter.
+    spans_key: the span group that gets the kept entities (and the candidates) with their probabilities in
+        ``attrs["scores"]``, as spaCy's ``spancat`` stores its spans; None: no span group.
+    threshold: entities of a lower probability are left out of ``Doc.ents`` (and of the span group).
+    candidate_threshold: also put in the span group every span that was not decoded and has at least this
+        probability (spans that overlap the entities included: for recall-oriented uses); None: none.
+    n_best: keep the doc's k most probable entity sets in ``Doc._.nldm_nbest`` (0: none). The CRF's are
+        exact; the NLDM's are the k valid tag sequences of the largest products of tag marginals, ordered
+        by their exact probabilities (:func:`~spacy_nldm.structs.label_nbest`).
     The other settings are the taggers' (:class:`~spacy_nldm.pipeline.tagger.StructuredTagger`); defaults in
-    :mod:`spacy_nldm.defaults` (``CRF_NER``, ``NLDM_NER``).
+    :mod:`spacy_nldm.defaults` (``CRF_NER``, ``NLDM_NER``; ``NER_TRAINING``: the loss's, not settings).
     """
 
     attrs = ("ents",)
@@ -57,20 +72,30 @@ class StructuredEntityRecognizer(StructuredTagger):
         loss: str = "exact",
         max_length: int = CRF_NER["max_length"],
         store_probs: bool = CRF_NER["store_probs"],
-        normalize_loss: bool = CRF_NER["normalize_loss"],
-        tok2vec_loss: Optional[str] = CRF_NER["tok2vec_loss"],
-        label_smoothing: float = CRF_NER["label_smoothing"],
         average_params: bool = CRF_NER["average_params"],
+        spans_key: Optional[str] = CRF_NER["spans_key"],
+        threshold: float = CRF_NER["threshold"],
+        candidate_threshold: Optional[float] = CRF_NER["candidate_threshold"],
+        n_best: int = CRF_NER["n_best"],
         scorer: Optional[Callable] = None,
     ):
         if scheme not in structs.SCHEMES:
             raise ValueError(f"[spacy-nldm] {name}: scheme must be one of {structs.SCHEMES}, not {scheme!r}")
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"[spacy-nldm] {name}: threshold must be in [0, 1], not {threshold}")
+        if candidate_threshold is not None and not 0.0 < candidate_threshold <= 1.0:
+            raise ValueError(f"[spacy-nldm] {name}: candidate_threshold must be in (0, 1] or null, not {candidate_threshold}")
+        if isinstance(n_best, bool) or not isinstance(n_best, int) or n_best < 0:
+            raise ValueError(f"[spacy-nldm] {name}: n_best must be an integer >= 0, not {n_best!r}")
         super().__init__(
             vocab, model, name, attr="ents", decode=decode, loss=loss, max_length=max_length,
-            store_probs=store_probs, store_tree=False, normalize_loss=normalize_loss, tok2vec_loss=tok2vec_loss,
-            label_smoothing=label_smoothing, average_params=average_params, scorer=scorer,
+            store_probs=store_probs, store_tree=False, average_params=average_params, scorer=scorer, **NER_TRAINING,
         )
         self.scheme = scheme
+        self.spans_key = spans_key
+        self.threshold = threshold
+        self.candidate_threshold = candidate_threshold
+        self.n_best = n_best
         self._rules: Tuple[Tuple[str, ...], Tuple[str, ...], Optional[structs.Transitions]] = ((), (), None)
 
     # ------------------------------------------------------------------ tags
@@ -147,26 +172,127 @@ class StructuredEntityRecognizer(StructuredTagger):
             ids[i] = index[tag]
         return ids
 
+    # ------------------------------------------------------------ prediction
+    def predict(self, docs: Iterable[Doc]) -> Predictions:
+        """The decoded tags (:meth:`StructuredTagger.predict`), and per segment its entities, the candidates
+        and the n best tag sequences: ``preds.entities[s]`` and ``preds.candidates[s]`` lists of (start, end,
+        type, probability) in the segment's tokens (type: the index in :attr:`labels`); ``preds.nbest`` None or
+        (labels (S, k, L), log probabilities (S, k))."""
+        preds = super().predict(docs)
+        preds.entities = [[] for _ in preds.segments]
+        preds.candidates = [[] for _ in preds.segments]
+        preds.nbest = None
+        if preds.scored is None:
+            return preds
+        structure, F, lengths = preds.scored
+        tags = structs.entity_tags(self.outputs, self.scheme)  # its types are the labels, in their order
+        prefixes, kinds = self._prefixes_and_kinds()
+        rows = []  # (segment, start, end, type) of the decoded entities, then of the candidates
+        for s, (_, start, end) in enumerate(preds.segments):
+            labels = preds.labels[s, : end - start].tolist()
+            rows += [(s, a, b, kinds[labels[a]]) for a, b in tag_spans(labels, prefixes, kinds)]
+        decoded = set(rows)
+        if self.candidate_threshold is not None:
+            probs = preds.probs if preds.probs is not None else structure.label_marginals(F, lengths).cpu().numpy()
+            rows += [row for row in self._candidates(probs, preds.segments, tags) if row not in decoded]
+        if rows:
+            spans = torch.tensor(rows, dtype=torch.long, device=F.device)
+            probs_of_spans = structure.span_log_probs(F, lengths, spans, tags).exp().cpu().numpy().tolist()
+            for (s, a, b, kind), p in zip(rows, probs_of_spans):
+                keep = (preds.entities if (s, a, b, kind) in decoded else preds.candidates)[s]
+                keep.append((a, b, kind, float(p)))
+        if self.n_best:
+            found = structure.nbest(F, lengths, self.n_best)
+            preds.nbest = (found.labels.cpu().numpy(), found.scores.double().cpu().numpy())
+        return preds
+
+    def _prefixes_and_kinds(self) -> Tuple[List[str], List[int]]:
+        """Each tag's prefix ("O", "B", ...) and the index of its type in :attr:`labels` (-1 for O)."""
+        index = {label: i for i, label in enumerate(self.labels)}
+        prefixes = [tag.partition("-")[0] for tag in self.outputs]
+        kinds = [index[tag.partition("-")[2]] if tag != "O" else -1 for tag in self.outputs]
+        return prefixes, kinds
+
+    def _candidates(self, probs: numpy.ndarray, segments, tags: structs.EntityTags) -> List[Tuple[int, int, int, int]]:
+        """(segment, start, end, type) of the spans whose every tag has a marginal of at least
+        ``candidate_threshold`` (a span's probability is at most its least probable tag's marginal, so these
+        hold every span of at least that probability), up to :data:`CANDIDATE_WIDTH` tokens."""
+        low = self.candidate_threshold
+        index = {label: i for i, label in enumerate(self.labels)}
+        out = []
+        for s, (_, start, end) in enumerate(segments):
+            p = probs[s, : end - start]
+            for j, kind in enumerate(tags.types):
+                b, i = int(tags.begin[j]), int(tags.inside[j])
+                last, unit = int(tags.last[j]), int(tags.unit[j])
+                for a in numpy.flatnonzero(p[:, unit if unit >= 0 else b] >= low):  # one token: B-X (BIO), U-X
+                    out.append((s, int(a), int(a) + 1, index[kind]))
+                for a in numpy.flatnonzero(p[:, b] >= low):  # longer: B-X, I-X ..., then I-X (BIO) or L-X
+                    for e in range(int(a) + 1, min(len(p), int(a) + CANDIDATE_WIDTH)):
+                        if p[e, last if last >= 0 else i] >= low:
+                            out.append((s, int(a), e + 1, index[kind]))
+                        if p[e, i] < low:
+                            break
+        return out
+
     # ------------------------------------------------------------ annotation
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
-        """``Doc.ents`` from the decoded tags (the doc's other tokens become outside any entity), and with
+        """``Doc.ents`` from the decoded entities of at least ``threshold`` probability (the doc's other tokens
+        become outside any entity) with ``Span._.nldm_prob``; the span group ``spans_key`` with the same entities
+        and the candidates, their probabilities in ``attrs["scores"]``; ``Doc._.nldm_nbest`` (``n_best``); with
         ``store_probs`` the tag marginals in ``Doc._.nldm_probs`` (labels in ``Doc._.nldm_prob_labels``)."""
         docs = list(docs)
         tags = self.outputs
-        prefix = [tag.partition("-")[0] for tag in tags]
-        kinds = [self.vocab.strings.add(tag.partition("-")[2]) if tag != "O" else 0 for tag in tags]
-        found: Dict[int, List[Tuple[int, int, int]]] = {d: [] for d in range(len(docs))}
+        labels = [self.vocab.strings.add(label) for label in self.labels]
+        ents: Dict[int, List[Tuple[int, int, int, float]]] = {d: [] for d in range(len(docs))}
+        others: Dict[int, List[Tuple[int, int, int, float]]] = {d: [] for d in range(len(docs))}
         if self.store_probs:
             for doc in docs:
                 doc._.nldm_probs = numpy.zeros((len(doc), len(tags)), dtype="float32")
                 doc._.nldm_prob_labels = list(tags)
+        low = self.candidate_threshold
         for s, (d, start, end) in enumerate(preds.segments):
-            labels = preds.labels[s, : end - start].tolist()
-            found[d].extend((start + a, start + b, kinds[labels[a]]) for a, b in tag_spans(labels, prefix, kinds))
+            for a, b, k, p in preds.entities[s]:  # a decoded entity below threshold may still be a candidate
+                if p >= self.threshold:
+                    ents[d].append((start + a, start + b, k, p))
+                elif low is not None and p >= low:
+                    others[d].append((start + a, start + b, k, p))
+            others[d] += [(start + a, start + b, k, p) for a, b, k, p in preds.candidates[s] if p >= low]
             if preds.probs is not None:
                 docs[d]._.nldm_probs[start:end] = preds.probs[s, : end - start]
         for d, doc in enumerate(docs):
-            doc.set_ents([Span(doc, a, b, label=kind) for a, b, kind in found[d]], default="outside")
+            kept = [Span(doc, a, b, label=labels[k]) for a, b, k, _ in ents[d]]
+            doc.set_ents(kept, default="outside")
+            for span, (_, _, _, p) in zip(doc.ents, ents[d]):
+                span._.nldm_prob = p
+            if self.spans_key is not None:
+                group = kept + [Span(doc, a, b, label=labels[k]) for a, b, k, _ in others[d]]
+                scores = [p for *_, p in ents[d]] + [p for *_, p in others[d]]
+                doc.spans[self.spans_key] = SpanGroup(doc, name=self.spans_key, spans=group,
+                                                      attrs={"scores": numpy.asarray(scores, dtype="float32")})
+        if preds.nbest is not None:
+            self._set_nbest(docs, preds, labels)
+
+    def _set_nbest(self, docs: List[Doc], preds: Predictions, labels: List[int]) -> None:
+        """Each doc's k most probable entity sets: its segments' k best sequences combined (the segments are
+        independent, so a set's probability is the product of its segments')."""
+        k = self.n_best
+        seqs, log_p = preds.nbest
+        prefixes, kinds = self._prefixes_and_kinds()
+        best: Dict[int, List[Tuple[float, List[Tuple[int, int, int]]]]] = {d: [(0.0, [])] for d in range(len(docs))}
+        for s, (d, start, end) in enumerate(preds.segments):
+            options = []
+            for j in range(k):
+                if not numpy.isfinite(log_p[s, j]):
+                    continue
+                tags = seqs[s, j, : end - start].tolist()
+                options.append((float(log_p[s, j]), [(start + a, start + b, kinds[tags[a]])
+                                                     for a, b in tag_spans(tags, prefixes, kinds)]))
+            pairs = [(p + q, e + f) for p, e in best[d] for q, f in options]
+            best[d] = sorted(pairs, key=lambda pair: -pair[0])[:k]
+        for d, doc in enumerate(docs):
+            doc._.nldm_nbest = [(float(numpy.exp(p)), [(a, b, self.vocab.strings[labels[j]]) for a, b, j in sets])
+                                for p, sets in best[d]] if len(doc) else []
 
     def score(self, examples: Iterable[Example], **kwargs):
         """spaCy's entity scores (``ents_p``, ``ents_r``, ``ents_f``, ``ents_per_type``)."""

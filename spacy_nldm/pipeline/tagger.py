@@ -61,12 +61,15 @@ TOK2VEC_LOSSES = ("sum", "mean", None)
 
 class Predictions:
     """Decoded segments: labels (S, L), heads (S, L) or None, scores (S,), probs (S, L, M) or None;
-    ``has_tree``: the model decodes a latent tree (heads and a tree score per doc)."""
+    ``has_tree``: the model decodes a latent tree (heads and a tree score per doc); ``scored``: the structure,
+    scores F and lengths they were decoded from (None for a batch without tokens), for what a subclass
+    reads beside the labels."""
 
-    def __init__(self, segments, labels, heads, best, probs, has_tree: bool):
+    def __init__(self, segments, labels, heads, best, probs, has_tree: bool, scored=None):
         self.segments = segments
         self.labels, self.heads, self.best, self.probs = labels, heads, best, probs
         self.has_tree = has_tree
+        self.scored = scored
 
 
 class StructuredTagger(TrainablePipe):
@@ -326,7 +329,8 @@ class StructuredTagger(TrainablePipe):
 
     def _check_finite(self, scores: TokenScores, docs: List[Doc]) -> None:
         """spaCy's E940 for our scores: say which batch, and what to look at."""
-        if not bool(self.model.ops.xp.isfinite(scores.scores).all()):
+        xp = self.model.ops.xp
+        if not all(bool(xp.isfinite(s).all()) for s in (scores.scores, *scores.tables.values())):
             raise ValueError(
                 f"[spacy-nldm] {self.name}: found NaN or infinite values in the edge scores of a batch of "
                 f"{len(docs)} docs (first: {docs[0].text[:60]!r}) (spaCy's E940): the weights have diverged "
@@ -400,7 +404,8 @@ class StructuredTagger(TrainablePipe):
         if heads is not None:
             heads = heads.cpu().numpy()
         probs = None if probs is None else probs.cpu().numpy()
-        return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs, has_tree)
+        return Predictions(scores.segments, labels.cpu().numpy(), heads, best.cpu().numpy(), probs, has_tree,
+                           scored=(structure, F, lengths))
 
     def set_annotations(self, docs: Iterable[Doc], preds: Predictions) -> None:
         docs = list(docs)

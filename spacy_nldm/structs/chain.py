@@ -49,8 +49,10 @@ take the input); every lane is exact at any score scale, so forcing one changes 
 default for :class:`ChainScores` on the CPU: one loop per sentence, no potentials; 1.2 against 4.5 us a
 word for the reference at B = 256, N <= 40, M = 25, one thread) and the ``reference`` below; both give the same labels and scores bit for bit.
 
-A token with no allowed label (every label masked, or every potential -inf) makes log Z = -inf; its
-sentence then has zero marginals and gradient, and :func:`crf_viterbi` returns score -inf and labels 0.
+-inf is a structural zero (a forbidden label or transition: :func:`.constraints.constrain` writes them)
+that every lane keeps exact. A sentence that no sequence of finite score fits (a token with no allowed
+label, or allowed labels no allowed transitions join) has log Z = -inf, zero marginals and gradient, and
+:func:`crf_viterbi` returns score -inf and labels 0.
 """
 from typing import NamedTuple, Optional, Tuple, Union
 

@@ -87,8 +87,8 @@ def takes(span: float, dtype: torch.dtype) -> bool:
 
 
 def applies(potentials: Tensor, lengths: Tensor) -> bool:
-    """Whether the lane takes these potentials: order 1, not empty, every real token finite and spanning
-    at most 354 nats."""
+    """Whether the lane takes these potentials: order 1, not empty, no +inf or NaN at a real token, whose
+    finite entries span at most 354 nats."""
     spans = widest_span(potentials, lengths)
     return spans is not None and takes(spans.span, potentials.dtype)
 
@@ -100,7 +100,7 @@ def recursions(potentials: Tensor, lengths: Tensor, backward: bool, spans=None) 
     batch, n, m, _ = potentials.shape
     real = real_tokens(lengths, n)
     top, span, each = token_spans(potentials, lengths) if spans is None else spans
-    structural = each is not None  # -inf at a real token: rescale at every token, check (module docstring)
+    structural = each is not None  # -inf at a real token: check for underflow (module docstring)
     dtype = potentials.dtype
     if not span <= -theta(dtype):  # float32 tokens spanning 43.7 to 354 nats: the same lane in float64
         potentials = potentials.double()

@@ -14,8 +14,8 @@ batched matrix product per token (p the batch axis of the product):
 
     alpha_t[b, p, c] = exp(emissions[b, t, c]) * sum_A alpha_{t-1}[b, A, p] * exp(trigram[A, 1 + p, c])
 
-each alpha_t divided by its sum (the logs of the sums add up to log Z; constants to autograd). It is exact where the trigram
-spans at most ``SPAN`` nats: a path through a label whose exponential underflowed (more than 708 nats
+each alpha_t divided by its sum (the logs of the sums add up to log Z; constants to autograd). It is
+exact where the trigram spans at most ``SPAN`` nats: a path through a label whose exponential underflowed (more than 708 nats
 below its token's best) differs from the best path's by at most 3 SPAN nats of trigram scores (the three
 trigrams that read the label), so it weighs less than exp(3 SPAN - 708) = 1e-47 of the total, below
 float64 rounding. Wider trigrams, or +inf and NaN, take the potentials' lanes of :mod:`.chain`.
@@ -108,7 +108,7 @@ def log_partition(scores: SecondOrderScores, lengths: Tensor, label_mask: Option
     log_z = top[:, 0, 0] + w_top + torch.log(safe)
     state = torch.cat([first[:, None] / safe[:, None, None], E.new_zeros(B, M, M)], 1)  # (B, A, p)
     structural = bool((W == -torch.inf).any())  # forbidden trigrams: check for underflow (_no_underflow)
-    lows = [_smallest_term(first.detach(), (1,)) / safe] if structural else []
+    lows = [_smallest_term(state.detach())] if structural else []
     for t in range(1, N):
         alive = real[:, t]
         new = torch.bmm(state.permute(2, 0, 1), into).permute(1, 0, 2) * X[:, t, None, :]  # (B, p, c)
@@ -120,7 +120,7 @@ def log_partition(scores: SecondOrderScores, lengths: Tensor, label_mask: Option
         next_state = torch.cat([E.new_zeros(B, 1, M), new / safe[:, None, None]], 1)
         state = torch.where(ok[:, None, None], next_state, state)
         if structural:
-            lows.append(_smallest_term(new.detach(), (1, 2)) / safe)
+            lows.append(_smallest_term(state.detach()))
     # the last state sums to 1; its sum carries the gradient (the scales are constants to autograd, so that
     # a state no allowed sequence continues gets exactly 0, with no cancellation through the divisions)
     final = state.sum((1, 2))
@@ -132,9 +132,9 @@ def log_partition(scores: SecondOrderScores, lengths: Tensor, label_mask: Option
     return log_z.to(scores.emissions.dtype), exact
 
 
-def _smallest_term(x: Tensor, dims) -> Tensor:
-    """The smallest nonzero entry over ``dims`` (+inf where all are 0)."""
-    return torch.where(x > 0, x, torch.inf).amin(dims)
+def _smallest_term(state: Tensor) -> Tensor:
+    """The smallest nonzero entry (B,) of a state (B, M+1, M) (+inf where all are 0)."""
+    return torch.where(state > 0, state, torch.inf).flatten(1).amin(1)
 
 
 def _no_underflow(E: Tensor, top: Tensor, W: Tensor, lows: Tensor, real: Tensor) -> Tensor:

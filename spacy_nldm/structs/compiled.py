@@ -48,7 +48,7 @@ def log_partition(scores, lengths: Tensor, limit: int, factored: bool) -> Tensor
     """log Z (B,) of :class:`~.tree.DirectionalScores` (CPU, no masks; ``lengths`` 0 for impossible
     sentences), differentiable with respect to F and the distance bias; ``factored``: read as emissions
     plus one table (``token_independent`` scores, see :func:`_factors`)."""
-    factors = _factors(scores.F, lengths) if factored else None
+    factors = _factors(scores, lengths) if factored else None
     if factors is not None:
         return _FactoredInside.apply(*factors, scores.distance_bias, lengths, limit)
     return _Inside.apply(scores.F, scores.distance_bias, lengths, limit)
@@ -57,27 +57,31 @@ def log_partition(scores, lengths: Tensor, limit: int, factored: bool) -> Tensor
 def label_marginals(scores, lengths: Tensor, limit: int, factored: bool) -> Optional[Tensor]:
     """The label marginals (B, N, M) float64, unnormalised (the arc marginals into each token, summed), or
     None if log Z is not finite somewhere (+inf or NaN read: the reference names it)."""
-    F, bias = scores.F, scores.distance_bias
-    factors = _factors(F, lengths) if factored else None
+    bias = scores.distance_bias
+    factors = _factors(scores, lengths) if factored else None
     if factors is not None:
-        log_z, packed, _, _, real = inside_outside_factored(*factors, bias, lengths, limit, True, with_bias_grad=False)
+        log_z, packed, _, _, real = inside_outside_factored(*factors, bias, lengths, limit, True, labels_only=True)
     else:
-        log_z, _, _, packed, real = inside_outside(F, bias, lengths, limit, True, with_arcs=False)
+        log_z, _, _, packed, real = inside_outside(scores.F, bias, lengths, limit, True, with_arcs=False)
     if not bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
         return None
-    labels = torch.zeros(real.shape + (F.shape[-1],), dtype=torch.float64)
+    labels = torch.zeros(real.shape + (scores.shape[-1],), dtype=torch.float64)
     labels[real] = packed
     return labels
 
 
-def _factors(F: Tensor, lengths: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
-    """For token-independent F: (emissions (B, N, M), table (2, M+1, M)) with F[b, d, x, a, c] =
-    emissions[b, d, c] + table[x, a, c]: the emissions are F[:, :, 0, 1] (F's dtype, so that log Z keeps
-    it) and the table is the first real token's F relative to that row (the difference taken in float64,
-    where it is exact). Differentiable functions of F; None if no sentence has a token."""
+def _factors(scores, lengths: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+    """For token-independent DirectionalScores: (emissions (B, N, M), table (2, M+1, M)) with F[b, d, x, a, c] =
+    emissions[b, d, c] + table[x, a, c]: their :attr:`~.tree.DirectionalScores.factors` where they were given
+    so; else the emissions are F[:, :, 0, 1] (F's dtype, so that log Z keeps it) and the table is the first
+    real token's F relative to that row (the difference taken in float64, where it is exact), differentiable
+    functions of F. None if no sentence has a token."""
     filled = (lengths > 0).nonzero()
     if len(filled) == 0:
         return None
+    if scores.factors is not None:
+        return scores.factors
+    F = scores.F
     first = F[int(filled[0]), 0].to(torch.float64)  # (2, M+1, M)
     return F[:, :, 0, 1], first - first[0, 1]
 
@@ -161,13 +165,13 @@ def inside_outside(F: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: in
 
 
 def inside_outside_factored(emissions: Tensor, table: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
-                            with_grad: bool, with_bias_grad: bool = True
+                            with_grad: bool, labels_only: bool = False
                             ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
     """As :func:`inside_outside` for scores F[b, d, x, h, c] = emissions[b, d, c] + table[x, h, c] (emissions
     (B, N, M), table (2, M+1, M), given apart: the kernel exponentiates M numbers per token and the table
     once, and never reads an (M+1) M block per token). Returns log Z (B,); with ``with_grad`` d log Z /
     d emissions packed over the real tokens (T, M) (the label marginals), d log Z / d table per sentence
-    (B, 2, M+1, M) and d log Z / d bias per sentence (B, *bias.shape) (``with_bias_grad``; else empty); and
+    (B, 2, M+1, M) and d log Z / d bias per sentence (B, *bias.shape) (both empty with ``labels_only``); and
     ``real``. All float64."""
     B, N = emissions.shape[:2]
     real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
@@ -175,7 +179,7 @@ def inside_outside_factored(emissions: Tensor, table: Tensor, bias: Optional[Ten
     tab = np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
     log_z, grad_bias, labels, grad_table = _run(np.zeros((0, 2, 1, 1)), packed, tab, bias, lengths, limit,
                                                 emissions.shape[-1], with_grad, False, np.zeros((0, 2, 1, 1)),
-                                                with_grad, with_grad, with_bias_grad)
+                                                with_grad, with_grad and not labels_only, not labels_only)
     if not with_grad:
         return torch.from_numpy(log_z), None, None, None, real
     return (torch.from_numpy(log_z), torch.from_numpy(labels), torch.from_numpy(grad_table),
@@ -217,7 +221,7 @@ def _kernel():
 
         for name in ("_lg", "_factor", "_lgc", "_lgi", "_lgt", "_arc"):
             globals()[name] = njit(globals()[name])
-        for name in ("_lse", "_normalise", "_encode", "_finish_incomplete"):
+        for name in ("_lse", "_normalise", "_encode", "_finish_incomplete", "_product"):
             globals()[name] = njit(error_model="numpy")(globals()[name])
         _compiled = njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(_batch)
     return _compiled
@@ -280,25 +284,29 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
     CRs, CLs, CRp, CLp = np.zeros((P, KK + 1)), np.zeros((P, KK + 1)), np.zeros((P, KK + 1)), np.zeros((P, KK + 1))
     CRf, CLf = np.zeros((P, KK + 1), np.bool_), np.zeros((P, KK + 1), np.bool_)
     CRl, CLl = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
-    It, Il = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))  # inner totals (unnormalised), logs
+    # the (M, M) charts are left uninitialised (np.empty: no page is touched before it is written): every element
+    # is written before it is read, the logs (*l) only where an item is flagged, and rows a >= 1 of the spans from
+    # the root (s = 0) are never read
+    It, Il = np.empty((P, KK + 1, M, M)), np.empty((P, KK + 1, M, M))  # inner totals (unnormalised), logs
     Is, If = np.zeros((P, KK + 1)), np.zeros((P, KK + 1), np.bool_)
-    IRv, ILv = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
-    IRl, ILl = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
+    IRv, ILv = np.empty((P, KK + 1, M, M)), np.empty((P, KK + 1, M, M))
+    IRl, ILl = np.empty((P, KK + 1, M, M)), np.empty((P, KK + 1, M, M))
     IRs, ILs = np.zeros((P, KK + 1)), np.zeros((P, KK + 1))
     IRf, ILf = np.zeros((P, KK + 1), np.bool_), np.zeros((P, KK + 1), np.bool_)
     Tv, Tl = np.zeros((P, M)), np.zeros((P, M))
     Ts, Tp, Tf = np.zeros(P), np.zeros(P), np.zeros(P, np.bool_)
     # exp(F - largest) per dependent: [t-1, 0, a, c] for the arcs s -> t from tokens (head label a), [t-1, 1, a, c]
     # for the arcs from the right into t (t's label a, the head's c), [t-1, c] for the root -> t
-    E, Etop = np.zeros((N, 2, M, M)), np.zeros((N, 2))
+    E, Etop = np.empty((N, 2, M, M)), np.zeros((N, 2))
     Eroot, Eroot_top = np.zeros((N, M)), np.zeros(N)
     # outside: d log Z / d item
     gCR, gCL = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
-    gIR, gIL = np.zeros((P, KK + 1, M, M)), np.zeros((P, KK + 1, M, M))
+    Pg = P if with_grad else 0  # (zeroed per sentence)
+    gIR, gIL = np.empty((Pg, KK + 1, M, M)), np.empty((Pg, KK + 1, M, M))
     gT = np.zeros((P, M))
     tot, rho = np.zeros(M), np.zeros(M)
     terms = np.zeros((KK + 1) * M)  # the terms of one log-space sum
-    tot2, rho2 = np.zeros((M, M)), np.zeros((M, M))
+    rho2 = np.zeros((M, M))
     # factored scores: the table's exponentials, exp(Ft[x, 1 + h, a] - Ttop[x]) and exp(Ft[0, 0, c] - Rtop)
     ee, Et, Er = np.zeros(M), np.zeros((2, M, M)), np.zeros(M)
     Ttop, Rtop = np.zeros(2), neg
@@ -386,18 +394,24 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                     g = CRs[s, k - s] + CLs[k + 1, t - k - 1]
                     if g > top:
                         top = g
-                inner = It[s, w]
-                inner[:, :] = 0.0
+                inner = It[s, w]  # (rows ah..M-1 are never read)
+                low = False
                 for k in range(s, t):  # inner = sum_k scale_k * CR[s, k] (outer) CL[k+1, t]
                     f = _factor(CRs[s, k - s] + CLs[k + 1, t - k - 1], top)
                     x_row, y_row = CRv[s, k - s], CLv[k + 1, t - k - 1]
                     for a in range(ah):
                         x = f * x_row[a]
                         out = inner[a]
-                        for c in range(M):
-                            out[c] += x * y_row[c]
+                        if k == s:
+                            for c in range(M):
+                                out[c] = x * y_row[c]
+                        else:
+                            for c in range(M):
+                                out[c] += x * y_row[c]
+                        if k == t - 1:
+                            for c in range(M):
+                                low |= out[c] < THRESHOLD
                 Is[s, w] = top
-                low = inner[:ah].min() < THRESHOLD
                 If[s, w] = low
                 if low:  # exact: inner = log sum_k exp(CR[s, k, a] + CL[k+1, t, c])
                     for a in range(M):
@@ -414,16 +428,21 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                 if s == 0:  # from the root: its label 0 only
                     shift = Is[s, w] + Eroot_top[t - 1]
                     IRv[s, w] = 0.0
-                    np.multiply(inner[0], Eroot[t - 1], IRv[s, w, 0])
+                    low = False
+                    for c in range(M):
+                        v = inner[0, c] * Eroot[t - 1, c]
+                        IRv[s, w, 0, c] = v
+                        low |= v < THRESHOLD
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + top_r
-                    np.multiply(inner, E[t - 1, 0], IRv[s, w])
-                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias_r, True)
+                    low = _product(inner, E[t - 1, 0], IRv[s, w])
+                _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias_r, True,
+                                   low)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + top_l
-                    np.multiply(inner, E[s - 1, 1], ILv[s, w])
+                    low = _product(inner, E[s - 1, 1], ILv[s, w])
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bias_l,
-                                       False)
+                                       False, low)
             # -- complete items of width w --------------------------------------------------------
             for s in range(n - w + 1):
                 t = s + w
@@ -538,8 +557,8 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
         # == outside: d log Z / d item, in reverse order ==============================================
         gCR[: n + 1, : K + 1] = 0.0
         gCL[: n + 1, : K + 1] = 0.0
-        gIR[: n + 1, : K + 1] = 0.0
-        gIL[: n + 1, : K + 1] = 0.0
+        gIR[: n + 1, 1 : K + 1] = 0.0  # (width 0 is no incomplete item)
+        gIL[: n + 1, 1 : K + 1] = 0.0
         gT[: n + 1] = 0.0
         if n <= K:
             gCR[0, n, 0] = 1.0
@@ -622,59 +641,69 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                                     gIL[s + e, w - e, a, c] += q
                                     gCL[s, e, a] += q
             # incomplete items of width w: their marginals are the arcs' (the gradient of F and the bias)
+            col = min(w, Kb) - 1
+            bias_grad = Kb > 0 and grad_bias.shape[0] > 0
             for s in range(n - w + 1):
                 t = s + w
                 ah = 1 if s == 0 else M
-                for a in range(M):
-                    for c in range(M):
-                        tot2[a, c] = 0.0
+                g_right, g_left = gIR[s, w], gIL[s, w]  # (gIL[0] stays 0: the root is never a dependent)
                 if s == 0:
                     for c in range(M):
                         if with_arcs:
-                            grad[o + t - 1, 0, 0, c] += gIR[0, w, 0, c]
+                            grad[o + t - 1, 0, 0, c] += g_right[0, c]
                         else:
-                            labels[o + t - 1, c] += gIR[0, w, 0, c]
+                            labels[o + t - 1, c] += g_right[0, c]
                         if with_table:
-                            grad_table[b, 0, 0, c] += gIR[0, w, 0, c]
-                        tot2[0, c] = gIR[0, w, 0, c]
-                else:
-                    col = min(w, Kb) - 1
-                    bias_grad = Kb > 0 and grad_bias.shape[0] > 0
+                            grad_table[b, 0, 0, c] += g_right[0, c]
+                elif with_arcs:
                     for a in range(M):
                         for c in range(M):
-                            if with_arcs:
-                                grad[o + t - 1, 0, a + 1, c] += gIR[s, w, a, c]
-                                grad[o + s - 1, 1, c + 1, a] += gIL[s, w, a, c]
-                            else:
-                                labels[o + t - 1, c] += gIR[s, w, a, c]  # the arc s -> t gives t label c
-                                labels[o + s - 1, a] += gIL[s, w, a, c]  # the arc t -> s gives s label a
-                            if with_table:
-                                grad_table[b, 0, a + 1, c] += gIR[s, w, a, c]
-                                grad_table[b, 1, c + 1, a] += gIL[s, w, a, c]
-                            if bias_grad:  # summed over the label pairs
-                                grad_bias[b, 0, col] += gIR[s, w, a, c]
-                                grad_bias[b, 1, col] += gIL[s, w, a, c]
-                            tot2[a, c] = gIR[s, w, a, c] + gIL[s, w, a, c]
+                            grad[o + t - 1, 0, a + 1, c] += g_right[a, c]
+                            grad[o + s - 1, 1, c + 1, a] += g_left[a, c]
+                else:
+                    into_t, into_s = labels[o + t - 1], labels[o + s - 1]
+                    for a in range(M):
+                        acc = 0.0
+                        for c in range(M):
+                            into_t[c] += g_right[a, c]  # the arc s -> t gives t label c
+                            acc += g_left[a, c]  # the arc t -> s gives s label a
+                        into_s[a] += acc
+                if s > 0 and with_table:
+                    for a in range(M):
+                        for c in range(M):
+                            grad_table[b, 0, a + 1, c] += g_right[a, c]
+                            grad_table[b, 1, c + 1, a] += g_left[a, c]
+                if s > 0 and bias_grad:  # summed over the label pairs
+                    acc_right = acc_left = 0.0
+                    for a in range(M):
+                        for c in range(M):
+                            acc_right += g_right[a, c]
+                            acc_left += g_left[a, c]
+                    grad_bias[b, 0, col] += acc_right
+                    grad_bias[b, 1, col] += acc_left
                 # inner: shares of each split k
                 if not If[s, w]:
                     for a in range(ah):
                         for c in range(M):
-                            rho2[a, c] = tot2[a, c] / It[s, w, a, c] if tot2[a, c] != 0.0 else 0.0
+                            g = g_right[a, c] + g_left[a, c]
+                            rho2[a, c] = g / It[s, w, a, c] if g != 0.0 else 0.0
                     for k in range(s, t):
                         f = np.exp(CRs[s, k - s] + CLs[k + 1, t - k - 1] - Is[s, w])
+                        y_row, g_row = CLv[k + 1, t - k - 1], gCL[k + 1, t - k - 1]
                         for a in range(ah):
                             x = f * CRv[s, k - s, a]
                             if x != 0.0:
                                 acc = 0.0
+                                r_row = rho2[a]
                                 for c in range(M):
-                                    q = x * CLv[k + 1, t - k - 1, c] * rho2[a, c]
-                                    gCL[k + 1, t - k - 1, c] += q
+                                    q = x * y_row[c] * r_row[c]
+                                    g_row[c] += q
                                     acc += q
                                 gCR[s, k - s, a] += acc
                 else:
                     for a in range(ah):
                         for c in range(M):
-                            g = tot2[a, c]
+                            g = g_right[a, c] + g_left[a, c]
                             if g != 0.0:
                                 for k in range(s, t):
                                     q = g * np.exp(_lgc(CRf, CRl, CRv, CRs, s, k - s, a)
@@ -730,16 +759,27 @@ def _encode(logs, values):
     return top
 
 
-def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias, right):
+def _product(x, y, out):
+    """out = x * y, (M, M) each; whether a product is below THRESHOLD."""
+    M = x.shape[0]
+    low = False
+    for a in range(M):
+        x_row, y_row, row = x[a], y[a], out[a]
+        for c in range(M):
+            v = x_row[c] * y_row[c]
+            row[c] = v
+            low |= v < THRESHOLD
+    return low
+
+
+def _finish_incomplete(values, shifts, flags, logs, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias, right,
+                       low):
     """(``o``: the sentence's first row in the packed scores, dense F or factored Fe + Ft: see :func:`_arc`;
     ``bias`` (M, M): the distance bias of the item's arcs, laid out as the item.) An incomplete item's raw values
     (inner total * arc factor, scale ``shift``, at most w) are kept as they are, or, if one of them is below
-    THRESHOLD, recomputed exactly as inner + arc in log space (then with their largest as the shift)."""
+    THRESHOLD (``low``, of the labels 0..ah-1 of the span's start), recomputed exactly as inner + arc in log
+    space (then with their largest as the shift)."""
     M = values.shape[3]
-    low = False
-    for a in range(ah):
-        for c in range(M):
-            low |= values[s, w, a, c] < THRESHOLD
     flags[s, w] = low
     if not low:
         shifts[s, w] = shift

@@ -160,7 +160,7 @@ def _rules_on_emissions(emissions: Tensor, allowed: Transitions, lengths: Tensor
                         last: Optional[Tensor]) -> Tensor:
     """The emissions with the start rule on the sequences with ``first`` and the end rule on those with
     ``last`` (None: nobody); the same tensor where that changes nothing."""
-    if first is None and not (last is not None and not bool(allowed.end.all())):
+    if first is None and (last is None or bool(allowed.end.all())):
         return emissions
     nobody = torch.zeros(emissions.shape[0], dtype=torch.bool, device=emissions.device)
     ends = _forbidden_ends(allowed, lengths, emissions.shape[1], nobody if first is None else first,

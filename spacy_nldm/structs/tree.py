@@ -78,26 +78,62 @@ class DirectionalScores:
     ``token_independent = True`` is the caller's statement that every token's scores are one emission row
     plus one shared table, ``F[b, d, x, a, c] = e[b, d, c] + table[x, a, c]`` (as the components' bilinear
     and emission_transition scorers make them): the ``factored`` lane then reads ``e = F[:, :, 0, 1]`` and
-    the table relative to it from the first real token.
+    the table relative to it from the first real token. :meth:`from_factors` takes the two factors themselves.
     """
 
     def __init__(self, F: Tensor, distance_bias: Optional[Tensor] = None, token_independent: bool = False):
         if not isinstance(F, Tensor) or F.dim() != 5 or F.shape[2] != 2 or F.shape[3] != F.shape[4] + 1:
             shape = tuple(F.shape) if isinstance(F, Tensor) else type(F).__name__
             raise ValueError(f"directional scores must have shape (B, N, 2, M+1, M), got {shape}")
-        if distance_bias is not None and not (isinstance(distance_bias, Tensor) and distance_bias.dim() == 2
-                                              and distance_bias.shape[0] == 2 and distance_bias.shape[1] >= 1):
-            shape = tuple(distance_bias.shape) if isinstance(distance_bias, Tensor) else type(distance_bias).__name__
-            raise ValueError(f"distance_bias must have shape (2, K), K >= 1, got {shape}")
-        self.F = F
+        _check_bias_shape(distance_bias)
+        self._F = F
         self.distance_bias = distance_bias
         self.token_independent = bool(token_independent)
+        self.factors: Optional[Tuple[Tensor, Tensor]] = None
+
+    @classmethod
+    def from_factors(cls, emissions: Tensor, table: Tensor, distance_bias: Optional[Tensor] = None
+                     ) -> "DirectionalScores":
+        """Token-independent scores given as their factors, ``F[b, d, x, a, c] = emissions[b, d, c] + table[x, a,
+        c]``, emissions (B, N, M) and table (2, M+1, M) of one dtype: the ``factored`` lane reads them as they are
+        (and differentiates them); F is built only when another lane reads it."""
+        for name, value, dims in (("emissions", emissions, 3), ("table", table, 3)):
+            if not isinstance(value, Tensor) or value.dim() != dims:
+                raise ValueError(f"{name} must be a {dims}-d tensor, got {getattr(value, 'shape', type(value))}")
+        M = emissions.shape[-1]
+        if tuple(table.shape) != (2, M + 1, M) or table.dtype != emissions.dtype:
+            raise ValueError(f"table must be {emissions.dtype} of shape (2, {M + 1}, {M}) for emissions "
+                             f"{tuple(emissions.shape)}, got {table.dtype} {tuple(table.shape)}")
+        _check_bias_shape(distance_bias)
+        scores = cls.__new__(cls)
+        scores._F, scores.distance_bias, scores.token_independent = None, distance_bias, True
+        scores.factors = (emissions, table)
+        return scores
+
+    @property
+    def F(self) -> Tensor:
+        """The scores (B, N, 2, M+1, M) (built from :attr:`factors` on first use, where they were given so)."""
+        if self._F is None:
+            emissions, table = self.factors
+            self._F = emissions[:, :, None, None, :] + table
+        return self._F
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.F.dtype if self.factors is None else self.factors[0].dtype
 
     @property
     def shape(self) -> Tuple[int, int, int, int, int]:
         """The shape of the dense arc tensor these scores stand for."""
-        B, N, _, _, M = self.F.shape
+        B, N, M = (self.F.shape[:2] + self.F.shape[-1:]) if self.factors is None else self.factors[0].shape
         return (B, N + 1, N + 1, M, M)
+
+
+def _check_bias_shape(distance_bias: Optional[Tensor]) -> None:
+    if distance_bias is not None and not (isinstance(distance_bias, Tensor) and distance_bias.dim() == 2
+                                          and distance_bias.shape[0] == 2 and distance_bias.shape[1] >= 1):
+        shape = tuple(distance_bias.shape) if isinstance(distance_bias, Tensor) else type(distance_bias).__name__
+        raise ValueError(f"distance_bias must have shape (2, K), K >= 1, got {shape}")
 
 
 class Marginals(NamedTuple):
@@ -174,7 +210,7 @@ def label_marginals(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = N
     if chosen != "reference" and isinstance(scores, DirectionalScores):
         labels = compiled.label_marginals(scores, problem.lengths, problem.limit, chosen == "factored")
         if labels is not None:
-            return (labels * _sum_to_one(labels).unsqueeze(-1)).to(scores.F.dtype)
+            return (labels * _sum_to_one(labels).unsqueeze(-1)).to(scores.dtype)
     return _marginals(scores, lengths, label_mask, max_dist, arc_mask, chosen)[1]
 
 
@@ -210,8 +246,9 @@ def viterbi(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max
 def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Optional[int] = None, tol: float = TOL,
                     distance_bias: Optional[Tensor] = None, lane: Optional[str] = None) -> Tuple[Tensor, Tensor]:
     """The canonical tree of given labels: heads (B, N) (0 = the root, 0 beyond each length) and its score
-    (B,) float64 (the sum of its arcs' scores, dependent by dependent), for DirectionalScores F
-    (B, N, 2, M+1, M), labels (B, N) and the distance bias (2, K) or None.
+    (B,) float64 (the sum of its arcs' scores, dependent by dependent), for directional scores F
+    (B, N, 2, M+1, M) (or a :class:`DirectionalScores`, read as its factors where it has them), labels (B, N)
+    and the distance bias (2, K) or None.
 
     Many trees score the same or within rounding of each other (every tree that keeps each token's head
     direction and head label scores exactly the same), and which one Viterbi returns follows the last bits
@@ -219,15 +256,23 @@ def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Option
     candidates within ``tol`` (relative) of the best, the one with the shortest arcs in all (the first split
     on a tie). ``lane``: ``"reference"`` (these recurrences in torch) or ``"compiled"`` (the same choices in
     one numba loop per sentence, the default on the CPU); both give the same heads and scores, bit for bit."""
-    check_scores(F, "directional scores")
+    factors = F.factors if isinstance(F, DirectionalScores) else None
+    if isinstance(F, DirectionalScores) and factors is None:
+        F = F.F
+    check_scores(F if factors is None else factors[0], "directional scores")
     lengths = check_lengths(lengths, labels.shape[0], labels.shape[1], labels.device)
     if lane not in (None, "reference", "compiled"):
         raise ValueError(f"lane must be 'reference', 'compiled' or None, got {lane!r}")
     B, N = labels.shape
     limit = N if max_dist is None else min(int(max_dist), N)
     # dep[b, d-1, x, code] = F[b, d-1, x, code, label of d]; codes (B, N+1): each position's label + 1, 0 = root
-    dep = F.detach().gather(-1, labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1))[..., 0]
-    dep = dep.to("cpu", torch.float64)
+    if factors is None:
+        index = labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1)
+        dep = F.detach().gather(-1, index)[..., 0].to("cpu", torch.float64)
+    else:
+        emissions, table = (f.detach().to("cpu", torch.float64) for f in factors)
+        cpu_labels = labels.cpu()
+        dep = emissions.gather(-1, cpu_labels[..., None])[..., None] + table[:, :, cpu_labels].permute(2, 3, 0, 1)
     codes = torch.cat([labels.new_zeros(B, 1), labels + 1], 1).cpu()
     bias = None if distance_bias is None else distance_bias.detach().to("cpu", torch.float64)
     lens = lengths.cpu()
@@ -513,7 +558,7 @@ class _Problem(NamedTuple):
 def _prepare(scores, lengths, label_mask, arc_mask, max_dist) -> _Problem:
     """Check the inputs; the arcs, allowed labels and lengths the recurrences read."""
     if isinstance(scores, DirectionalScores):
-        tensor = scores.F
+        tensor = scores.F if scores.factors is None else scores.factors[0]
         check_scores(tensor, "directional scores")
         if scores.distance_bias is not None:
             check_scores(scores.distance_bias, "distance_bias")

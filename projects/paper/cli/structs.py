@@ -36,15 +36,17 @@ def bench_structs(
     baseline: Optional[Path] = typer.Option(None, help="Also time log Z, Viterbi and ChainScores against this other checkout's structs."),
     peer_repeats: int = typer.Option(15, help="Alternating runs per comparison (--peers, --baseline, --lanes)."),
     lanes: bool = typer.Option(False, help="Also time every lane of the tree and the chain, each forced, against the reference."),
-    constraints: bool = typer.Option(False, help="Also time the chains with BIO constraints (structs.constrain) against the same chains without."),
+    constraints: bool = typer.Option(False, help="Also time the chains with BIO and BILUO constraints (structs.constrain) against the same chains without."),
+    nbest: bool = typer.Option(False, help="Also time crf_nbest (k = 5) against the 1-best decode of the same scores, "
+                               "and the span probabilities against the label marginals."),
 ) -> None:
     """Forward and backward time and peak memory of log_partition on DirectionalScores (as the components
     give them; the lane tree_lane picks), with the 1st-order CRF at the same shape and the reference lane.
 
     'CPU s' is the process CPU time of forward+backward: on a shared machine with --threads 1 it is
     close to the wall time the same run would take alone. An empty --lengths skips this grid.
-    ``--peers``, ``--baseline``, ``--lanes`` and ``--constraints`` run in this process, alternating, with
-    --threads (1 if 0).
+    ``--peers``, ``--baseline``, ``--lanes``, ``--constraints`` and ``--nbest`` run in this process,
+    alternating, with --threads (1 if 0).
     """
     header = (
         "| B | n | M | max_dist | forward s | backward s | fwd+bwd s | fwd+bwd CPU s | peak MB | CRF-1 fwd+bwd s "
@@ -74,6 +76,8 @@ def bench_structs(
     if peers or baseline is not None or lanes or constraints:
         lines += _comparisons(peers, baseline, batch, threads or 1, peer_repeats, lengths, labels, max_dists, device,
                               lanes, constraints)
+    if nbest:
+        lines += _nbest_table(batch, threads or 1, peer_repeats)
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(_machine(device, threads) + "\n\n" + "\n".join(lines) + "\n", encoding="utf8")
@@ -104,8 +108,8 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
         for structure, call, shape, lane, ours, ref in bench_peers.lane_rows(batch, repeats, device):
             emit(f"| {structure} | {call} | {shape} | {lane} | {ours:.4f} | {ref:.4f} | {ours / ref:.2f} |")
     if constraints:
-        emit(f"\nBIO constraints against none (B={batch}, float32, std 1, lengths drawn in n/2..n, one process, "
-             f"{where}, alternating, {bench_peers.unit(device)}):\n")
+        emit(f"\nBIO and BILUO constraints (6 types) against none (B={batch}, float32, std 1, lengths drawn in n/2..n, "
+             f"one process, {where}, alternating, {bench_peers.unit(device)}):\n")
         emit("| call | shape | constrained s | unconstrained s | constrained / unconstrained |\n|---|---|---|---|---|")
         for call, shape, ours, plain in bench_peers.constraint_rows(batch, repeats, device):
             emit(f"| {call} | {shape} | {ours:.4f} | {plain:.4f} | {ours / plain:.2f} |")
@@ -140,6 +144,75 @@ def _comparisons(peers: bool, baseline: Optional[Path], batch: int, threads: int
         emit(bench_peers.accuracy_header(not missing))
         for scale, cells in bench_peers.accuracy_rows(not missing, device):
             emit(f"| {scale:g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _nbest_table(batch: int, threads: int, repeats: int, k: int = 5) -> list:
+    """The --nbest tables (printed as they come), as lines, on the CPU, random scores of std 1 (float32):
+    :func:`~spacy_nldm.structs.crf_nbest` against the 1-best decode (:func:`~spacy_nldm.structs.crf_viterbi`)
+    of the same scores, without and with the BIO rules (:func:`~spacy_nldm.structs.constrain`); the span
+    probabilities of two spans a sentence against the label marginals."""
+    import torch
+
+    from spacy_nldm import structs
+
+    from .. import peers as bench_peers
+
+    torch.set_num_threads(threads)
+    lines = []
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        typer.echo(line)
+
+    where = f"float32, {threads} thread(s), alternating, {bench_peers.unit('cpu')}"
+    emit(f"\nn-best (k = {k}) against the 1-best decode of the same scores (B={batch}, {where}):\n")
+    emit("| scores | n | M | BIO rules | n-best s | 1-best s | n-best / 1-best |\n|---|---|---|---|---|---|---|")
+    gen = torch.Generator().manual_seed(0)
+    n = 30
+    lengths = torch.full((batch,), n)
+    inputs = {}
+    for m in (17, 25):
+        allowed = structs.allowed_transitions(structs.entity_labels([str(i) for i in range(m // 2)], "BIO"), "BIO")
+        draw = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
+        chain = structs.ChainScores(draw(batch, n, m), draw(m, m), draw(m), draw(m))
+        second = structs.SecondOrderScores(draw(batch, n, m), draw(m + 1, m + 1, m))
+        inputs[m] = allowed, structs.constrain(chain, allowed, lengths)
+        for name, scores in (("ChainScores", chain), ("SecondOrderScores", second)):
+            for rules in (False, True):
+                given = structs.constrain(scores, allowed, lengths) if rules else scores
+                many, one = bench_peers.alternate(lambda: structs.crf_nbest(given, lengths, k),
+                                                  lambda: structs.crf_viterbi(given, lengths), repeats)
+                emit(f"| {name} | {n} | {m} | {'yes' if rules else 'no'} | {many:.4f} | {one:.4f} | {many / one:.2f} |")
+    emit(f"\nSpan probabilities (BIO) against the label marginals of the same scores ({where}):\n")
+    emit("| structure | B | n | M | spans | lane | spans s | marginals s | spans / marginals |\n"
+         "|---|---|---|---|---|---|---|---|---|")
+    for m, (allowed, chain) in inputs.items():
+        tags = structs.entity_tags(structs.entity_labels([str(i) for i in range(m // 2)], "BIO"), "BIO")
+        for structure, b, length, many in (("chain-1 (ChainScores)", batch, n, False),
+                                           ("chain-1 (ChainScores)", batch, n, True),
+                                           ("NLDM (DirectionalScores)", 32, 20, False)):
+            some = torch.full((b,), length)
+            if many:  # every span of 1-3 tokens and every type
+                spans = torch.tensor([(r, a, a + w, x) for r in range(b) for a in range(length) for w in (1, 2, 3)
+                                      if a + w <= length for x in range(len(tags.types))])
+            else:  # two spans of 1-3 tokens a sentence
+                start = torch.randint(0, length - 3, (2 * b,), generator=gen)
+                width = torch.randint(1, 4, (2 * b,), generator=gen)
+                spans = torch.stack([torch.arange(2 * b) // 2, start, start + width,
+                                     torch.randint(0, len(tags.types), (2 * b,), generator=gen)], 1)
+            if structure.startswith("chain"):
+                lane = "closed" if len(spans) >= structs.spans.CLOSED_FROM * b else "mask"
+                probs, marginals = (lambda: structs.crf_span_log_probs(chain, some, spans, tags),
+                                    lambda: structs.crf_marginals(chain, some))
+            else:
+                lane = "mask"
+                scores = structs.DirectionalScores(torch.randn(b, length, 2, m + 1, m, generator=gen))
+                probs, marginals = (lambda: structs.span_log_probs(scores, some, spans, tags),
+                                    lambda: structs.label_marginals(scores, some))
+            ours, base = bench_peers.alternate(probs, marginals, repeats)
+            emit(f"| {structure} | {b} | {length} | {m} | {len(spans) / b:g} a sentence | {lane} | {ours:.4f} | "
+                 f"{base:.4f} | {ours / base:.2f} |")
     return lines
 
 

@@ -134,7 +134,7 @@ def test_bench_structs_lanes_times_every_lane_against_the_reference():
         assert ratio_agrees(number(row[4]), number(row[5]), number(row[6])), row
 
 
-def test_bench_structs_constraints_times_each_chain_with_and_without_the_bio_rules():
+def test_bench_structs_constraints_times_each_chain_with_and_without_the_rules():
     """--constraints: a row per call and shape, with both times and their ratio."""
     result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "", "--constraints",
                                  "--peer-repeats", "1", "--threads", "1"])
@@ -144,8 +144,8 @@ def test_bench_structs_constraints_times_each_chain_with_and_without_the_bio_rul
     body = [cells(line) for line in rows(result.output, "| chain-")]
     calls = ("chain-1 log Z fwd+bwd, ChainScores", "chain-1 log Z fwd+bwd, potentials",
              "chain-2 log Z fwd+bwd, SecondOrderScores", "chain-1 Viterbi, ChainScores")
-    assert sorted((row[0], row[1]) for row in body) == sorted(
-        (call, f"n<={n}, M={m}") for call in calls for n in (20, 40) for m in (13, 25))
+    shapes = [f"n<={n}, M={m} ({scheme})" for n in (20, 40) for m, scheme in ((13, "BIO"), (25, "BILUO"))]
+    assert sorted((row[0], row[1]) for row in body) == sorted((call, shape) for call in calls for shape in shapes)
     for row in body:
         assert ratio_agrees(number(row[2]), number(row[3]), number(row[4])), row
 
@@ -169,3 +169,21 @@ def test_bench_structs_prints_one_row_per_shape():
     for row in rows:
         assert len(row) == 13 and all(cell and cell != "-" and not cell.startswith("failed") for cell in row), row
         [float(cell) for cell in row[4:]]
+
+
+def test_bench_structs_nbest_times_the_k_best_and_the_span_probabilities():
+    """--nbest: crf_nbest against the 1-best decode, a row per scores, M and rules; the span probabilities
+    against the marginals, a row per structure, M and number of spans, with the lane that computed them."""
+    result = runner.invoke(app, ["structs", "--batch", "2", "--lengths", "", "--nbest",
+                                 "--peer-repeats", "1", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert cells(rows(result.output, "| scores |")[0])[-1] == "n-best / 1-best"
+    body = [cells(line) for line in rows(result.output, "| ChainScores |") + rows(result.output, "| SecondOrderScores |")]
+    assert sorted((row[0], row[2], row[3]) for row in body) == sorted(
+        (scores, m, rules) for scores in ("ChainScores", "SecondOrderScores") for m in ("17", "25") for rules in ("no", "yes"))
+    for row in body:
+        assert ratio_agrees(number(row[4]), number(row[5]), number(row[6])), row
+    spans = [cells(line) for line in rows(result.output, "| chain-1 (ChainScores) |") + rows(result.output, "| NLDM")]
+    assert len(spans) == 6 and {row[5] for row in spans} == {"mask", "closed"}
+    for row in spans:
+        assert ratio_agrees(number(row[6]), number(row[7]), number(row[8])), row

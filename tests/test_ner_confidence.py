@@ -1,0 +1,105 @@
+"""Entity confidence on the components: span probabilities that add up as probabilities must, the threshold,
+candidates, n-best entity sets, and spancat's way of storing scores."""
+import itertools
+
+import numpy
+import pytest
+import spacy
+from spacy.tokens import Doc, DocBin
+
+from test_ner import FACTORIES, examples_of, pipeline, synthetic
+
+TEXTS = ["I met Zorp in Oslo .", "we saw Mia Blick and Tove at Port Zima", "Paris loves Ana Maria Sol !"]
+
+
+def trained(factory: str, steps: int = 4, **config):
+    """A pipeline trained a few steps: far from sure of its entities, so that probabilities are spread."""
+    nlp = pipeline(factory, **config)
+    train = examples_of(synthetic(nlp.vocab, 20))
+    optimizer = nlp.initialize(lambda: train)
+    for _ in range(steps):
+        nlp.update(train, sgd=optimizer)
+    return nlp
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+@pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
+def test_the_span_probabilities_of_all_spans_add_up_to_the_expected_number_of_entities(factory, scheme):
+    nlp = trained(factory, scheme=scheme, store_probs=True, candidate_threshold=1e-12)
+    for doc in nlp.pipe(TEXTS):
+        group = doc.spans["sc"]
+        scores = group.attrs["scores"]
+        assert len(scores) == len(group)
+        assert len({(s.start, s.end, s.label_) for s in group}) == len(group)  # each span once
+        tags = doc._.nldm_prob_labels
+        begins = [i for i, tag in enumerate(tags) if tag.startswith(("B-", "U-"))]
+        expected = float(doc._.nldm_probs[:, begins].sum())  # every entity has one B (or U) tag
+        total = float(numpy.sum(scores, dtype="float64"))
+        if factory == "nldm_ner" and scheme == "BILUO":
+            # the NLDM's distribution keeps invalid sequences, where a B-X left unended begins no entity
+            assert 0.0 < total < expected
+        else:  # and under BIO every B-X begins exactly one entity, valid sequence or not
+            assert total == pytest.approx(expected, rel=1e-4, abs=1e-5)
+        for ent in doc.ents:  # the decoded entities lead the group, with their own probability
+            assert 0.0 < ent._.nldm_prob <= 1.0
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_threshold_keeps_the_entities_of_at_least_that_probability(factory):
+    nlp = trained(factory, steps=10)
+    docs = list(nlp.pipe(TEXTS))
+    probs = sorted(e._.nldm_prob for d in docs for e in d.ents)
+    assert probs, "the model decodes entities"
+    cut = probs[len(probs) // 2]
+    nlp.get_pipe(factory).threshold = cut
+    kept = list(nlp.pipe(TEXTS))
+    assert sorted(e._.nldm_prob for d in kept for e in d.ents) == [p for p in probs if p >= cut]
+    for doc in kept:
+        assert [(s.start, s.end, s.label_) for s in doc.spans["sc"]] == [(e.start, e.end, e.label_) for e in doc.ents]
+
+
+def test_the_crf_best_entity_set_is_the_decoded_one_and_a_doc_combines_its_sentences():
+    nlp = trained("crf_ner", steps=6, n_best=3)
+    text = " ".join(TEXTS)
+    doc = nlp(text)
+    assert len(doc._.nldm_nbest) == 3
+    probs = [p for p, _ in doc._.nldm_nbest]
+    assert probs == sorted(probs, reverse=True) and sum(probs) <= 1.0 + 1e-6
+    assert doc._.nldm_nbest[0][1] == [(e.start, e.end, e.label_) for e in doc.ents]
+    # the doc's sentences are segments of their own (independent given the doc's token vectors): its k best sets
+    # are the k best combinations of its segments' k best sequences, their probabilities multiplied
+    parts = [t.split() for t in TEXTS]
+    words = [w for part in parts for w in part]
+    doc = Doc(nlp.vocab, words=words, sent_starts=[i == 0 for part in parts for i in range(len(part))])
+    ner = nlp.get_pipe("crf_ner")
+    preds = ner.predict([doc])
+    ner.set_annotations([doc], preds)
+    log_p = preds.nbest[1]  # (segments, k)
+    combos = sorted((float(numpy.exp(sum(log_p[s, j] for s, j in enumerate(choice))))
+                     for choice in itertools.product(range(3), repeat=len(parts))), reverse=True)[:3]
+    assert [p for p, _ in doc._.nldm_nbest] == pytest.approx(combos, rel=1e-6)
+
+
+def test_nldm_nbest_sets_are_valid_and_ordered():
+    nlp = trained("nldm_ner", steps=6, n_best=4)
+    for doc in nlp.pipe(TEXTS):
+        probs = [p for p, _ in doc._.nldm_nbest]
+        assert probs == sorted(probs, reverse=True) and sum(probs) <= 1.0 + 1e-6
+        assert len({tuple(s) for _, s in doc._.nldm_nbest}) == len(probs)  # different entity sets
+
+
+def test_the_scores_travel_with_the_docs_through_a_docbin():
+    nlp = trained("crf_ner", steps=6, candidate_threshold=0.01)
+    docs = list(nlp.pipe(TEXTS))
+    restored = list(DocBin(docs=docs, store_user_data=True).get_docs(nlp.vocab))
+    for a, b in zip(docs, restored):
+        assert [(s.start, s.end, s.label_) for s in a.spans["sc"]] == [(s.start, s.end, s.label_) for s in b.spans["sc"]]
+        numpy.testing.assert_array_equal(a.spans["sc"].attrs["scores"], b.spans["sc"].attrs["scores"])
+        assert [e._.nldm_prob for e in a.ents] == [e._.nldm_prob for e in b.ents]
+
+
+def test_bad_confidence_settings_are_errors_naming_them():
+    for key, value in (("threshold", 1.5), ("candidate_threshold", 0.0), ("n_best", -1)):
+        nlp = spacy.blank("en")
+        with pytest.raises(ValueError, match=key):
+            nlp.add_pipe("crf_ner", config={key: value})
