@@ -16,9 +16,9 @@ import typer
 from ..runs.queue import RunFailed
 from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_VECTORS, DEFAULT_WORKDIR, ENTITY_DATASETS,
                                 ENTITY_RESULTS, ENTITY_SETTINGS, ENTITY_SYSTEMS, ENTITY_WORKDIR, HELD_OUT, SETTINGS,
-                                SYSTEMS, Run, apply_overrides, entity_tables, execute, execute_entities,
-                                generate_config, generate_entity_config, host, is_entity_run, labels_with_bang,
-                                load_rows, machine_of, route_table, this_machine)
+                                SPACY_ENTITY_SYSTEMS, SYSTEMS, Run, apply_overrides, entity_tables, execute,
+                                execute_entities, generate_config, generate_entity_config, host, is_entity_run,
+                                labels_with_bang, load_rows, machine_of, route_table, this_machine)
 from . import app
 
 
@@ -95,7 +95,7 @@ def spacy_train(
                 configs[d, mode, system] = config.to_str()
     for seed in seed_list:
         for (d, mode, system), text in configs.items():
-            changed = set_all or (set_ and system not in ("tagger", "ner", "spancat"))
+            changed = set_all or (set_ and system not in ("tagger",) + SPACY_ENTITY_SYSTEMS)
             plan.append((mode, Run(d, system, mode, seed, text, variant if changed else "defaults")))
     done = load_rows(results)
     todo, seen = [], set()

@@ -86,6 +86,9 @@ ENTITY_SYSTEMS: Dict[str, str] = {
     "nldm_ner": "ents",
 }
 ENTITY_SETTINGS = ("own", "vectors", "trf")
+#: the entity systems spaCy's `init config` template writes (with a shared tok2vec or transformer); any other
+#: system gets its factory's default config, with the encoder in its own model
+SPACY_ENTITY_SYSTEMS = ("ner", "spancat")
 #: where `spacy project run glove-vectors projects/paper` writes GloVe 6B 50d as a spaCy vectors folder
 DEFAULT_VECTORS = Path("assets/glove/vectors")
 ENTITY_RESULTS = Path("projects/paper/results/ner/runs.jsonl")
@@ -164,9 +167,9 @@ def labels_with_bang(train: Path) -> bool:
 
 def apply_overrides(config, settings: List[str], system: str, *, every_system: bool = False):
     """``--set`` overrides (``section.key=value``, value as JSON, else a string) on a structured component
-    (on every system, spaCy's ``tagger`` too, with ``every_system``); ``{c}`` in the section stands for the
+    (on every system, spaCy's ``tagger``, ``ner`` and ``spancat`` too, with ``every_system``); ``{c}`` in the section stands for the
     component's name."""
-    if system == "tagger" and not every_system:
+    if system in ("tagger",) + SPACY_ENTITY_SYSTEMS and not every_system:
         return config
     for item in settings:
         path, _, raw = item.partition("=")
@@ -300,8 +303,7 @@ def generate_entity_config(system: str, setting: str, lang: str, max_steps: int,
         raise ValueError(f"system must be one of {tuple(ENTITY_SYSTEMS)}, not {system!r}")
     if setting not in ENTITY_SETTINGS:
         raise ValueError(f"setting must be one of {ENTITY_SETTINGS}, not {setting!r}")
-    spacy_template = system in ("ner", "spancat")
-    if setting != "trf" or spacy_template:
+    if setting != "trf" or system in SPACY_ENTITY_SYSTEMS:
         config = init_config(lang=lang, pipeline=[system], optimize="efficiency", gpu=setting == "trf")
     else:
         config = init_config(lang=lang, pipeline=["ner"], optimize="efficiency", gpu=True)
@@ -428,7 +430,7 @@ def entity_tables(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[
                   systems: List[str], timing_machine: Optional[str] = None) -> List[str]:
     """Markdown, dataset x encoder rows, systems as columns: test entity F1 (mean ± sd over seeds) and each
     system's difference to ``ner``; then per system P, R, surface F1 (means) and training minutes (of the runs
-    made on ``timing_machine`` where given)."""
+    made on ``timing_machine`` where given); then the F1 per type and the dev curves."""
     others = [s for s in systems if s != "ner" and "ner" in systems]
     head = ["dataset", "encoder"] + [f"{s} F1" for s in systems] + [f"{s} − ner" for s in others]
     main = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -452,4 +454,43 @@ def entity_tables(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[
                 row.append(" / ".join(f"{mean(runs[s], m):.2f}" for m in ("test_p", "test_r", "surface_f"))
                            + f" / {minutes}" if runs[s] else "—")
             detail.append("| " + " | ".join(row) + " |")
-    return main + [""] + detail
+    return (main + [""] + detail + [""] + per_type_table(cells, datasets, settings, systems) + [""]
+            + dev_curve_table(cells, datasets, settings, systems))
+
+
+def per_type_table(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[str], settings: List[str],
+                   systems: List[str]) -> List[str]:
+    """Markdown: test F1 per entity type (mean over seeds), one row per dataset, encoder and system."""
+    rows = [(d, e, s, cells[d, e, s]) for d in datasets for e in settings for s in systems if cells.get((d, e, s))]
+    types = sorted({label for *_, runs in rows for r in runs for label in r["test_per_type"]})
+    if not types:
+        return []
+    lines = ["| dataset | encoder | system | " + " | ".join(types) + " |", "|" + "---|" * (3 + len(types))]
+    for dataset, setting, system, runs in rows:
+        row = [dataset, setting, system]
+        for label in types:
+            found = [r["test_per_type"][label] for r in runs if label in r["test_per_type"]]
+            row.append(f"{statistics.mean(found):.1f}" if found else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def dev_curve_table(cells: Dict[Tuple[str, str, str], List[dict]], datasets: List[str], settings: List[str],
+                    systems: List[str], every: int = 400) -> List[str]:
+    """Markdown: the dev F1 of ``spacy train``'s log at every ``every``-th step (mean over the runs that
+    reached it; a run stopped by ``patience`` ends early), one row per dataset, encoder and system."""
+    rows = [(d, e, s, cells[d, e, s]) for d in datasets for e in settings for s in systems if cells.get((d, e, s))]
+    if not rows:
+        return []
+    last = max(step for *_, runs in rows for r in runs for step, _ in r["dev_curve"])
+    steps = list(range(every, last + 1, every))
+    lines = ["| dataset | encoder | system | " + " | ".join(str(step) for step in steps) + " |",
+             "|" + "---|" * (3 + len(steps))]
+    for dataset, setting, system, runs in rows:
+        curves = [dict(map(tuple, r["dev_curve"])) for r in runs]
+        row = [dataset, setting, system]
+        for step in steps:
+            found = [c[step] for c in curves if step in c]
+            row.append(f"{statistics.mean(found):.1f}" if found else "—")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines

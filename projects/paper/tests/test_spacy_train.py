@@ -47,6 +47,8 @@ def test_overrides_reach_the_structured_component_only():
     assert config["components"]["nldm_tagger"]["label_smoothing"] == 0.1
     tagger = apply_overrides(generate_config("tagger", "own", "en"), ["components.{c}.label_smoothing=0.1"], "tagger")
     assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
+    ner = apply_overrides(generate_entity_config("ner", "own", "en", 100), ["components.{c}.moves=\"x\""], "ner")
+    assert ner["components"]["ner"]["moves"] is None
 
 
 def test_average_params_is_part_of_a_runs_key_in_both_settings():
@@ -329,7 +331,8 @@ def test_entity_and_tagging_datasets_are_not_mixed(tmp_path):
 
 def test_entity_table_has_encoder_rows_and_differences_to_ner():
     row = lambda f, secs=120.0: {"test_f": f, "test_p": f + 10, "test_r": f - 5, "surface_f": f - 2,  # noqa: E731
-                                 "train_seconds": secs}
+                                 "train_seconds": secs, "dev_curve": [[0, 0.0], [400, f / 2], [800, f]],
+                                 "test_per_type": {"person": f + 1, "location": f - 1}}
     cells = {("wnut17", "own", "ner"): [row(20), row(22)], ("wnut17", "own", "spancat"): [row(18)],
              ("wnut17", "vectors", "ner"): [row(30)]}
     lines = entity_tables(cells, ["wnut17"], ["own", "vectors"], ["ner", "spancat"])
@@ -337,3 +340,7 @@ def test_entity_table_has_encoder_rows_and_differences_to_ner():
     assert lines[2] == "| wnut17 | own | 21.00 ± 1.41 (n=2) | 18.00 (n=1) | -3.00 |"
     assert lines[3] == "| wnut17 | vectors | 30.00 (n=1) | — | — |"
     assert "| wnut17 | own | 31.00 / 16.00 / 19.00 / 2.0 | 28.00 / 13.00 / 16.00 / 2.0 |" in lines
+    assert "| dataset | encoder | system | location | person |" in lines
+    assert "| wnut17 | own | ner | 20.0 | 22.0 |" in lines
+    assert "| dataset | encoder | system | 400 | 800 |" in lines
+    assert "| wnut17 | own | ner | 10.5 | 21.0 |" in lines and "| wnut17 | vectors | ner | 15.0 | 30.0 |" in lines
