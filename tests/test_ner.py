@@ -15,17 +15,8 @@ from spacy_nldm import structs
 from spacy_nldm.models.segments import doc_segments
 from spacy_nldm.models.tagger import torch_scorer
 from spacy_nldm.pipeline.ner import tag_spans
+from test_pipeline_train import TOK2VEC
 
-TOK2VEC = {
-    "@architectures": "spacy.HashEmbedCNN.v2",
-    "pretrained_vectors": None,
-    "width": 64,
-    "depth": 2,
-    "embed_size": 2000,
-    "window_size": 1,
-    "maxout_pieces": 2,
-    "subword_features": True,
-}
 SMALL = {"tok2vec": TOK2VEC, "label_dim": 16, "rank": 32}
 FACTORIES = ("crf_ner", "nldm_ner")
 
