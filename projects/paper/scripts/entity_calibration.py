@@ -24,6 +24,8 @@ import numpy
 import typer
 
 BINS = 10
+#: the thresholds of the precision / recall table (a worked choice of ``threshold``)
+THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 def predictions(model: str, docs) -> List[Tuple[int, int, int, str, float]]:
@@ -64,7 +66,9 @@ def calibration(found, gold: set) -> Dict[str, object]:
     precision = hits / numpy.arange(1, len(order) + 1)
     recall = hits / max(1, len(gold))
     ap = float((precision * right[order]).sum() / max(1, len(gold)))
-    return {"ece": float(ece), "ap": ap, "n": len(found), "precision": float(right.mean()) if len(found) else 0.0,
+    by_threshold = [(t, float(right[conf >= t].mean()) if (conf >= t).any() else float("nan"),
+                     float(right[conf >= t].sum() / max(1, len(gold)))) for t in THRESHOLDS]
+    return {"by_threshold": by_threshold, "ece": float(ece), "ap": ap, "n": len(found), "precision": float(right.mean()) if len(found) else 0.0,
             "recall": float(right.sum() / max(1, len(gold))), "bins": rows, "curve": (recall, precision)}
 
 
@@ -88,6 +92,10 @@ def main(
              "|---|---|---|---|---|---|"]
     lines += [f"| {name} | {r['n']} | {100 * r['precision']:.2f} | {100 * r['recall']:.2f} | {r['ece']:.3f} | "
               f"{r['ap']:.3f} |" for name, r in results.items()]
+    lines += ["", "Precision / recall (%) of the entities at or above each threshold:", "",
+              "| system | " + " | ".join(f">= {t}" for t in THRESHOLDS) + " |", "|---|" + "---|" * len(THRESHOLDS)]
+    lines += [f"| {name} | " + " | ".join(f"{100 * p:.1f} / {100 * rc:.1f}" for _, p, rc in r["by_threshold"]) + " |"
+              for name, r in results.items()]
     text = "\n".join(lines)
     typer.echo(text)
     if output is not None:
