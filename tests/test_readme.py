@@ -49,6 +49,20 @@ def test_quick_start_example_runs_as_written_for_both_components(component, caps
         assert "html" not in namespace and doc._.nldm_tree_score is None
 
 
+@pytest.mark.parametrize("component", ["crf_ner", "nldm_ner"])
+def test_the_entity_example_runs_as_written_for_both_components(component, capsys):
+    """The entity snippet (crf_ner, and nldm_ner as its comment offers) learns its example's entities and prints
+    each with its probability."""
+    code = readme_block("Named entities")
+    assert 'nlp.add_pipe("crf_ner")  # or "nldm_ner"' in code
+    code = code.replace('nlp.add_pipe("crf_ner")', f'nlp.add_pipe("{component}")')
+    namespace = {}
+    exec(compile(code, "README.md (Named entities)", "exec"), namespace)
+    doc = namespace["doc"]
+    assert [(e.text, e.label_) for e in doc.ents] == [("Ana Sol", "person"), ("Oslo", "location")]
+    assert str([(e.text, e.label_, round(e._.nldm_prob, 2)) for e in doc.ents]) in capsys.readouterr().out
+
+
 def test_the_readme_quotes_its_figures_from_the_result_tables():
     """The headline and the results summary are checked blocks citing the tables they come from."""
     module = readme_tables()
