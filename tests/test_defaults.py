@@ -11,7 +11,9 @@ from spacy_nldm import defaults
 from spacy_nldm.pipeline.tagger import StructuredTagger
 
 FACTORIES = {"nldm_tagger": (defaults.NLDM, defaults.NLDM_MODEL, build_nldm_tagger),
-             "crf_tagger": (defaults.CRF, defaults.CRF_MODEL, build_crf_tagger)}
+             "crf_tagger": (defaults.CRF, defaults.CRF_MODEL, build_crf_tagger),
+             "nldm_ner": (defaults.NLDM_NER, defaults.NLDM_MODEL, build_nldm_tagger),
+             "crf_ner": (defaults.CRF_NER, defaults.CRF_MODEL, build_crf_tagger)}
 
 
 def _signature_defaults(function):
@@ -46,6 +48,16 @@ def test_factory_default_config_is_the_defaults_module(factory):
     assert config.pop("model") == model
     config.pop("scorer")
     assert config == settings
+
+
+def test_entity_component_class_defaults_are_the_crf_ner_factorys():
+    from spacy_nldm.pipeline.ner import StructuredEntityRecognizer
+
+    declared = _signature_defaults(StructuredEntityRecognizer.__init__)
+    declared.pop("name")
+    declared.pop("scorer")
+    assert declared.pop("loss") == defaults.NLDM_NER["loss"]
+    assert declared == defaults.CRF_NER
 
 
 def test_component_class_defaults_are_the_nldm_factorys():
