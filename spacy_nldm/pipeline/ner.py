@@ -19,7 +19,7 @@ the loss (marginalised), as the taggers do for missing tags. A sentence longer t
 labelled in windows: an entity across a window's edge is cut there (in training and in prediction).
 """
 import warnings
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import numpy
 import torch
@@ -96,26 +96,24 @@ class StructuredEntityRecognizer(StructuredTagger):
         self.threshold = threshold
         self.candidate_threshold = candidate_threshold
         self.n_best = n_best
-        self._rules: Tuple[Tuple[str, ...], Tuple[str, ...], Optional[structs.Transitions]] = ((), (), None)
+        self._scheme: Optional[SchemeParts] = None
 
     # ------------------------------------------------------------------ tags
     @property
     def outputs(self) -> Tuple[str, ...]:
         """The tags the model scores: :func:`~spacy_nldm.structs.entity_labels` of the entity types."""
-        return self._tags_and_rules()[0]
+        return self._parts().tags
 
     @property
     def allowed(self) -> structs.Transitions:
         """The scheme's rules over :attr:`outputs`."""
-        return self._tags_and_rules()[1]
+        return self._parts().allowed
 
-    def _tags_and_rules(self) -> Tuple[Tuple[str, ...], structs.Transitions]:
-        labels, tags, allowed = self._rules
-        if labels != self.labels or allowed is None:
-            tags = tuple(structs.entity_labels(self.labels, self.scheme))
-            allowed = structs.allowed_transitions(tags, self.scheme)
-            self._rules = (self.labels, tags, allowed)
-        return tags, allowed
+    def _parts(self) -> "SchemeParts":
+        """What the tags are made of, derived from :attr:`labels` and ``scheme`` once per set of labels."""
+        if self._scheme is None or self._scheme.labels != self.labels:
+            self._scheme = SchemeParts.of(self.labels, self.scheme)
+        return self._scheme
 
     def structure(self, model: Model, tables: Dict[str, torch.Tensor]):
         return get_structure(model, tables, allowed=self.allowed)
@@ -185,8 +183,8 @@ class StructuredEntityRecognizer(StructuredTagger):
         if preds.scored is None:
             return preds
         structure, F, lengths = preds.scored
-        tags = structs.entity_tags(self.outputs, self.scheme)  # its types are the labels, in their order
-        prefixes, kinds = self._prefixes_and_kinds()
+        parts = self._parts()
+        tags, prefixes, kinds = parts.entity_tags, parts.prefixes, parts.kinds
         rows = []  # (segment, start, end, type) of the decoded entities, then of the candidates
         for s, (_, start, end) in enumerate(preds.segments):
             labels = preds.labels[s, : end - start].tolist()
@@ -206,31 +204,24 @@ class StructuredEntityRecognizer(StructuredTagger):
             preds.nbest = (found.labels.cpu().numpy(), found.scores.double().cpu().numpy())
         return preds
 
-    def _prefixes_and_kinds(self) -> Tuple[List[str], List[int]]:
-        """Each tag's prefix ("O", "B", ...) and the index of its type in :attr:`labels` (-1 for O)."""
-        index = {label: i for i, label in enumerate(self.labels)}
-        prefixes = [tag.partition("-")[0] for tag in self.outputs]
-        kinds = [index[tag.partition("-")[2]] if tag != "O" else -1 for tag in self.outputs]
-        return prefixes, kinds
-
     def _candidates(self, probs: numpy.ndarray, segments, tags: structs.EntityTags) -> List[Tuple[int, int, int, int]]:
         """(segment, start, end, type) of the spans whose every tag has a marginal of at least
         ``candidate_threshold`` (a span's probability is at most its least probable tag's marginal, so these
-        hold every span of at least that probability), up to :data:`CANDIDATE_WIDTH` tokens."""
+        hold every span of at least that probability), up to :data:`CANDIDATE_WIDTH` tokens. ``tags.types`` are
+        :attr:`labels`, in their order: type j is label j."""
         low = self.candidate_threshold
-        index = {label: i for i, label in enumerate(self.labels)}
         out = []
         for s, (_, start, end) in enumerate(segments):
             p = probs[s, : end - start]
-            for j, kind in enumerate(tags.types):
+            for j in range(len(tags.types)):
                 b, i = int(tags.begin[j]), int(tags.inside[j])
                 last, unit = int(tags.last[j]), int(tags.unit[j])
                 for a in numpy.flatnonzero(p[:, unit if unit >= 0 else b] >= low):  # one token: B-X (BIO), U-X
-                    out.append((s, int(a), int(a) + 1, index[kind]))
+                    out.append((s, int(a), int(a) + 1, j))
                 for a in numpy.flatnonzero(p[:, b] >= low):  # longer: B-X, I-X ..., then I-X (BIO) or L-X
                     for e in range(int(a) + 1, min(len(p), int(a) + CANDIDATE_WIDTH)):
                         if p[e, last if last >= 0 else i] >= low:
-                            out.append((s, int(a), e + 1, index[kind]))
+                            out.append((s, int(a), e + 1, j))
                         if p[e, i] < low:
                             break
         return out
@@ -278,7 +269,8 @@ class StructuredEntityRecognizer(StructuredTagger):
         independent, so a set's probability is the product of its segments')."""
         k = self.n_best
         seqs, log_p = preds.nbest
-        prefixes, kinds = self._prefixes_and_kinds()
+        parts = self._parts()
+        prefixes, kinds = parts.prefixes, parts.kinds
         best: Dict[int, List[Tuple[float, List[Tuple[int, int, int]]]]] = {d: [(0.0, [])] for d in range(len(docs))}
         for s, (d, start, end) in enumerate(preds.segments):
             options = []
@@ -297,6 +289,27 @@ class StructuredEntityRecognizer(StructuredTagger):
     def score(self, examples: Iterable[Example], **kwargs):
         """spaCy's entity scores (``ents_p``, ``ents_r``, ``ents_f``, ``ents_per_type``)."""
         return self.scorer(examples, **kwargs)
+
+
+class SchemeParts(NamedTuple):
+    """The tags of entity ``labels`` (types) under a scheme: ``tags`` (:func:`~spacy_nldm.structs.entity_labels`),
+    their ``allowed`` transitions, their :class:`~spacy_nldm.structs.EntityTags` (types in the labels' order), and
+    each tag's prefix ("O", "B", ...) and type index in ``labels`` (-1 for O)."""
+
+    labels: Tuple[str, ...]
+    tags: Tuple[str, ...]
+    allowed: structs.Transitions
+    entity_tags: structs.EntityTags
+    prefixes: List[str]
+    kinds: List[int]
+
+    @classmethod
+    def of(cls, labels: Tuple[str, ...], scheme: str) -> "SchemeParts":
+        tags = tuple(structs.entity_labels(labels, scheme))
+        index = {label: i for i, label in enumerate(labels)}
+        return cls(labels, tags, structs.allowed_transitions(tags, scheme), structs.entity_tags(tags, scheme),
+                   [tag.partition("-")[0] for tag in tags],
+                   [index[tag.partition("-")[2]] if tag != "O" else -1 for tag in tags])
 
 
 def tag_spans(labels: List[int], prefix: List[str], kinds: List[int]) -> List[Tuple[int, int]]:
