@@ -5,9 +5,12 @@ tokens either marked unknown (spaCy's missing ``ent_iob``: the components margin
         --share 0.5 --seed 0 --unknown corpus/ner/wnut17_half_unknown/train.spacy --outside corpus/ner/wnut17_half_o/train.spacy
 
 The same entities are removed in both outputs (one draw: each entity is removed with probability ``share``).
-``Doc.spans["sc"]`` keeps the entities that stay (spancat cannot mark tokens unknown). Prints the counts.
+``Doc.spans["sc"]`` keeps the entities that stay (spancat cannot mark tokens unknown). The input's dev.spacy and
+test.spacy, where they lie beside it, are copied unchanged beside each output, so that each output folder is a
+dataset of ``python -m projects.paper spacy-train``. Prints the counts.
 """
 import random
+import shutil
 from pathlib import Path
 
 import typer
@@ -47,6 +50,9 @@ def main(
     for path, as_unknown in ((unknown, True), (outside, False)):
         path.parent.mkdir(parents=True, exist_ok=True)
         DocBin(docs=[partial(doc, r, as_unknown) for doc, r in zip(docs, removed)], store_user_data=True).to_disk(path)
+        for split in ("dev", "test"):
+            if (input.parent / f"{split}.spacy").exists():
+                shutil.copyfile(input.parent / f"{split}.spacy", path.parent / f"{split}.spacy")
     n_ents = sum(len(doc.ents) for doc in docs)
     n_removed = sum(len(r) for r in removed)
     typer.echo(f"{input}: {len(docs)} docs, {n_ents} entities, {n_removed} removed ({n_removed / max(1, n_ents):.1%}); "
