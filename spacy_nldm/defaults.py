@@ -26,7 +26,8 @@ CRF = {**COMMON, "decode": "viterbi"}
 #: settings of both entity components (see :class:`~spacy_nldm.pipeline.ner.StructuredEntityRecognizer`): the
 #: tag scheme the entities are learnt in; the span group that gets the entities with their probabilities
 #: (spancat's default key); the probability an entity needs to be kept; the lower one a span that was not
-#: decoded needs to join the span group (None: none joins); how many entity sets to keep per doc (0: none)
+#: decoded needs to join the span group (None: none joins); how many entity sets to keep per doc (0: none);
+#: the temperature every score is divided by at predict time (1: the distribution as trained)
 NER_COMMON = {
     "max_length": COMMON["max_length"],
     "store_probs": COMMON["store_probs"],
@@ -36,6 +37,7 @@ NER_COMMON = {
     "threshold": 0.0,
     "candidate_threshold": None,
     "n_best": 0,
+    "temperature": 1.0,
 }
 #: what the entity components train with and do not offer as settings: the taggers' loss normalisation and
 #: tok2vec gradient, and no label smoothing (spaCy's ``ner`` has none; a uniform target over every tag

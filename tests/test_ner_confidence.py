@@ -7,7 +7,7 @@ import pytest
 import spacy
 from spacy.tokens import Doc, DocBin
 
-from test_ner import FACTORIES, examples_of, pipeline, synthetic
+from test_ner import FACTORIES, examples_of, pipeline, synthetic, tags_of_scheme, valid
 
 TEXTS = ["I met Zorp in Oslo .", "we saw Mia Blick and Tove at Port Zima", "Paris loves Ana Maria Sol !"]
 
@@ -99,7 +99,7 @@ def test_the_scores_travel_with_the_docs_through_a_docbin():
 
 
 def test_bad_confidence_settings_are_errors_naming_them():
-    for key, value in (("threshold", 1.5), ("candidate_threshold", 0.0), ("n_best", -1)):
+    for key, value in (("threshold", 1.5), ("candidate_threshold", 0.0), ("n_best", -1), ("temperature", 0.0)):
         nlp = spacy.blank("en")
         with pytest.raises(ValueError, match=key):
             nlp.add_pipe("crf_ner", config={key: value})
@@ -117,3 +117,47 @@ def test_displacy_shows_each_entity_with_its_probability():
     html = render_entities(doc, jupyter=False)
     assert all(f"{e._.nldm_prob:.2f}" in html for e in doc.ents)
 
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_a_high_temperature_flattens_the_distribution_to_uniform(factory):
+    """Every score over T: as T grows the CRF's distribution tends to the uniform one over the sequences the
+    scheme allows (its tag marginals: the share of the valid sequences with that tag there, by enumeration),
+    the NLDM's to the uniform one over tags (its tree does not tell tags apart)."""
+    nlp = trained(factory, steps=10, store_probs=True)
+    ner = nlp.get_pipe(factory)
+    text = "we saw Mia in Oslo"
+    sharp = nlp(text)._.nldm_probs
+    ner.temperature = 1e6
+    flat = nlp(text)._.nldm_probs
+    tags = tags_of_scheme("BIO")
+    assert list(nlp(text)._.nldm_prob_labels) == list(tags)
+    if factory == "crf_ner":
+        seqs = [seq for seq in itertools.product(tags, repeat=len(text.split())) if valid(seq, "BIO")]
+        expected = numpy.asarray([[sum(seq[i] == tag for seq in seqs) / len(seqs) for tag in tags]
+                                  for i in range(len(text.split()))])
+    else:
+        expected = numpy.full(flat.shape, 1 / len(tags))
+    numpy.testing.assert_allclose(flat, expected, atol=1e-4)
+    assert numpy.abs(sharp - expected).max() > 0.1  # the trained distribution was not flat
+
+
+def test_the_crf_decodes_the_same_entities_at_any_temperature_and_fitting_picks_the_lowest_log_loss():
+    from spacy_nldm.pipeline import fit_temperature
+    from spacy_nldm.pipeline.calibration import entity_outcomes, log_loss
+
+    nlp = trained("crf_ner", steps=10)
+    ner = nlp.get_pipe("crf_ner")
+    dev = examples_of(synthetic(nlp.vocab, 12, seed=1))
+    grid = (0.5, 1.0, 2.0, 4.0)
+    runs = {}
+    for t in grid:
+        ner.temperature = t
+        docs = list(nlp.pipe(TEXTS))
+        runs[t] = ([(e.start, e.end, e.label_) for d in docs for e in d.ents], [e._.nldm_prob for d in docs for e in d.ents],
+                   log_loss(entity_outcomes(nlp, dev)))
+    assert all(runs[t][0] == runs[1.0][0] for t in grid)  # Viterbi's argmax does not move with T
+    assert runs[0.5][1] != runs[4.0][1]  # the probabilities do
+    best = fit_temperature(nlp, dev, temperatures=grid)
+    assert ner.temperature == best
+    assert runs[best][2] == min(loss for *_, loss in runs.values())

@@ -102,13 +102,14 @@ def make_nldm_ner(
     threshold: float,
     candidate_threshold: Optional[float],
     n_best: int,
+    temperature: float,
     scorer: Optional[Callable],
 ) -> StructuredEntityRecognizer:
     """Named entities with the Neural Latent Dependency Model (BIO or BILUO tags linked by a latent tree)."""
     return StructuredEntityRecognizer(
         nlp.vocab, model, name, scheme=scheme, decode="posterior", loss=loss, max_length=max_length,
         store_probs=store_probs, average_params=average_params, spans_key=spans_key, threshold=threshold,
-        candidate_threshold=candidate_threshold, n_best=n_best, scorer=scorer,
+        candidate_threshold=candidate_threshold, n_best=n_best, temperature=temperature, scorer=scorer,
     )
 
 
@@ -131,6 +132,7 @@ def make_crf_ner(
     threshold: float,
     candidate_threshold: Optional[float],
     n_best: int,
+    temperature: float,
     scorer: Optional[Callable],
 ) -> StructuredEntityRecognizer:
     """Named entities with a linear-chain CRF of order 1 or 2 over BIO or BILUO tags, the scheme's rules
@@ -138,7 +140,7 @@ def make_crf_ner(
     return StructuredEntityRecognizer(
         nlp.vocab, model, name, scheme=scheme, decode=decode, max_length=max_length, store_probs=store_probs,
         average_params=average_params, spans_key=spans_key, threshold=threshold,
-        candidate_threshold=candidate_threshold, n_best=n_best, scorer=scorer,
+        candidate_threshold=candidate_threshold, n_best=n_best, temperature=temperature, scorer=scorer,
     )
 
 

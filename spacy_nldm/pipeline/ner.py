@@ -52,6 +52,10 @@ class StructuredEntityRecognizer(StructuredTagger):
     threshold: entities of a lower probability are left out of ``Doc.ents`` (and of the span group).
     candidate_threshold: also put in the span group every span that was not decoded and has at least this
         probability (spans that overlap the entities included: for recall-oriented uses); None: none.
+    temperature: at predict time every score (emissions, transitions, arcs) is divided by it, before
+        decoding and before any probability: T > 1 flattens the model's distribution, T < 1 sharpens it; 1:
+        the distribution as trained. Training ignores it. :func:`~spacy_nldm.pipeline.fit_temperature` fits it
+        on held-out docs. The CRF's Viterbi entities do not change with it, only their probabilities.
     n_best: keep the doc's k most probable entity sets in ``Doc._.nldm_nbest`` (0: none). The CRF's are
         exact; the NLDM's are the k valid tag sequences of the largest products of tag marginals, ordered
         by their exact probabilities (:func:`~spacy_nldm.structs.label_nbest`).
@@ -77,6 +81,7 @@ class StructuredEntityRecognizer(StructuredTagger):
         threshold: float = CRF_NER["threshold"],
         candidate_threshold: Optional[float] = CRF_NER["candidate_threshold"],
         n_best: int = CRF_NER["n_best"],
+        temperature: float = CRF_NER["temperature"],
         scorer: Optional[Callable] = None,
     ):
         if scheme not in structs.SCHEMES:
@@ -87,6 +92,8 @@ class StructuredEntityRecognizer(StructuredTagger):
             raise ValueError(f"[spacy-nldm] {name}: candidate_threshold must be in (0, 1] or null, not {candidate_threshold}")
         if isinstance(n_best, bool) or not isinstance(n_best, int) or n_best < 0:
             raise ValueError(f"[spacy-nldm] {name}: n_best must be an integer >= 0, not {n_best!r}")
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0.0 < temperature < float("inf"):
+            raise ValueError(f"[spacy-nldm] {name}: temperature must be a positive number, not {temperature!r}")
         super().__init__(
             vocab, model, name, attr="ents", decode=decode, loss=loss, max_length=max_length,
             store_probs=store_probs, store_tree=False, average_params=average_params, scorer=scorer, **NER_TRAINING,
@@ -96,6 +103,7 @@ class StructuredEntityRecognizer(StructuredTagger):
         self.threshold = threshold
         self.candidate_threshold = candidate_threshold
         self.n_best = n_best
+        self.temperature = float(temperature)
         self._scheme: Optional[SchemeParts] = None
 
     # ------------------------------------------------------------------ tags

@@ -162,6 +162,8 @@ class StructuredTagger(TrainablePipe):
     # ----------------------------------------------------------------- labels
     #: the attributes the component may predict (``attr``)
     attrs = ATTRS
+    #: every score is divided by it at predict time (the entity components' ``temperature`` setting)
+    temperature = 1.0
 
     @property
     def labels(self) -> Tuple[str, ...]:
@@ -392,9 +394,13 @@ class StructuredTagger(TrainablePipe):
         model = self.averages.tagging_model(self.model)
         token_scores = model.predict(docs)
         self._check_finite(token_scores, docs)
-        structure = self.structure(model, {name: xp2torch(table) for name, table in token_scores.tables.items()})
+        tables = {name: xp2torch(table) for name, table in token_scores.tables.items()}
         scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
+        if self.temperature != 1.0:  # every score over T: the distribution flatter (T > 1) or sharper
+            tables = {name: table / self.temperature for name, table in tables.items()}
+            F = F / self.temperature
+        structure = self.structure(model, tables)
         lengths = torch.from_numpy(scores.lengths)
         probs = structure.label_marginals(F, lengths) if self.store_probs else None
         # the NLDM's decode returns the canonical tree of the decoded labels (independent of the batch);

@@ -7,8 +7,11 @@ precision-recall curve by threshold, for trained pipelines side by side.
         --output projects/paper/results/ner/calibration.md --figures projects/paper/results/ner/calibration
 
 Each pipeline tags the test docs' tokens (no gold annotation). A predicted entity's confidence is
-``Span._.nldm_prob`` for ``crf_ner`` and ``nldm_ner`` (their exact probability), and for ``spancat`` the score it
-stores in ``doc.spans[key].attrs["scores"]`` (its predicted spans: those above its own threshold). An entity is
+``Span._.nldm_prob`` for ``crf_ner`` and ``nldm_ner`` (their exact probability), for ``spancat`` the score it
+stores in ``doc.spans[key].attrs["scores"]`` (its predicted spans: those above its own threshold), and for
+``beam_ner`` the score of ``scored_ents`` (the summed probability of the beam's parses that hold the entity).
+With ``--dev``, each crf_ner / nldm_ner pipeline is measured again at the temperature fitted on the dev docs
+(``spacy_nldm.pipeline.fit_temperature``: the lowest log loss of its dev entities), in a row ``NAME@T``. An entity is
 correct when the gold doc has the same span with the same type.
 
 - ECE (10 equal-width bins over the predicted entities): sum over bins of (share of the entities in the bin) x
@@ -28,18 +31,25 @@ BINS = 10
 THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
-def predictions(model: str, docs) -> List[Tuple[int, int, int, str, float]]:
-    """(doc, start, end, label, confidence) of each entity the pipeline ``model`` predicts on the docs' tokens."""
-    import spacy
+def predictions(nlp, docs) -> List[Tuple[int, int, int, str, float]]:
+    """(doc, start, end, label, confidence) of each entity the pipeline ``nlp`` predicts on the docs' tokens."""
     from spacy.tokens import Doc
 
     import spacy_nldm.pipeline  # noqa: F401  (Span._.nldm_prob)
 
-    nlp = spacy.load(model)
-    spans_keys = [nlp.get_pipe(name).cfg.get("spans_key") or "sc" for name, _ in nlp.pipeline
-                  if nlp.get_pipe_meta(name).factory == "spancat"]
+    factories = {name: nlp.get_pipe_meta(name).factory for name, _ in nlp.pipeline}
+    spans_keys = [nlp.get_pipe(name).cfg.get("spans_key") or "sc" for name, f in factories.items() if f == "spancat"]
+    beam = [name for name, f in factories.items() if f == "beam_ner"]
     out = []
     inputs = [Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]) for d in docs]
+    if beam:  # the beam's entity scores: the summed probabilities of the beam's parses that hold the entity
+        ner = nlp.get_pipe(beam[0])
+        for i, doc in enumerate(nlp.pipe(inputs, batch_size=256, disable=beam)):
+            beams = ner.predict([doc])
+            scores = ner.scored_ents(beams)[0]
+            ner.set_annotations([doc], beams)
+            out += [(i, e.start, e.end, e.label_, float(scores[(e.start, e.end, e.label_)])) for e in doc.ents]
+        return out
     for i, doc in enumerate(nlp.pipe(inputs, batch_size=256)):
         if spans_keys:
             group = doc.spans[spans_keys[0]]
@@ -48,6 +58,19 @@ def predictions(model: str, docs) -> List[Tuple[int, int, int, str, float]]:
         else:
             out += [(i, e.start, e.end, e.label_, float(e._.nldm_prob)) for e in doc.ents if e._.nldm_prob is not None]
     return out
+
+
+def fitted(nlp, dev: Path) -> Optional[float]:
+    """For a pipeline with crf_ner or nldm_ner: the temperature :func:`spacy_nldm.pipeline.fit_temperature` fits
+    on the ``dev`` docs (the component is left at it); None for any other pipeline."""
+    from spacy.training import Corpus
+
+    from spacy_nldm.pipeline import fit_temperature
+    from spacy_nldm.pipeline.calibration import ENTITY_FACTORIES
+
+    if not any(nlp.get_pipe_meta(name).factory in ENTITY_FACTORIES for name, _ in nlp.pipeline):
+        return None
+    return fit_temperature(nlp, Corpus(str(dev), gold_preproc=True)(nlp))
 
 
 def calibration(found, gold: set) -> Dict[str, object]:
@@ -77,7 +100,9 @@ def main(
     model: List[str] = typer.Option(..., help="NAME=PATH of a trained pipeline (repeatable)"),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here"),
     figures: Optional[Path] = typer.Option(None, help="Folder for reliability.png and pr.png"),
+    dev: Optional[Path] = typer.Option(None, help="Dev DocBin: also each crf_ner / nldm_ner pipeline at the temperature fitted on it (its row NAME@T)"),
 ) -> None:
+    import spacy
     from spacy.tokens import DocBin
     from spacy.vocab import Vocab
 
@@ -86,8 +111,13 @@ def main(
     results = {}
     for spec in model:
         name, _, path = spec.partition("=")
-        results[name] = calibration(predictions(path, docs), gold)
+        nlp = spacy.load(path)
+        results[name] = calibration(predictions(nlp, docs), gold)
         typer.echo(f"{name}: ECE {results[name]['ece']:.3f}, AP {results[name]['ap']:.3f}", err=True)
+        t = fitted(nlp, dev) if dev is not None else None
+        if t is not None:
+            results[f"{name}@{t:.2f}"] = calibration(predictions(nlp, docs), gold)
+            typer.echo(f"{name} at temperature {t:.2f} (fitted on {dev}): ECE {results[f'{name}@{t:.2f}']['ece']:.3f}", err=True)
     lines = ["| system | entities | precision | recall | ECE (10 bins) | area under the PR curve (AP) |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {name} | {r['n']} | {100 * r['precision']:.2f} | {100 * r['recall']:.2f} | {r['ece']:.3f} | "
@@ -101,7 +131,7 @@ def main(
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         command = "python -m projects.paper.scripts.entity_calibration " + str(test) + "".join(
-            f" --model {spec}" for spec in model)
+            f" --model {spec}" for spec in model) + (f" --dev {dev}" if dev is not None else "")
         output.write_text(f"Entity confidence on {test} ({len(gold)} gold entities).\n\nCommand: `{command}`\n\n"
                           + text + "\n", encoding="utf8")
     if figures is not None:
