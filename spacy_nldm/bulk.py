@@ -40,6 +40,9 @@ ERRORS_DIR = "_errors"
 # the output's own columns: a carried field of one of these names is renamed input_<name>
 OUTPUT_COLUMNS = ("line", "row", "tokens", "tags", "heads", "probs", "ents")
 TAGGER_FACTORIES = ("nldm_tagger", "crf_tagger")
+#: the factories whose components give label marginals (``--probs``): the taggers over their labels, the entity
+#: components over their tags (BIO or BILUO)
+PROB_FACTORIES = TAGGER_FACTORIES + ("nldm_ner", "crf_ner")
 MAX_REPORTED = 10  # malformed records printed per shard (all of them go to the errors file)
 
 
@@ -276,10 +279,11 @@ class PipelineFacts:
     """What the driver knows of the pipeline from its config (no weights loaded)."""
 
     taggers: List[str]  # nldm_tagger / crf_tagger components
-    probs_settable: List[str]  # the taggers whose config section has store_probs (spacy.load can set it)
+    probs_settable: List[str]  # the components of ``scored`` whose config section has store_probs (spacy.load can set it)
     has_tree: bool  # an NLDM component: Token._.nldm_head is set
-    prob_labels: Optional[List[str]]  # the last tagger's labels (the order of ``probs``)
+    prob_labels: Optional[List[str]]  # the last scored component's labels, or tags (the order of ``probs``)
     ents: bool = False  # a component that sets Doc.ents (its factory's ``assigns`` has "doc.ents")
+    scored: List[str] = field(default_factory=list)  # the components of PROB_FACTORIES (taggers and entity components)
 
 
 def sets_entities(factory: Optional[str]) -> bool:
@@ -320,14 +324,19 @@ def pipeline_facts(model: str) -> PipelineFacts:
     taggers = [n for n in active if components.get(n, {}).get("factory") in TAGGER_FACTORIES]
     has_tree = any(str(components[n].get("model", {}).get("@architectures", "")).startswith("spacy-nldm.NLDMTagger")
                    for n in taggers)
+    scored = [n for n in active if components.get(n, {}).get("factory") in PROB_FACTORIES]
     labels = None
-    if taggers:
-        cfg = directory / taggers[-1] / "cfg"
+    if scored:
+        cfg = directory / scored[-1] / "cfg"
         if cfg.exists():
             labels = list(json.loads(cfg.read_text(encoding="utf8")).get("labels", []))
-    settable = [n for n in taggers if "store_probs" in components[n]]
+        if labels is not None and scored[-1] not in taggers:  # an entity component: its types -> its tags
+            from .structs import entity_labels
+
+            labels = list(entity_labels(labels, components[scored[-1]].get("scheme", "BIO")))
+    settable = [n for n in scored if "store_probs" in components[n]]
     ents = any(sets_entities(components.get(n, {}).get("factory")) for n in active)
-    return PipelineFacts(taggers, settable, has_tree, labels, ents)
+    return PipelineFacts(taggers, settable, has_tree, labels, ents, scored)
 
 
 class TaggerActor:
@@ -335,7 +344,7 @@ class TaggerActor:
 
     def __init__(self, model: str, text_key: str, overrides: Dict, use_gpu: bool, threads: int,
                  pipe_batch_size: Optional[int], has_tree: bool, probs: bool, docbin: bool,
-                 taggers: Tuple[str, ...] = (), ents: bool = False):
+                 taggers: Tuple[str, ...] = (), ents: bool = False, scored: Tuple[str, ...] = ()):
         import spacy
 
         if use_gpu:  # Ray set CUDA_VISIBLE_DEVICES to this worker's GPU: device 0 is ours
@@ -350,7 +359,7 @@ class TaggerActor:
         except ImportError:  # pragma: no cover - torch is a dependency
             pass
         self.nlp = spacy.load(model, config=overrides)
-        for name in taggers if probs else ():
+        for name in scored if probs else ():
             self.nlp.get_pipe(name).store_probs = True
         from .pipeline.extensions import register_extensions
 
@@ -568,8 +577,8 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
     output = Path(output)
     shards = find_shards(input, output, out_format, input_format)
     facts = pipeline_facts(model)
-    if probs and not facts.taggers:
-        raise BulkError(f"--probs needs an nldm_tagger or crf_tagger component; {model} has none")
+    if probs and not facts.scored:
+        raise BulkError(f"--probs needs an nldm_tagger, crf_tagger, nldm_ner or crf_ner component; {model} has none")
     # store_probs through the config (spacy.load validates overrides against config.cfg, where spaCy writes
     # every factory setting); a config without it (written by hand) gets the attribute set after loading
     overrides = {"components": {name: {"store_probs": True} for name in facts.probs_settable}} if probs else {}
@@ -601,7 +610,7 @@ def tag_corpus(input: str, output: Path, model: str, *, workers: int = 1, batch_
                             overrides=overrides, use_gpu=num_gpus > 0, threads=max(1, int(cpus_per_worker)),
                             pipe_batch_size=pipe_batch_size, has_tree=facts.has_tree,
                             probs=probs, docbin=out_format == "docbin", taggers=tuple(facts.taggers),
-                            ents=facts.ents)
+                            ents=facts.ents, scored=tuple(facts.scored))
         for attempt in range(retries + 1):
             summary.attempts = attempt + 1
             todo = [shard for shard in pending if not shard.output.exists()]

@@ -326,8 +326,9 @@ def test_entities_in_parquet_and_docbin(ruler_pipeline, ray_local, tmp_path):
 
 @needs_ray
 def test_the_entity_components_probabilities_in_parquet(ray_local, tmp_path):
-    """crf_ner's entities carry their probability (Span._.nldm_prob) in the Parquet output; others' are null."""
-    import pyarrow.parquet as pq  # noqa: F401
+    """crf_ner's entities carry their probability (Span._.nldm_prob) in the Parquet output, and --probs its tag
+    marginals."""
+    import pyarrow.parquet as pq
 
     from spacy_nldm.bulk import tag_corpus
     from test_ner_confidence import TEXTS, trained
@@ -339,9 +340,16 @@ def test_the_entity_components_probabilities_in_parquet(ray_local, tmp_path):
     inputs = tmp_path / "in"
     inputs.mkdir()
     srsly.write_jsonl(inputs / "a.jsonl", [{"text": t} for t in TEXTS])
-    tag_corpus(str(inputs), tmp_path / "out", str(tmp_path / "model"), workers=1, batch_size=2, log=lambda _: None)
+    tag_corpus(str(inputs), tmp_path / "out", str(tmp_path / "model"), workers=1, batch_size=2, probs=True,
+               log=lambda _: None)
     rows = read_parquet(tmp_path / "out" / "a.parquet")
     got = [[(e["start"], e["end"], e["label"], e["prob"]) for e in r["ents"]] for r in rows]
     assert [[g[:3] for g in doc] for doc in got] == [[w[:3] for w in doc] for doc in want]
     for doc_got, doc_want in zip(got, want):
         assert [g[3] for g in doc_got] == pytest.approx([w[3] for w in doc_want], rel=1e-6)
+    # --probs: the tag marginals, over the component's tags, which the file's metadata lists
+    nlp.get_pipe("crf_ner").store_probs = True
+    tags = json.loads(pq.read_schema(tmp_path / "out" / "a.parquet").metadata[b"spacy_nldm.prob_labels"])
+    for row, doc in zip(rows, nlp.pipe(TEXTS)):
+        assert tags == list(doc._.nldm_prob_labels)
+        numpy.testing.assert_allclose(numpy.asarray(row["probs"], dtype="float32"), doc._.nldm_probs, rtol=1e-5, atol=1e-6)

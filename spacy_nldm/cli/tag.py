@@ -35,7 +35,7 @@ def tag(
     out_format: str = typer.Option("parquet", "--format", "-f",
                                    help="parquet (tokens, tags, heads, probs, ents columns) or docbin (.spacy files)"),
     probs: bool = typer.Option(False, "--probs/--no-probs",
-                               help="Also output the label marginals (sets store_probs on the taggers)"),
+                               help="Also output the label marginals (sets store_probs on the taggers and entity components; an entity component's are over its BIO or BILUO tags)"),
     num_gpus: float = typer.Option(0.0, "--num-gpus",
                                    help="GPUs per worker, passed to Ray (e.g. 1, or 0.5 for two workers per GPU); "
                                         "> 0: the workers call spacy.require_gpu()"),
