@@ -212,22 +212,27 @@ def speed_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str,
     return rows
 
 
+def drawer(device: str):
+    """draw(*shape): random scores of std 1, float32, on ``device``, that require grad (one seeded generator)."""
+    gen = torch.Generator().manual_seed(0)
+    return lambda *shape: torch.randn(*shape, generator=gen).to(device).requires_grad_(True)
+
+
+def fwd_bwd(fn, leaves):
+    """A call that runs ``fn`` and its backward pass (of the sum), then clears the leaves' gradients."""
+    def run():
+        fn().sum().backward()
+        for leaf in leaves:
+            leaf.grad = None
+    return run
+
+
 def lane_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, str, str, str, float, float]]:
     """(structure, call, shape, lane, lane s, reference s): every lane of the tree and the chain forced on an
     input it takes, against the reference lane on the same input,
     random scores of std 1, float32, on ``device`` (the compiled lanes: CPU only)."""
     rows = []
-    gen = torch.Generator().manual_seed(0)
-
-    def draw(*shape):
-        return torch.randn(*shape, generator=gen).to(device).requires_grad_(True)
-
-    def fwd_bwd(fn, leaves):
-        def run():
-            fn().sum().backward()
-            for leaf in leaves:
-                leaf.grad = None
-        return run
+    draw = drawer(device)
 
     cpu = torch.device(device).type == "cpu"
     for n, m in ((20, 17), (30, 17), (30, 25)):
@@ -328,17 +333,7 @@ def constraint_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple
     applied by :func:`structs.constrain` inside the timed call (start and end rules on every sentence),
     and without."""
     rows = []
-    gen = torch.Generator().manual_seed(0)
-
-    def draw(*shape):
-        return torch.randn(*shape, generator=gen).to(device).requires_grad_(True)
-
-    def fwd_bwd(fn, leaves):
-        def run():
-            fn().sum().backward()
-            for leaf in leaves:
-                leaf.grad = None
-        return run
+    draw = drawer(device)
 
     for scheme, n in (("BIO", 20), ("BIO", 40), ("BILUO", 20), ("BILUO", 40)):
         labels = structs.entity_labels([f"T{k}" for k in range(6)], scheme)

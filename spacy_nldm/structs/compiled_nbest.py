@@ -47,11 +47,14 @@ def nbest(scores, lengths: Tensor, k: int) -> Tuple[Tensor, Tensor]:
 
 
 def _kernel(order: str):
-    global _insert
+    global _insert, _merge, _finish
     if not _KERNELS:
         from numba import njit
 
-        _insert = njit(inline="always")(_insert)  # the loops read it as a module global
+        # the loops read these as module globals
+        _insert = njit(inline="always")(_insert)
+        _merge = njit(inline="always")(_merge)
+        _finish = njit(inline="always")(_finish)
         _KERNELS["first"] = njit(cache=True, nogil=True)(_first_order)
         _KERNELS["second"] = njit(cache=True, nogil=True)(_second_order)
     return _KERNELS[order]
@@ -69,9 +72,50 @@ def _insert(values, back, t, s, k, cand, pointer):  # pragma: no cover - compile
     back[t, s, pos] = pointer
 
 
+def _merge(v, new, back, t, s, k, rows, w, heads):  # pragma: no cover - compiled
+    """new[s] (k,), sorted: the k best of v[rows[a], j] + w[a] over the lists a and their ranks j, with
+    back[t, s] their pointers rows[a] * k + j; heads (len(rows),) is scratch. Two passes: the best head's
+    list copied as it is, then the lists whose head beats the k-th merged in, each until one does not."""
+    first = 0
+    for a in range(len(rows)):
+        heads[a] = v[rows[a], 0] + w[a]
+        if heads[a] > heads[first]:
+            first = a
+    for j in range(k):  # the best head's list as it is (the row is empty)
+        new[s, j] = v[rows[first], j] + w[first]
+        back[t, s, j] = rows[first] * k + j
+    for a in range(len(rows)):
+        if a == first or not heads[a] > new[s, k - 1]:
+            continue
+        for j in range(k):
+            cand = v[rows[a], j] + w[a]
+            if not cand > new[s, k - 1]:  # the rest of v[rows[a]] is no better
+                break
+            _insert(new, back, t, s, k, cand, rows[a] * k + j)
+
+
+def _finish(v, back, n, k, M, labels_b, best_b, top, final):  # pragma: no cover - compiled
+    """The k best of all the last lists v (S, k) into best_b (k,), and their sequences, read back through
+    back, into labels_b (k, N): a state s is the label s % M (order 1: s is the label)."""
+    top[:] = -np.inf
+    for s in range(v.shape[0]):
+        for j in range(k):
+            if not v[s, j] > top[0, k - 1]:
+                break
+            _insert(top, final, 0, 0, k, v[s, j], s * k + j)
+    best_b[:] = top[0]
+    for r in range(k):
+        if not top[0, r] > -np.inf:
+            continue
+        s, j = divmod(final[0, 0, r], k)
+        for t in range(n - 1, -1, -1):
+            labels_b[r, t] = s % M
+            if t:
+                s, j = divmod(back[t, s, j], k)
+
+
 def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: no cover - compiled
-    """For each c: the heads v[a, 0] + (e_t[c] + T[a, c]) of every list, the best one's list copied (one
-    pass, as Viterbi's), then the lists whose head beats the k-th merged in (a second)."""
+    """For each c the lists of every a, merged with the weights e_t[c] + T[a, c]."""
     batch, n_max, M = e.shape
     v = np.empty((M, k), dtype=e.dtype)
     new = np.empty((M, k), dtype=e.dtype)
@@ -79,6 +123,8 @@ def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: n
     top = np.empty((1, k), dtype=e.dtype)
     final = np.zeros((1, 1, k), dtype=np.int64)
     heads = np.empty(M, dtype=e.dtype)
+    w = np.empty(M, dtype=e.dtype)
+    rows = np.arange(M)
     for b in range(batch):
         n = lengths[b]
         if n == 0:  # the start state alone: one empty sequence of score 0
@@ -91,45 +137,16 @@ def _first_order(e, columns, start, end, lengths, k, labels, best):  # pragma: n
         for t in range(1, n):
             for c in range(M):
                 x = e[b, t, c] + end[c] if t == n - 1 else e[b, t, c]
-                first = 0
                 for a in range(M):
-                    heads[a] = v[a, 0] + (x + columns[c, a])
-                    if heads[a] > heads[first]:
-                        first = a
-                w = x + columns[c, first]
-                for j in range(k):  # the best head's list as it is (the row is empty)
-                    new[c, j] = v[first, j] + w
-                    back[t, c, j] = first * k + j
-                for a in range(M):
-                    if a == first or not heads[a] > new[c, k - 1]:
-                        continue
-                    w = x + columns[c, a]
-                    for j in range(k):
-                        cand = v[a, j] + w
-                        if not cand > new[c, k - 1]:  # the rest of v[a] is no better
-                            break
-                        _insert(new, back, t, c, k, cand, a * k + j)
+                    w[a] = x + columns[c, a]
+                _merge(v, new, back, t, c, k, rows, w, heads)
             v, new = new, v
-        top[:] = -np.inf
-        for c in range(M):
-            for j in range(k):
-                if not v[c, j] > top[0, k - 1]:
-                    break
-                _insert(top, final, 0, 0, k, v[c, j], c * k + j)
-        best[b] = top[0]
-        for r in range(k):
-            if not top[0, r] > -np.inf:
-                continue
-            c, j = divmod(final[0, 0, r], k)
-            for t in range(n - 1, -1, -1):
-                labels[b, r, t] = c
-                if t:
-                    c, j = divmod(back[t, c, j], k)
+        _finish(v, back, n, k, M, labels[b], best[b], top, final)
 
 
 def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - compiled
     """The states (A, c) flat as A * M + c; each new state (1 + p, c) merges the lists of the states (A, p)
-    in two passes, as the first order does."""
+    with the weights e_t[c] + W[A, 1 + p, c]."""
     batch, n_max, M = e.shape
     S = (M + 1) * M
     v = np.empty((S, k), dtype=e.dtype)
@@ -138,6 +155,8 @@ def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - c
     top = np.empty((1, k), dtype=e.dtype)
     final = np.zeros((1, 1, k), dtype=np.int64)
     heads = np.empty(M + 1, dtype=e.dtype)
+    w = np.empty(M + 1, dtype=e.dtype)
+    rows = np.empty(M + 1, dtype=np.int64)
     for b in range(batch):
         n = lengths[b]
         if n == 0:
@@ -149,40 +168,12 @@ def _second_order(e, trigram, lengths, k, labels, best):  # pragma: no cover - c
         for t in range(1, n):
             new[:M] = -np.inf  # the states (start, c) are not reached again
             for p in range(M):
+                for A in range(M + 1):  # from the states (A, p)
+                    rows[A] = A * M + p
                 for c in range(M):
                     x = e[b, t, c]
-                    s = (1 + p) * M + c
-                    first = 0
-                    for A in range(M + 1):  # from the state (A, p)
-                        heads[A] = v[A * M + p, 0] + (x + trigram[A, 1 + p, c])
-                        if heads[A] > heads[first]:
-                            first = A
-                    w = x + trigram[first, 1 + p, c]
-                    for j in range(k):  # the best head's list as it is (the row is empty)
-                        new[s, j] = v[first * M + p, j] + w
-                        back[t, s, j] = (first * M + p) * k + j
                     for A in range(M + 1):
-                        if A == first or not heads[A] > new[s, k - 1]:
-                            continue
-                        w = x + trigram[A, 1 + p, c]
-                        for j in range(k):
-                            cand = v[A * M + p, j] + w
-                            if not cand > new[s, k - 1]:
-                                break
-                            _insert(new, back, t, s, k, cand, (A * M + p) * k + j)
+                        w[A] = x + trigram[A, 1 + p, c]
+                    _merge(v, new, back, t, (1 + p) * M + c, k, rows, w, heads)
             v, new = new, v
-        top[:] = -np.inf
-        for s in range(S):
-            for j in range(k):
-                if not v[s, j] > top[0, k - 1]:
-                    break
-                _insert(top, final, 0, 0, k, v[s, j], s * k + j)
-        best[b] = top[0]
-        for r in range(k):
-            if not top[0, r] > -np.inf:
-                continue
-            s, j = divmod(final[0, 0, r], k)
-            for t in range(n - 1, -1, -1):
-                labels[b, r, t] = s % M
-                if t:
-                    s, j = divmod(back[t, s, j], k)
+        _finish(v, back, n, k, M, labels[b], best[b], top, final)
