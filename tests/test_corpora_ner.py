@@ -241,25 +241,19 @@ def run_project(proj: Path, command: str, mirror: Path, *overrides: str) -> str:
     return res.stdout
 
 
-def test_project_ner_corpora(tmp_path):
-    """The root project's ner-corpora: the three WNUT files to DocBins, every sentence and entity kept."""
+def test_project_ner_workflow_trains_and_tests_both_systems(tmp_path):
+    """The whole `ner` workflow, two steps per system: ner-corpora keeps every sentence and entity of the three
+    WNUT files, the configs come from `spacy init config -p SYSTEM`, the test scores (spaCy's ents_p/r/f and
+    per type) and the displaCy pages are written."""
+    import srsly
+
     proj = copy_project(tmp_path / "proj")
     counts = write_mini_wnut(tmp_path / "mirror")
-    run_project(proj, "ner-corpora", tmp_path / "mirror")
+    run_project(proj, "ner", tmp_path / "mirror", "--vars.ner_steps=2")  # model-best: the evaluation at step 0
     for name, split in (("wnut17train.conll", "train"), ("emerging.dev.conll", "dev"),
                         ("emerging.test.annotated", "test")):
         docs = list(DocBin().from_disk(proj / "corpus" / "wnut17" / f"{split}.spacy").get_docs(Vocab()))
         assert (len(docs), sum(len(d.ents) for d in docs)) == counts[name]
-
-
-def test_project_ner_workflow_trains_and_tests_both_systems(tmp_path):
-    """The whole `ner` workflow, two steps per system: the configs come from `spacy init config -p SYSTEM`,
-    the test scores (spaCy's ents_p/r/f and per type) and the displaCy pages are written."""
-    import srsly
-
-    proj = copy_project(tmp_path / "proj")
-    write_mini_wnut(tmp_path / "mirror")
-    run_project(proj, "ner", tmp_path / "mirror", "--vars.ner_steps=2")  # model-best: the evaluation at step 0
     for system in ("crf_ner", "nldm_ner"):
         scores = srsly.read_json(proj / "metrics" / "wnut17" / f"{system}.json")
         assert {"ents_p", "ents_r", "ents_f", "ents_per_type"} <= set(scores), system
