@@ -213,9 +213,10 @@ def speed_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str,
 
 
 def drawer(device: str):
-    """draw(*shape): random scores of std 1, float32, on ``device``, that require grad (one seeded generator)."""
+    """(draw, gen): draw(*shape) gives random scores of std 1, float32, on ``device``, that require grad, from
+    the seeded generator gen (which the caller may draw other values from)."""
     gen = torch.Generator().manual_seed(0)
-    return lambda *shape: torch.randn(*shape, generator=gen).to(device).requires_grad_(True)
+    return (lambda *shape: torch.randn(*shape, generator=gen).to(device).requires_grad_(True)), gen
 
 
 def fwd_bwd(fn, leaves):
@@ -232,7 +233,7 @@ def lane_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple[str, 
     input it takes, against the reference lane on the same input,
     random scores of std 1, float32, on ``device`` (the compiled lanes: CPU only)."""
     rows = []
-    draw = drawer(device)
+    draw, gen = drawer(device)
 
     cpu = torch.device(device).type == "cpu"
     for n, m in ((20, 17), (30, 17), (30, 25)):
@@ -333,7 +334,7 @@ def constraint_rows(batch: int, repeats: int, device: str = "cpu") -> List[Tuple
     applied by :func:`structs.constrain` inside the timed call (start and end rules on every sentence),
     and without."""
     rows = []
-    draw = drawer(device)
+    draw, gen = drawer(device)
 
     for scheme, n in (("BIO", 20), ("BIO", 40), ("BILUO", 20), ("BILUO", 40)):
         labels = structs.entity_labels([f"T{k}" for k in range(6)], scheme)
