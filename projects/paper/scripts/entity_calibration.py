@@ -11,14 +11,16 @@ Each pipeline tags the test docs' tokens (no gold annotation). A predicted entit
 stores in ``doc.spans[key].attrs["scores"]`` (its predicted spans: those above its own threshold), and for
 ``beam_ner`` the score of ``scored_ents`` (the summed probability of the beam's parses that hold the entity).
 With ``--dev``, each crf_ner / nldm_ner pipeline is measured again at the temperature fitted on the dev docs
-(``spacy_nldm.pipeline.fit_temperature``: the lowest log loss of its dev entities), in a row ``NAME@T``. An entity is
+(``spacy_nldm.pipeline.fit_temperature``: the lowest log loss of its dev entities), in a row ``NAME@dev``. An entity is
 correct when the gold doc has the same span with the same type.
 
 - ECE (10 equal-width bins over the predicted entities): sum over bins of (share of the entities in the bin) x
   |accuracy in the bin - mean confidence in the bin|.
 - The precision-recall curve by threshold: the entities at or above each confidence against all gold entities;
   its area is the average precision (sum over the correct entities, best first, of precision x 1 / n_gold).
-Prints a Markdown table (and writes it with ``--output``); ``--figures`` writes reliability.png and pr.png.
+A name given with several pipelines (``--model crf_ner=seed0/model-best --model crf_ner=seed1/model-best``: its seeds)
+gets the mean ± sd of its pipelines, and each one's ECE and AP below. Prints a Markdown table (and writes it with
+``--output``); ``--figures`` writes reliability.png and pr.png (each name's first pipeline).
 """
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
@@ -73,6 +75,13 @@ def fitted(nlp, dev: Path) -> Optional[float]:
     return fit_temperature(nlp, Corpus(str(dev), gold_preproc=True)(nlp))
 
 
+def mean_sd(values: List[float], digits: int) -> str:
+    """``mean ± sd`` (sample sd) of the values, or the one value."""
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{numpy.mean(values):.{digits}f} ± {numpy.std(values, ddof=1):.{digits}f}"
+
+
 def calibration(found, gold: set) -> Dict[str, object]:
     """ECE, average precision, the reliability bins and the precision-recall curve of ``found`` entities."""
     conf = numpy.asarray([f[-1] for f in found], dtype="float64")
@@ -100,7 +109,7 @@ def main(
     model: List[str] = typer.Option(..., help="NAME=PATH of a trained pipeline (repeatable)"),
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here"),
     figures: Optional[Path] = typer.Option(None, help="Folder for reliability.png and pr.png"),
-    dev: Optional[Path] = typer.Option(None, help="Dev DocBin: also each crf_ner / nldm_ner pipeline at the temperature fitted on it (its row NAME@T)"),
+    dev: Optional[Path] = typer.Option(None, help="Dev DocBin: also each crf_ner / nldm_ner pipeline at the temperature fitted on it (its row NAME@dev, the temperatures in its last column)"),
 ) -> None:
     import spacy
     from spacy.tokens import DocBin
@@ -108,24 +117,43 @@ def main(
 
     docs = list(DocBin().from_disk(test).get_docs(Vocab()))
     gold = {(i, e.start, e.end, e.label_) for i, d in enumerate(docs) for e in d.ents}
-    results = {}
+    runs: Dict[str, List[dict]] = {}  # system -> one result per pipeline given under that name (its seeds)
+    temperatures: Dict[str, List[float]] = {}
     for spec in model:
         name, _, path = spec.partition("=")
         nlp = spacy.load(path)
-        results[name] = calibration(predictions(nlp, docs), gold)
-        typer.echo(f"{name}: ECE {results[name]['ece']:.3f}, AP {results[name]['ap']:.3f}", err=True)
+        runs.setdefault(name, []).append(calibration(predictions(nlp, docs), gold))
+        typer.echo(f"{name} ({path}): ECE {runs[name][-1]['ece']:.3f}, AP {runs[name][-1]['ap']:.3f}", err=True)
         t = fitted(nlp, dev) if dev is not None else None
         if t is not None:
-            results[f"{name}@{t:.2f}"] = calibration(predictions(nlp, docs), gold)
-            typer.echo(f"{name} at temperature {t:.2f} (fitted on {dev}): ECE {results[f'{name}@{t:.2f}']['ece']:.3f}", err=True)
-    lines = ["| system | entities | precision | recall | ECE (10 bins) | area under the PR curve (AP) |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {name} | {r['n']} | {100 * r['precision']:.2f} | {100 * r['recall']:.2f} | {r['ece']:.3f} | "
-              f"{r['ap']:.3f} |" for name, r in results.items()]
-    lines += ["", "Precision / recall (%) of the entities at or above each threshold:", "",
-              "| system | " + " | ".join(f">= {t}" for t in THRESHOLDS) + " |", "|---|" + "---|" * len(THRESHOLDS)]
-    lines += [f"| {name} | " + " | ".join(f"{100 * p:.1f} / {100 * rc:.1f}" for _, p, rc in r["by_threshold"]) + " |"
-              for name, r in results.items()]
+            runs.setdefault(f"{name}@dev", []).append(calibration(predictions(nlp, docs), gold))
+            temperatures.setdefault(f"{name}@dev", []).append(t)
+            typer.echo(f"{name} at temperature {t:.2f} (fitted on {dev}): ECE {runs[f'{name}@dev'][-1]['ece']:.3f}",
+                       err=True)
+    lines = ["| system | n | entities | precision | recall | ECE (10 bins) | area under the PR curve (AP) | temperature |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, rs in runs.items():
+        cells = [mean_sd([r[key] * scale for r in rs], digits)
+                 for key, scale, digits in (("n", 1, 0), ("precision", 100, 2), ("recall", 100, 2), ("ece", 1, 3),
+                                            ("ap", 1, 3))]
+        temps = ", ".join(f"{t:.2f}" for t in temperatures.get(name, [])) or "1"
+        lines.append(f"| {name} | {len(rs)} | " + " | ".join(cells) + f" | {temps} |")
+    if any(len(rs) > 1 for rs in runs.values()):
+        lines += ["", "ECE and AP of each pipeline, in the order given:", "", "| system | ECE | AP |", "|---|---|---|"]
+        lines += [f"| {name} | " + ", ".join(f"{r['ece']:.3f}" for r in rs) + " | "
+                  + ", ".join(f"{r['ap']:.3f}" for r in rs) + " |" for name, rs in runs.items()]
+    lines += ["", "Precision / recall (%) of the entities at or above each threshold (mean over the pipelines of a "
+              "system):", "", "| system | " + " | ".join(f">= {t}" for t in THRESHOLDS) + " |",
+              "|---|" + "---|" * len(THRESHOLDS)]
+    for name, rs in runs.items():
+        cells = []
+        for j in range(len(THRESHOLDS)):
+            precisions = [r["by_threshold"][j][1] for r in rs]
+            p = float("nan") if numpy.isnan(precisions).all() else numpy.nanmean(precisions)
+            rc = numpy.mean([r["by_threshold"][j][2] for r in rs])
+            cells.append(f"{100 * p:.1f} / {100 * rc:.1f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    results = {name: rs[0] for name, rs in runs.items()}  # the figures: each system's first pipeline
     text = "\n".join(lines)
     typer.echo(text)
     if output is not None:
