@@ -161,3 +161,53 @@ def test_the_crf_decodes_the_same_entities_at_any_temperature_and_fitting_picks_
     best = fit_temperature(nlp, dev, temperatures=grid)
     assert ner.temperature == best
     assert runs[best][2] == min(loss for *_, loss in runs.values())
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_the_entity_bias_multiplies_each_sequence_probability_by_exp_bias_per_entity(factory):
+    """p_b(y) is proportional to p(y) exp(b x the entities of y): the ratio of two tag sequences' exact
+    probabilities (from the n best) moves by exp(b x their difference in entities)."""
+    from thinc.api import fix_random_seed
+
+    fix_random_seed(0)
+    nlp = trained(factory, steps=10, n_best=60)
+    ner = nlp.get_pipe(factory)
+    text = "we saw Mia in Oslo"
+    before = {tuple(s): p for p, s in nlp(text)._.nldm_nbest}
+    ner.entity_bias = 0.3
+    after = {tuple(s): p for p, s in nlp(text)._.nldm_nbest}
+    common = [s for s in before if s in after]
+    assert len(common) >= 2 and len({len(s) for s in common}) >= 2  # sets with different numbers of entities
+    ref = common[0]
+    for s in common[1:]:
+        expected = numpy.log(before[s] / before[ref]) + 0.3 * (len(s) - len(ref))
+        assert numpy.log(after[s] / after[ref]) == pytest.approx(expected, abs=1e-4)
+
+
+def test_the_crf_decodes_more_entities_as_the_bias_grows_and_fitting_picks_the_best_f1(tmp_path):
+    from spacy_nldm.pipeline import fit_entity_bias
+    from spacy_nldm.pipeline.calibration import entity_f1
+
+    nlp = trained("crf_ner", steps=10)
+    ner = nlp.get_pipe("crf_ner")
+    dev = examples_of(synthetic(nlp.vocab, 12, seed=1))
+    grid = (-20.0, -1.0, 0.0, 1.0, 3.0, 20.0)
+    counts, f1 = [], {}
+    for bias in grid:
+        ner.entity_bias = bias
+        counts.append(sum(len(d.ents) for d in nlp.pipe(TEXTS)))
+        f1[bias] = entity_f1(nlp, dev)
+    # Viterbi's argmax of score + b x entities: its number of entities never falls as b grows
+    assert counts == sorted(counts) and counts[0] == 0 and counts[-1] > counts[2]
+    best = fit_entity_bias(nlp, dev, biases=grid)
+    assert ner.entity_bias == best and f1[best] == max(f1.values())
+    assert abs(best) == min(abs(b) for b in grid if f1[b] == f1[best])
+    nlp.to_disk(tmp_path / "fitted")  # saved with the component, read back by spacy.load
+    assert spacy.load(tmp_path / "fitted").get_pipe("crf_ner").entity_bias == best
+
+
+def test_a_bad_entity_bias_is_an_error_naming_it():
+    ner = spacy.blank("en").add_pipe("crf_ner")
+    for value in (float("nan"), float("inf"), "1", True):
+        with pytest.raises(ValueError, match="entity_bias"):
+            ner.entity_bias = value

@@ -8,7 +8,7 @@ display.
     [(t.tag_, t._.nldm_head) for t in doc], doc._.nldm_tree_score
     html = render_tree(doc)  # displaCy drawing of the latent label tree
 """
-from .calibration import fit_temperature
+from .calibration import fit_entity_bias, fit_temperature
 from .display import entities_to_displacy, render_entities, render_tree, tree_to_displacy
 from .extensions import register_extensions
 from .factories import make_crf_ner, make_crf_tagger, make_nldm_ner, make_nldm_tagger
@@ -29,5 +29,6 @@ __all__ = [
     "entities_to_displacy",
     "tree_to_displacy",
     "register_extensions",
+    "fit_entity_bias",
     "fit_temperature",
 ]

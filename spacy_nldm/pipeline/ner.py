@@ -61,6 +61,12 @@ class StructuredEntityRecognizer(StructuredTagger):
         by their exact probabilities (:func:`~spacy_nldm.structs.label_nbest`).
     The other settings are the taggers' (:class:`~spacy_nldm.pipeline.tagger.StructuredTagger`); defaults in
     :mod:`spacy_nldm.defaults` (``CRF_NER``, ``NLDM_NER``; ``NER_TRAINING``: the loss's, not settings).
+
+    Saved with the component beside its labels (``cfg``), because it is fitted on data rather than set:
+    :attr:`entity_bias`, a score added at predict time to every token's entity-start tag (``B-``, and ``U-`` in
+    BILUO), before the temperature: each entity of a tag sequence gets it once, so the model's distribution
+    is multiplied by exp(bias) per entity and renormalised. 0 (the default): the model as trained.
+    :func:`~spacy_nldm.pipeline.fit_entity_bias` fits it for entity F1 on held-out docs.
     """
 
     attrs = ("ents",)
@@ -293,6 +299,24 @@ class StructuredEntityRecognizer(StructuredTagger):
         for d, doc in enumerate(docs):
             doc._.nldm_nbest = [(float(numpy.exp(p)), [(a, b, self.vocab.strings[labels[j]]) for a, b, j in sets])
                                 for p, sets in best[d]] if len(doc) else []
+
+    @property
+    def entity_bias(self) -> float:
+        """The score added to every entity-start tag at predict time (saved with the component; 0: none)."""
+        return float(self.cfg.get("entity_bias", 0.0))
+
+    @entity_bias.setter
+    def entity_bias(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not numpy.isfinite(value):
+            raise ValueError(f"[spacy-nldm] {self.name}: entity_bias must be a finite number, not {value!r}")
+        self.cfg["entity_bias"] = float(value)
+
+    def score_offsets(self) -> Optional[numpy.ndarray]:
+        """:attr:`entity_bias` on the entity-start tags of :attr:`outputs` (None when it is 0)."""
+        if not self.entity_bias:
+            return None
+        prefixes = self._parts().prefixes
+        return numpy.asarray([self.entity_bias if p in ("B", "U") else 0.0 for p in prefixes], dtype="float32")
 
     def score(self, examples: Iterable[Example], **kwargs):
         """spaCy's entity scores (``ents_p``, ``ents_r``, ``ents_f``, ``ents_per_type``)."""

@@ -107,7 +107,7 @@ class StructuredTagger(TrainablePipe):
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
-    component (``cfg``) is what it learned: its labels. So ``spacy.load(path, config=...)`` can change
+    component (``cfg``) is what it learned: its labels (and an entity component's fitted ``entity_bias``). So ``spacy.load(path, config=...)`` can change
     any of them, and ``config.cfg`` is always the component's true configuration.
     """
 
@@ -157,7 +157,7 @@ class StructuredTagger(TrainablePipe):
         self.average_params = average_params
         self.averages = ParamAverages()
         self._listens = listens(model)  # a listener has the optimizer average (see .averages)
-        self.cfg = {"labels": []}  # what the component learned (saved with it): nothing else
+        self.cfg = {"labels": []}  # what the component learned (saved with it)
 
     # ----------------------------------------------------------------- labels
     #: the attributes the component may predict (``attr``)
@@ -168,6 +168,11 @@ class StructuredTagger(TrainablePipe):
     @property
     def labels(self) -> Tuple[str, ...]:
         return tuple(self.cfg["labels"])
+
+    def score_offsets(self) -> Optional[numpy.ndarray]:
+        """A score (M,) added at predict time to every token's score of each output label, before the
+        temperature; None: none (the taggers)."""
+        return None
 
     @property
     def outputs(self) -> Tuple[str, ...]:
@@ -397,6 +402,9 @@ class StructuredTagger(TrainablePipe):
         tables = {name: xp2torch(table) for name, table in token_scores.tables.items()}
         scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
+        offsets = self.score_offsets()
+        if offsets is not None:  # a score per output label, added to each token's (the entity bias)
+            F = F + torch.as_tensor(offsets, dtype=F.dtype, device=F.device)
         if self.temperature != 1.0:  # every score over T: the distribution flatter (T > 1) or sharper
             tables = {name: table / self.temperature for name, table in tables.items()}
             F = F / self.temperature
