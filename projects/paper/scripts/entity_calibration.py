@@ -11,7 +11,7 @@ Each pipeline tags the test docs' tokens (no gold annotation). A predicted entit
 stores in ``doc.spans[key].attrs["scores"]`` (its predicted spans: those above its own threshold), and for
 ``beam_ner`` the score of ``scored_ents`` (the summed probability of the beam's parses that hold the entity).
 With ``--dev``, each crf_ner / nldm_ner pipeline is measured again at the temperature fitted on the dev docs
-(``spacy_nldm.pipeline.fit_temperature``: the lowest log loss of its dev entities), in a row ``NAME@dev``. An entity is
+(``spacy_nldm.pipeline.fit_temperature``: the lowest log loss of its dev entities), in a row ``NAME@dev``; with ``--fit-bias`` the entity bias is fitted on dev first (``NAME@dev+bias``). An entity is
 correct when the gold doc has the same span with the same type.
 
 - ECE (10 equal-width bins over the predicted entities): sum over bins of (share of the entities in the bin) x
@@ -62,17 +62,21 @@ def predictions(nlp, docs) -> List[Tuple[int, int, int, str, float]]:
     return out
 
 
-def fitted(nlp, dev: Path) -> Optional[float]:
+def fitted(nlp, dev: Path, bias: bool = False) -> Optional[float]:
     """For a pipeline with crf_ner or nldm_ner: the temperature :func:`spacy_nldm.pipeline.fit_temperature` fits
-    on the ``dev`` docs (the component is left at it); None for any other pipeline."""
+    on the ``dev`` docs, after the entity bias (:func:`spacy_nldm.pipeline.fit_entity_bias`) with ``bias`` (the
+    component is left at them); None for any other pipeline."""
     from spacy.training import Corpus
 
-    from spacy_nldm.pipeline import fit_temperature
+    from spacy_nldm.pipeline import fit_entity_bias, fit_temperature
     from spacy_nldm.pipeline.calibration import ENTITY_FACTORIES
 
     if not any(nlp.get_pipe_meta(name).factory in ENTITY_FACTORIES for name, _ in nlp.pipeline):
         return None
-    return fit_temperature(nlp, Corpus(str(dev), gold_preproc=True)(nlp))
+    examples = list(Corpus(str(dev), gold_preproc=True)(nlp))
+    if bias:
+        fit_entity_bias(nlp, examples)
+    return fit_temperature(nlp, examples)
 
 
 def mean_sd(values: List[float], digits: int) -> str:
@@ -110,6 +114,7 @@ def main(
     output: Optional[Path] = typer.Option(None, help="Also write the Markdown table here"),
     figures: Optional[Path] = typer.Option(None, help="Folder for reliability.png and pr.png"),
     dev: Optional[Path] = typer.Option(None, help="Dev DocBin: also each crf_ner / nldm_ner pipeline at the temperature fitted on it (its row NAME@dev, the temperatures in its last column)"),
+    fit_bias: bool = typer.Option(False, "--fit-bias/--no-fit-bias", help="With --dev: fit the entity bias on dev before the temperature (the row NAME@dev+bias)"),
 ) -> None:
     import spacy
     from spacy.tokens import DocBin
@@ -124,12 +129,12 @@ def main(
         nlp = spacy.load(path)
         runs.setdefault(name, []).append(calibration(predictions(nlp, docs), gold))
         typer.echo(f"{name} ({path}): ECE {runs[name][-1]['ece']:.3f}, AP {runs[name][-1]['ap']:.3f}", err=True)
-        t = fitted(nlp, dev) if dev is not None else None
+        t = fitted(nlp, dev, fit_bias) if dev is not None else None
         if t is not None:
-            runs.setdefault(f"{name}@dev", []).append(calibration(predictions(nlp, docs), gold))
-            temperatures.setdefault(f"{name}@dev", []).append(t)
-            typer.echo(f"{name} at temperature {t:.2f} (fitted on {dev}): ECE {runs[f'{name}@dev'][-1]['ece']:.3f}",
-                       err=True)
+            row = f"{name}@dev+bias" if fit_bias else f"{name}@dev"
+            runs.setdefault(row, []).append(calibration(predictions(nlp, docs), gold))
+            temperatures.setdefault(row, []).append(t)
+            typer.echo(f"{row} at temperature {t:.2f} (fitted on {dev}): ECE {runs[row][-1]['ece']:.3f}", err=True)
     lines = ["| system | n | entities | precision | recall | ECE (10 bins) | area under the PR curve (AP) | temperature |",
              "|---|---|---|---|---|---|---|---|"]
     for name, rs in runs.items():
@@ -159,7 +164,8 @@ def main(
     if output is not None:
         output.parent.mkdir(parents=True, exist_ok=True)
         command = "python -m projects.paper.scripts.entity_calibration " + str(test) + "".join(
-            f" --model {spec}" for spec in model) + (f" --dev {dev}" if dev is not None else "")
+            f" --model {spec}" for spec in model) + (f" --dev {dev}" if dev is not None else "") + (
+            " --fit-bias" if fit_bias else "")
         output.write_text(f"Entity confidence on {test} ({len(gold)} gold entities).\n\nCommand: `{command}`\n\n"
                           + text + "\n", encoding="utf8")
     if figures is not None:
