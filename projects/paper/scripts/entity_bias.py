@@ -15,11 +15,7 @@ from typing import Dict, List, Optional
 import numpy
 import typer
 
-
-def mean_sd(values: List[float]) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{numpy.mean(values):.2f} ± {numpy.std(values, ddof=1):.2f}"
+from projects.paper.scripts.entity_calibration import mean_sd
 
 
 def examples(nlp, path: Path):
@@ -65,7 +61,7 @@ def main(
     for name, rs in rows.items():
         change = [r["f_fitted"] - r["f_plain"] for r in rs]
         lines.append(
-            f"| {name} | {len(rs)} | {mean_sd([r['f_plain'] for r in rs])} | {mean_sd([r['f_fitted'] for r in rs])} | "
+            f"| {name} | {len(rs)} | {mean_sd([r['f_plain'] for r in rs], 2)} | {mean_sd([r['f_fitted'] for r in rs], 2)} | "
             f"{numpy.mean(change):+.2f} | {numpy.mean([r['p_plain'] for r in rs]):.2f} / "
             f"{numpy.mean([r['r_plain'] for r in rs]):.2f} | {numpy.mean([r['p_fitted'] for r in rs]):.2f} / "
             f"{numpy.mean([r['r_fitted'] for r in rs]):.2f} | " + ", ".join(f"{r['bias']:.2f}" for r in rs) + " |")
