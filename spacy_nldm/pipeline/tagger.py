@@ -107,8 +107,9 @@ class StructuredTagger(TrainablePipe):
 
     The keyword defaults are ``nldm_tagger``'s (:mod:`.defaults`); ``crf_tagger``'s factory passes its own.
     These settings come from the config only (attributes of the component); what is saved with the
-    component (``cfg``) is what it learned: its labels (and an entity component's fitted ``entity_bias``). So ``spacy.load(path, config=...)`` can change
-    any of them, and ``config.cfg`` is always the component's true configuration.
+    component (``cfg``) is what it learned: its labels (and an entity component's fitted ``entity_bias``). So
+    ``spacy.load(path, config=...)`` can change any of them, and ``config.cfg`` is always the component's true
+    configuration.
     """
 
     def __init__(
