@@ -19,11 +19,10 @@ from projects.paper.scripts.entity_calibration import mean_sd
 
 
 def examples(nlp, path: Path):
-    from spacy.tokens import Doc, DocBin
-    from spacy.training import Example
+    """The DocBin's gold docs as examples on their own tokens (spaCy's ``Corpus`` with ``gold_preproc``)."""
+    from spacy.training import Corpus
 
-    return [Example(Doc(nlp.vocab, words=[t.text for t in d], spaces=[bool(t.whitespace_) for t in d]), d)
-            for d in DocBin().from_disk(path).get_docs(nlp.vocab)]
+    return list(Corpus(str(path), gold_preproc=True)(nlp))
 
 
 def main(
