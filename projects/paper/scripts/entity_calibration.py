@@ -16,6 +16,10 @@ correct when the gold doc has the same span with the same type.
 
 - ECE (10 equal-width bins over the predicted entities): sum over bins of (share of the entities in the bin) x
   |accuracy in the bin - mean confidence in the bin|.
+- ECE if calibrated: the ECE the same confidences would show if they were exactly calibrated, each entity right
+  with the probability it is given (its outcome drawn so, ``DRAWS`` times, seeded): the mean over the draws and
+  its 95th percentile. On a few hundred entities the binned ECE of a perfectly calibrated model is well above 0;
+  an ECE within this range is what sampling alone gives.
 - The precision-recall curve by threshold: the entities at or above each confidence against all gold entities;
   its area is the average precision (sum over the correct entities, best first, of precision x 1 / n_gold).
 A name given with several pipelines (``--model crf_ner=seed0/model-best --model crf_ner=seed1/model-best``: its seeds)
@@ -29,6 +33,8 @@ import numpy
 import typer
 
 BINS = 10
+#: the draws of outcomes for "ECE if calibrated"
+DRAWS = 2000
 #: the thresholds of the precision / recall table (a worked choice of ``threshold``)
 THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -86,17 +92,37 @@ def mean_sd(values: List[float], digits: int) -> str:
     return f"{numpy.mean(values):.{digits}f} ± {numpy.std(values, ddof=1):.{digits}f}"
 
 
+def expected_calibration_error(conf: numpy.ndarray, right: numpy.ndarray) -> numpy.ndarray:
+    """The ECE (``BINS`` equal-width bins) of confidences ``conf`` (n,) against outcomes ``right`` (..., n) of 0
+    and 1: one ECE per row of outcomes (shape ``right.shape[:-1]``)."""
+    bins = numpy.minimum((conf * BINS).astype(int), BINS - 1)
+    ece = numpy.zeros(right.shape[:-1])
+    for b in range(BINS):
+        inside = bins == b
+        if inside.any():
+            ece += inside.mean() * numpy.abs(right[..., inside].mean(-1) - conf[inside].mean())
+    return ece
+
+
+def ece_if_calibrated(conf: numpy.ndarray, draws: int = DRAWS, seed: int = 0) -> Tuple[float, float]:
+    """(mean, 95th percentile) of the ECE of ``conf`` against outcomes drawn right with probability ``conf``,
+    over ``draws`` draws: the ECE that sampling alone gives a perfectly calibrated model with these confidences."""
+    if not len(conf):
+        return 0.0, 0.0
+    right = numpy.random.default_rng(seed).random((draws, len(conf))) < conf
+    eces = expected_calibration_error(conf, right.astype("float64"))
+    return float(eces.mean()), float(numpy.percentile(eces, 95))
+
+
 def calibration(found, gold: set) -> Dict[str, object]:
     """ECE, average precision, the reliability bins and the precision-recall curve of ``found`` entities."""
     conf = numpy.asarray([f[-1] for f in found], dtype="float64")
     right = numpy.asarray([f[:-1] in gold for f in found], dtype="float64")
     bins = numpy.minimum((conf * BINS).astype(int), BINS - 1)
-    ece, rows = 0.0, []
-    for b in range(BINS):
-        inside = bins == b
-        if inside.any():
-            ece += inside.mean() * abs(right[inside].mean() - conf[inside].mean())
-            rows.append((b, int(inside.sum()), float(conf[inside].mean()), float(right[inside].mean())))
+    ece = float(expected_calibration_error(conf, right)) if len(found) else 0.0
+    rows = [(b, int((bins == b).sum()), float(conf[bins == b].mean()), float(right[bins == b].mean()))
+            for b in range(BINS) if (bins == b).any()]
+    floor, floor95 = ece_if_calibrated(conf)
     order = numpy.argsort(-conf, kind="stable")
     hits = numpy.cumsum(right[order])
     precision = hits / numpy.arange(1, len(order) + 1)
@@ -104,8 +130,9 @@ def calibration(found, gold: set) -> Dict[str, object]:
     ap = float((precision * right[order]).sum() / max(1, len(gold)))
     by_threshold = [(t, float(right[conf >= t].mean()) if (conf >= t).any() else float("nan"),
                      float(right[conf >= t].sum() / max(1, len(gold)))) for t in THRESHOLDS]
-    return {"by_threshold": by_threshold, "ece": float(ece), "ap": ap, "n": len(found), "precision": float(right.mean()) if len(found) else 0.0,
-            "recall": float(right.sum() / max(1, len(gold))), "bins": rows, "curve": (recall, precision)}
+    return {"by_threshold": by_threshold, "ece": ece, "floor": floor, "floor95": floor95, "ap": ap, "n": len(found),
+            "precision": float(right.mean()) if len(found) else 0.0, "recall": float(right.sum() / max(1, len(gold))),
+            "bins": rows, "curve": (recall, precision)}
 
 
 def main(
@@ -135,12 +162,13 @@ def main(
             runs.setdefault(row, []).append(calibration(predictions(nlp, docs), gold))
             temperatures.setdefault(row, []).append(t)
             typer.echo(f"{row} at temperature {t:.2f} (fitted on {dev}): ECE {runs[row][-1]['ece']:.3f}", err=True)
-    lines = ["| system | n | entities | precision | recall | ECE (10 bins) | area under the PR curve (AP) | temperature |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| system | n | entities | precision | recall | ECE (10 bins) | ECE if calibrated (mean; 95%) "
+             "| area under the PR curve (AP) | temperature |", "|---|---|---|---|---|---|---|---|---|"]
     for name, rs in runs.items():
         cells = [mean_sd([r[key] * scale for r in rs], digits)
-                 for key, scale, digits in (("n", 1, 0), ("precision", 100, 2), ("recall", 100, 2), ("ece", 1, 3),
-                                            ("ap", 1, 3))]
+                 for key, scale, digits in (("n", 1, 0), ("precision", 100, 2), ("recall", 100, 2), ("ece", 1, 3))]
+        cells.append(f"{numpy.mean([r['floor'] for r in rs]):.3f}; {numpy.mean([r['floor95'] for r in rs]):.3f}")
+        cells.append(mean_sd([r["ap"] for r in rs], 3))
         temps = ", ".join(f"{t:.2f}" for t in temperatures.get(name, [])) or "1"
         lines.append(f"| {name} | {len(rs)} | " + " | ".join(cells) + f" | {temps} |")
     if any(len(rs) > 1 for rs in runs.values()):

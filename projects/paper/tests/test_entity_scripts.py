@@ -7,7 +7,7 @@ import pytest
 from spacy.tokens import Doc, DocBin, Span
 from spacy.vocab import Vocab
 
-from projects.paper.scripts.entity_calibration import BINS, calibration, mean_sd
+from projects.paper.scripts.entity_calibration import BINS, calibration, ece_if_calibrated, expected_calibration_error, mean_sd
 from projects.paper.scripts.partial_entities import partial, removed_entities
 
 
@@ -81,6 +81,21 @@ def test_calibration_of_confidences_that_are_right():
     got = calibration(found, gold)
     assert got["ece"] == pytest.approx(0.0)
     assert got["ap"] == pytest.approx(8 / 100)
+
+
+def test_ece_if_calibrated_is_what_calibrated_outcomes_give():
+    """Outcomes drawn right with their confidence are calibrated: their ECE falls within the floor's range, the
+    floor shrinks as the entities grow (about 1 / sqrt(n)), and it is 0 for confidences of 0 and 1 only."""
+    rng = numpy.random.default_rng(1)
+    small, large = rng.uniform(size=100), rng.uniform(size=10000)
+    mean_small, p95_small = ece_if_calibrated(small)
+    mean_large, _ = ece_if_calibrated(large, draws=200)
+    assert 0 < mean_large < mean_small < p95_small
+    assert 5 < mean_small / mean_large < 20  # sqrt(100) = 10
+    drawn = (rng.uniform(size=(200, 100)) < small).astype(float)
+    eces = expected_calibration_error(small, drawn)
+    assert numpy.mean(eces <= p95_small) > 0.85
+    assert ece_if_calibrated(numpy.array([0.0, 1.0, 1.0, 0.0])) == (0.0, 0.0)
 
 
 def test_mean_sd_over_seeds():
