@@ -331,9 +331,10 @@ def pipeline_facts(model: str) -> PipelineFacts:
         if cfg.exists():
             labels = list(json.loads(cfg.read_text(encoding="utf8")).get("labels", []))
         if labels is not None and scored[-1] not in taggers:  # an entity component: its types -> its tags
+            from .defaults import NER_COMMON
             from .structs import entity_labels
 
-            labels = list(entity_labels(labels, components[scored[-1]].get("scheme", "BIO")))
+            labels = list(entity_labels(labels, components[scored[-1]].get("scheme", NER_COMMON["scheme"])))
     settable = [n for n in scored if "store_probs" in components[n]]
     ents = any(sets_entities(components.get(n, {}).get("factory")) for n in active)
     return PipelineFacts(taggers, settable, has_tree, labels, ents, scored)
