@@ -77,13 +77,17 @@ def tags_of_scheme(scheme):
 
 def gold_tags(ner, eg):
     """The gold tag of each token of ``eg.predicted`` as the loss reads it (None: unknown, every tag allowed),
-    from the component's public :meth:`gold_mask`, window after window."""
+    from the component's public :meth:`gold_mask`, window after window; a token allows one tag or all of them."""
     doc = eg.predicted
     mask = ner.gold_mask([eg], ner.segment_scores([doc], ner.model.predict([doc])))
     tags = []
     for row, (start, end) in zip(mask, doc_segments(doc, ner.max_length)):
         for allowed in row[: end - start]:
-            tags.append(ner.outputs[int(allowed.argmax())] if allowed.sum() == 1 else None)
+            if allowed.all():
+                tags.append(None)
+            else:
+                assert allowed.sum() == 1, allowed
+                tags.append(ner.outputs[int(allowed.argmax())])
     return tags
 
 
