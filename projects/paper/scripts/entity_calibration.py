@@ -92,10 +92,15 @@ def mean_sd(values: List[float], digits: int) -> str:
     return f"{numpy.mean(values):.{digits}f} ± {numpy.std(values, ddof=1):.{digits}f}"
 
 
+def bin_index(conf: numpy.ndarray) -> numpy.ndarray:
+    """Each confidence's bin, 0 to ``BINS`` - 1 (equal widths; a confidence of 1 in the last)."""
+    return numpy.minimum((conf * BINS).astype(int), BINS - 1)
+
+
 def expected_calibration_error(conf: numpy.ndarray, right: numpy.ndarray) -> numpy.ndarray:
     """The ECE (``BINS`` equal-width bins) of confidences ``conf`` (n,) against outcomes ``right`` (..., n) of 0
-    and 1: one ECE per row of outcomes (shape ``right.shape[:-1]``)."""
-    bins = numpy.minimum((conf * BINS).astype(int), BINS - 1)
+    and 1: one ECE per row of outcomes (shape ``right.shape[:-1]``; 0 for no confidences)."""
+    bins = bin_index(conf)
     ece = numpy.zeros(right.shape[:-1])
     for b in range(BINS):
         inside = bins == b
@@ -118,10 +123,12 @@ def calibration(found, gold: set) -> Dict[str, object]:
     """ECE, average precision, the reliability bins and the precision-recall curve of ``found`` entities."""
     conf = numpy.asarray([f[-1] for f in found], dtype="float64")
     right = numpy.asarray([f[:-1] in gold for f in found], dtype="float64")
-    bins = numpy.minimum((conf * BINS).astype(int), BINS - 1)
-    ece = float(expected_calibration_error(conf, right)) if len(found) else 0.0
-    rows = [(b, int((bins == b).sum()), float(conf[bins == b].mean()), float(right[bins == b].mean()))
-            for b in range(BINS) if (bins == b).any()]
+    bins = bin_index(conf)
+    ece = float(expected_calibration_error(conf, right))
+    rows = []  # (bin, entities, mean confidence, accuracy) of each bin that holds an entity
+    for b in numpy.unique(bins):
+        inside = bins == b
+        rows.append((int(b), int(inside.sum()), float(conf[inside].mean()), float(right[inside].mean())))
     floor, floor95 = ece_if_calibrated(conf)
     order = numpy.argsort(-conf, kind="stable")
     hits = numpy.cumsum(right[order])
