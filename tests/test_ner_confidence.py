@@ -206,6 +206,57 @@ def test_the_crf_decodes_more_entities_as_the_bias_grows_and_fitting_picks_the_b
     assert spacy.load(tmp_path / "fitted").get_pipe("crf_ner").entity_bias == best
 
 
+@pytest.mark.parametrize("factory", FACTORIES)
+def test_the_fits_decode_the_models_scores_once_as_the_pipeline_would(factory):
+    """A fit's :class:`Decoder` scores the docs once and decodes them at each setting: the entities and their
+    probabilities are those of ``nlp.pipe`` at the same setting (``token_scores`` counted through the
+    component's public method)."""
+    from spacy_nldm.pipeline.calibration import Decoder, entity_f1
+
+    nlp = trained(factory, steps=10)
+    ner = nlp.get_pipe(factory)
+    dev = examples_of(synthetic(nlp.vocab, 12, seed=1))
+    calls = []
+    score = ner.token_scores
+    ner.token_scores = lambda docs: calls.append(len(docs)) or score(docs)
+    decoder = Decoder(nlp, dev)
+    assert calls == [len(dev)]
+    for bias, temperature in ((0.0, 1.0), (1.5, 1.0), (0.5, 2.0)):
+        ner.entity_bias, ner.temperature = bias, temperature
+        before = len(calls)
+        fitted = [[(e.start, e.end, e.label_, e._.nldm_prob) for e in d.ents] for d in decoder.docs()]
+        assert len(calls) == before, "decoding again does not call the model"
+        piped = [[(e.start, e.end, e.label_, e._.nldm_prob) for e in d.ents]
+                 for d in nlp.pipe([eg.reference.text for eg in dev])]
+        assert [[s[:3] for s in d] for d in fitted] == [[s[:3] for s in d] for d in piped]
+        numpy.testing.assert_allclose([s[3] for d in fitted for s in d], [s[3] for d in piped for s in d], rtol=1e-6)
+        assert entity_f1(nlp, dev, decoder) == entity_f1(nlp, dev)
+
+
+def test_the_bias_grid_goes_on_while_its_best_is_on_its_upper_edge():
+    """fit_entity_bias extends a grid whose best is its largest value, in the grid's step, up to ``largest``:
+    it returns what the same rule picks from the F1 of every bias measured one by one."""
+    from spacy_nldm.pipeline import fit_entity_bias
+    from spacy_nldm.pipeline.calibration import entity_f1
+
+    nlp = trained("crf_ner", steps=10)
+    ner = nlp.get_pipe("crf_ner")
+    dev = examples_of(synthetic(nlp.vocab, 12, seed=1))
+    f1 = {}
+    for bias in range(-20, 21):
+        ner.entity_bias = float(bias)
+        f1[bias] = entity_f1(nlp, dev)
+    rising = [b for b in range(-20, 20) if f1[b + 1] > f1[b]]
+    assert rising, "the F1 rises somewhere as the bias grows"
+    start = rising[0]
+    expected = start + 1  # the rule: go on while the best so far is the last value tried
+    while expected < 20 and f1[expected + 1] > max(f1[b] for b in range(start, expected + 1)):
+        expected += 1
+    best = fit_entity_bias(nlp, dev, biases=(float(start), float(start + 1)), largest=20.0)
+    assert best == expected and ner.entity_bias == expected
+    assert fit_entity_bias(nlp, dev, biases=(float(start), float(start + 1)), largest=float(start + 1)) == start + 1
+
+
 def test_a_bad_entity_bias_is_an_error_naming_it():
     ner = spacy.blank("en").add_pipe("crf_ner")
     for value in (float("nan"), float("inf"), "1", True):

@@ -185,12 +185,12 @@ class StructuredEntityRecognizer(StructuredTagger):
         return ids
 
     # ------------------------------------------------------------ prediction
-    def predict(self, docs: Iterable[Doc]) -> Predictions:
-        """The decoded tags (:meth:`StructuredTagger.predict`), and per segment its entities, the candidates
-        and the n best tag sequences: ``preds.entities[s]`` and ``preds.candidates[s]`` lists of (start, end,
-        type, probability) in the segment's tokens (type: the index in :attr:`labels`); ``preds.nbest`` None or
-        (labels (S, k, L), log probabilities (S, k))."""
-        preds = super().predict(docs)
+    def predict_scored(self, docs: List[Doc], token_scores) -> Predictions:
+        """The decoded tags (:meth:`StructuredTagger.predict_scored`), and per segment its entities, the
+        candidates and the n best tag sequences: ``preds.entities[s]`` and ``preds.candidates[s]`` lists of
+        (start, end, type, probability) in the segment's tokens (type: the index in :attr:`labels`);
+        ``preds.nbest`` None or (labels (S, k, L), log probabilities (S, k))."""
+        preds = super().predict_scored(docs, token_scores)
         preds.entities = [[] for _ in preds.segments]
         preds.candidates = [[] for _ in preds.segments]
         preds.nbest = None

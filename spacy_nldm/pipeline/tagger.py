@@ -392,14 +392,26 @@ class StructuredTagger(TrainablePipe):
         component keeps them: :meth:`.ParamAverages.tagging_model`); a batch without tokens is answered
         without calling the model."""
         docs = list(docs)
-        has_tree = self.model.attrs["structure"] == "tree" and self.store_tree
+        return self.predict_scored(docs, self.token_scores(docs))
+
+    def token_scores(self, docs: List[Doc]) -> Optional[TokenScores]:
+        """The model's output on the docs (with the averaged weights, when the component keeps them), checked
+        finite; None for docs without tokens. What :meth:`predict_scored` decodes: a caller that decodes the
+        same docs under several settings (``entity_bias``, ``temperature``) calls the model once."""
         if not any(len(doc) for doc in docs):
+            return None
+        token_scores = self.averages.tagging_model(self.model).predict(docs)
+        self._check_finite(token_scores, docs)
+        return token_scores
+
+    def predict_scored(self, docs: List[Doc], token_scores: Optional[TokenScores]) -> Predictions:
+        """:meth:`predict` from the model's output on the docs (:meth:`token_scores`)."""
+        has_tree = self.model.attrs["structure"] == "tree" and self.store_tree
+        if token_scores is None:
             none = numpy.zeros((0, 1), dtype="int64")
             probs = numpy.zeros((0, 1, len(self.outputs)), dtype="float32") if self.store_probs else None
             return Predictions([], none, none if has_tree else None, numpy.zeros(0), probs, has_tree)
         model = self.averages.tagging_model(self.model)
-        token_scores = model.predict(docs)
-        self._check_finite(token_scores, docs)
         tables = {name: xp2torch(table) for name, table in token_scores.tables.items()}
         scores = self.segment_scores(docs, token_scores)
         F = xp2torch(scores.scores)
@@ -429,24 +441,31 @@ class StructuredTagger(TrainablePipe):
         else:
             ids = [self.vocab.strings.add(label) for label in self.labels]
         has_tree = preds.has_tree
-        for doc in docs:
-            if has_tree:
-                doc._.nldm_tree_score = 0.0
-                doc._.nldm_heads = numpy.full(len(doc), -1, dtype="int32")  # -1: the root
-            if self.store_probs:
-                doc._.nldm_probs = numpy.zeros((len(doc), len(ids)), dtype="float32")
-                doc._.nldm_prob_labels = list(self.labels)
+        # each doc's extension values are built first and set once (every ``doc._`` makes an accessor)
+        heads_of = [numpy.full(len(doc), -1, dtype="int32") for doc in docs] if has_tree else None  # -1: the root
+        tree_score_of = [0.0] * len(docs)
+        probs_of = ([numpy.zeros((len(doc), len(ids)), dtype="float32") for doc in docs] if self.store_probs
+                    else None)
         values = numpy.asarray(ids, dtype="uint64")[preds.labels]  # (S, L): each token's label as spaCy holds it
+        if has_tree:  # the segments' heads 1..n (0: the root) as doc indices
+            starts = numpy.asarray([start for _, start, _ in preds.segments], dtype="int64")[:, None]
+            doc_heads = numpy.where(preds.heads == 0, -1, starts + preds.heads - 1)
         pieces: Dict[int, List[numpy.ndarray]] = {}  # each doc's segments' values, in order: they cover the doc
         for s, (d, start, end) in enumerate(preds.segments):
-            doc = docs[d]
             pieces.setdefault(d, []).append(values[s, : end - start])
-            if has_tree:  # the segment's heads 1..n (0: the root) as doc indices
-                heads = preds.heads[s, : end - start]
-                doc._.nldm_heads[start:end] = numpy.where(heads == 0, -1, start + heads - 1)
-                doc._.nldm_tree_score += float(preds.best[s])
+            if has_tree:
+                heads_of[d][start:end] = doc_heads[s, : end - start]
+                tree_score_of[d] += float(preds.best[s])
             if preds.probs is not None:
-                doc._.nldm_probs[start:end] = preds.probs[s, : end - start]
+                probs_of[d][start:end] = preds.probs[s, : end - start]
+        for d, doc in enumerate(docs if has_tree or self.store_probs else ()):
+            underscore = doc._
+            if has_tree:
+                underscore.nldm_tree_score = tree_score_of[d]
+                underscore.nldm_heads = heads_of[d]
+            if self.store_probs:
+                underscore.nldm_probs = probs_of[d]
+                underscore.nldm_prob_labels = list(self.labels)
         attr = IDS[self.attr.upper()]
         for d, values_of_doc in pieces.items():
             docs[d].from_array([attr], numpy.concatenate(values_of_doc))
