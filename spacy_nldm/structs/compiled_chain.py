@@ -26,12 +26,13 @@ def viterbi(emissions: Tensor, transitions: Tensor, start: Tensor, end: Tensor, 
     batch, n, m = emissions.shape
     as_numpy = lambda x: np.ascontiguousarray(x.detach().numpy())  # noqa: E731
     e = as_numpy(emissions)
-    columns = as_numpy(transitions.t())  # [current, previous]: the inner loop reads a row
+    rows = as_numpy(transitions)  # [previous, current]: the inner loop runs over the current labels
     lens = np.ascontiguousarray(lengths.numpy().astype(np.int64))
     labels = np.zeros((batch, n), dtype=np.int64)
     scores = np.zeros(batch, dtype=e.dtype)
-    work = (np.empty(m, dtype=e.dtype), np.empty(m, dtype=e.dtype), np.zeros((max(n, 1), m), dtype=np.int64))
-    _kernel()(e, columns, as_numpy(start), as_numpy(end), lens, labels, scores, *work)
+    work = (np.empty(m, dtype=e.dtype), np.empty(m, dtype=e.dtype), np.empty(m, dtype=e.dtype),
+            np.empty(m, dtype=np.int64), np.zeros((max(n, 1), m), dtype=np.int64))
+    _kernel()(e, rows, as_numpy(start), as_numpy(end), lens, labels, scores, *work)
     return torch.from_numpy(labels), torch.from_numpy(scores)
 
 
@@ -44,8 +45,11 @@ def _kernel():
     return _KERNEL
 
 
-def _viterbi_batch(e, columns, start, end, lengths, labels, scores, v, new, back):  # pragma: no cover - compiled
-    """Fill ``labels`` and ``scores``; ``v``, ``new`` (M,) and ``back`` (N, M) are work space."""
+def _viterbi_batch(e, rows, start, end, lengths, labels, scores, v, new, x, arg, back):  # pragma: no cover
+    """Fill ``labels`` and ``scores``; ``v``, ``new``, ``x`` (M,), ``arg`` (M,) and ``back`` (N, M) are work
+    space. The loop over the previous label a is the outer one and every current label c is updated at once
+    (a select, no branch: the loop over c vectorises); a replaces the best only when strictly better, so the
+    first of tied labels is kept, as in the reference."""
     M = e.shape[2]
     for b in range(e.shape[0]):
         n = lengths[b]
@@ -53,31 +57,36 @@ def _viterbi_batch(e, columns, start, end, lengths, labels, scores, v, new, back
             scores[b] = 0.0
             continue
         for c in range(M):
-            x = e[b, 0, c] + end[c] if n == 1 else e[b, 0, c]
-            v[c] = x + start[c]
+            first = e[b, 0, c] + end[c] if n == 1 else e[b, 0, c]
+            v[c] = first + start[c]
         for t in range(1, n):
             for c in range(M):
-                x = e[b, t, c] + end[c] if t == n - 1 else e[b, t, c]
-                best = v[0] + (x + columns[c, 0])
-                arg = 0
-                for a in range(1, M):
-                    cand = v[a] + (x + columns[c, a])
-                    if cand > best or (cand != cand and best == best):  # NaN wins, as in torch
-                        best = cand
-                        arg = a
-                new[c] = best
-                back[t, c] = arg
-            v[:] = new
+                x[c] = e[b, t, c] + end[c] if t == n - 1 else e[b, t, c]
+            for c in range(M):  # a = 0
+                new[c] = v[0] + (x[c] + rows[0, c])
+                arg[c] = 0
+            for a in range(1, M):
+                va = v[a]
+                row = rows[a]
+                for c in range(M):  # v_t[c] = max_a v_{t-1}[a] + (e_t[c] + T[a, c])
+                    cand = va + (x[c] + row[c])
+                    cur = new[c]
+                    better = (cand > cur) | ((cand != cand) & (cur == cur))  # NaN wins, as in torch
+                    new[c] = cand if better else cur
+                    arg[c] = a if better else arg[c]
+            for c in range(M):
+                v[c] = new[c]
+                back[t, c] = arg[c]
         best = v[0]
-        arg = 0
+        top = 0
         for c in range(1, M):
             if v[c] > best or (v[c] != v[c] and best == best):
                 best = v[c]
-                arg = c
+                top = c
         scores[b] = best
         if not best > -np.inf:  # impossible (or NaN): labels stay 0
             continue
-        labels[b, n - 1] = arg
+        labels[b, n - 1] = top
         for t in range(n - 1, 0, -1):
-            arg = back[t, arg]
-            labels[b, t - 1] = arg
+            top = back[t, top]
+            labels[b, t - 1] = top
