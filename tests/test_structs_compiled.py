@@ -109,8 +109,12 @@ def test_the_lane_runs_where_it_applies_and_only_there():
     assert tree_lane(DirectionalScores(F, bias, token_independent=True), lengths, max_dist=k) == "factored"
     assert sentence_by_sentence("cpu")
     assert tree_lane(DirectionalScores(F, bias, token_independent=True), lengths, semiring=MaxSemiring) == "compiled"
-    # not for a label mask, an arc mask or dense scores
+    # not for a label mask (unless the scores are given as factors), an arc mask or dense scores
     mask = torch.ones(F.shape[0], F.shape[1] + 1, F.shape[4], dtype=torch.bool)
+    factored = DirectionalScores.from_factors(F[:, :, 0, 1], F[0, 0] - F[0, 0, 0, 1], bias)
+    assert tree_lane(factored, lengths, max_dist=k, label_mask=mask) == "factored"
+    assert tree_lane(factored, lengths, max_dist=k, label_mask=mask, arc_mask=torch.ones(
+        1, F.shape[1] + 1, F.shape[1] + 1, dtype=torch.bool)) == "reference"
     arc_mask = torch.ones(1, F.shape[1] + 1, F.shape[1] + 1, dtype=torch.bool)
     for kw in (dict(label_mask=mask), dict(arc_mask=arc_mask)):
         assert tree_lane(DirectionalScores(F, bias), lengths, max_dist=k, **kw) == "reference"
@@ -281,3 +285,66 @@ def test_viterbi_on_the_compiled_lane_makes_the_references_choices():
         n_b = int(lengths[b])
         want_score = enumerate_tree_model(expand_directional(F)[b].numpy(), n_b)[1]
         assert abs(float(best.score[b]) - float(want_score)) < 1e-10
+
+
+def factored_masked_log_z_and_grads(emissions, table, bias, lengths, k, mask, lane):
+    """log S of factored scores under a label mask (B, N+1, M) (read by ``lane``; None: the default) and the
+    gradients of the emissions, the table and the bias."""
+    leaves = [x.detach().clone().requires_grad_(True) for x in (emissions, table, bias)]
+    if lane == "reference":
+        scores = DirectionalScores(leaves[0][:, :, None, None, :] + leaves[1], leaves[2], True)
+    else:
+        scores = DirectionalScores.from_factors(leaves[0], leaves[1], leaves[2])
+    log_s = log_partition(scores, lengths, max_dist=k, label_mask=mask, lane=lane)
+    weights = torch.arange(1, len(lengths) + 1, dtype=log_s.dtype)
+    (torch.where(torch.isfinite(log_s), log_s, 0.0) * weights).sum().backward()
+    return [log_s.detach()] + [leaf.grad for leaf in leaves]
+
+
+@pytest.mark.parametrize("scale", [0.5, 5.0, 50.0, 5000.0])
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-9), (torch.float32, 2e-4)])
+def test_a_label_mask_on_factored_scores_takes_the_factored_lane_exactly(scale, dtype, tol):
+    """Partial labels (some tokens one label, some a few, some all; a sentence with a token that allows none)
+    on scores given as factors: the factored lane, which puts the labels left out at -inf in the emissions, gives
+    the reference's log S and gradients. At the large scales an allowed label's arcs are far below the best
+    label's (their exponentials underflow), so the exact log-space recomputation must still be taken there."""
+    emissions, table, bias, lengths = token_independent_case(int(scale * 10) + 1, scale, dtype)
+    gen = torch.Generator().manual_seed(7)
+    B, N, M = emissions.shape
+    mask = torch.rand(B, N + 1, M, generator=gen) < 0.4
+    mask[:, :, 0] |= torch.rand(B, N + 1, generator=gen) < 0.5
+    mask[:, 2] = True  # a token with every label (unknown)
+    mask[:, 3] = False
+    mask[:, 3, 1] = True  # a token with one label
+    mask[3, 1] = False  # sentence 3 (one token): that token allows nothing, so the sentence is impossible
+    for k in (2, 7):
+        assert tree_lane(DirectionalScores.from_factors(emissions, table, bias), lengths, max_dist=k,
+                         label_mask=mask) == "factored"
+        want = factored_masked_log_z_and_grads(emissions.double(), table.double(), bias.double(), lengths, k, mask,
+                                               "reference")
+        got = factored_masked_log_z_and_grads(emissions, table, bias, lengths, k, mask, None)
+        assert got[0].dtype == dtype and bool(torch.isneginf(got[0][3]))
+        torch.testing.assert_close(got[0].double(), want[0], rtol=tol, atol=tol * scale)
+        for g, w in zip(got[1:], want[1:]):
+            torch.testing.assert_close(g.double(), w, rtol=tol, atol=tol * 10)
+        labels = label_marginals(DirectionalScores.from_factors(emissions, table, bias), lengths, max_dist=k,
+                                 label_mask=mask)
+        want_labels = label_marginals(DirectionalScores(emissions.double()[:, :, None, None, :] + table.double(),
+                                                        bias.double()), lengths, max_dist=k, label_mask=mask,
+                                      lane="reference")
+        torch.testing.assert_close(labels.double(), want_labels, rtol=0, atol=tol * 10)
+        assert bool((labels[~mask[:, 1:]] == 0).all())  # no mass on a label the mask leaves out
+
+
+def test_a_masked_factored_gradient_against_finite_differences():
+    emissions, table, bias, lengths = token_independent_case(4, 1.0, torch.float64)
+    mask = torch.ones(emissions.shape[0], emissions.shape[1] + 1, emissions.shape[2], dtype=torch.bool)
+    mask[:, 1, 1:] = False  # the first token's label is known
+    mask[:, 4, :2] = False
+
+    def log_s(emissions, table, bias):
+        return log_partition(DirectionalScores.from_factors(emissions, table, bias), lengths, max_dist=3,
+                             label_mask=mask)
+
+    inputs = tuple(x.detach().requires_grad_(True) for x in (emissions, table, bias))
+    assert torch.autograd.gradcheck(log_s, inputs)

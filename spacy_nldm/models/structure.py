@@ -368,8 +368,14 @@ class LatentTree(Structure):
         return torch.cat([arcs.new_zeros(B, N + 1, 1), arcs], dim=2)[..., None, None]  # arcs into the root: unread
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
-        # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels
-        log_z = structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
+        # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels, or, on the
+        # factored scores where the compiled loops run, on F with the gold mask (the labels it leaves out at -inf)
+        scores = self.directional(F)
+        log_z = structs.log_partition(scores, lengths, max_dist=self.max_dist)
+        if approx != "max" and self.interaction is not None and structs.sentence_by_sentence(F.device):
+            root = gold_mask.new_ones(gold_mask.shape[0], 1, gold_mask.shape[2])
+            allowed = torch.cat([root, gold_mask], dim=1)  # (B, N+1, M): row 0, the root, is not read
+            return log_z, structs.log_partition(scores, lengths, label_mask=allowed, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
         if approx == "max":
             labels, heads, _ = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)

@@ -298,6 +298,9 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
     # exp(F - largest) per dependent: [t-1, 0, a, c] for the arcs s -> t from tokens (head label a), [t-1, 1, a, c]
     # for the arcs from the right into t (t's label a, the head's c), [t-1, c] for the root -> t
     E, Etop = np.empty((N, 2, M, M)), np.zeros((N, 2))
+    # dead[t-1, c]: token t cannot take label c (its emission is -inf, factored scores): the arcs into it with
+    # that label are exact zeros, not underflow, so their products are not flagged for log space
+    dead, alive = np.zeros((N, M), np.bool_), np.zeros(M, np.bool_)
     Eroot, Eroot_top = np.zeros((N, M)), np.zeros(N)
     # outside: d log Z / d item
     gCR, gCL = np.zeros((P, KK + 1, M)), np.zeros((P, KK + 1, M))
@@ -341,6 +344,7 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                         m = Fe[o + t, c]
                 for c in range(M):
                     ee[c] = np.exp(Fe[o + t, c] - m) if m > neg else 0.0
+                    dead[t, c] = Fe[o + t, c] == neg
                 for x in range(2):
                     Etop[t, x] = m + Ttop[x]
                 Eroot_top[t] = m + Rtop
@@ -432,15 +436,15 @@ def _batch(F, Fe, Ft, offsets, bias, lengths, limit, with_grad, with_arcs, log_z
                     for c in range(M):
                         v = inner[0, c] * Eroot[t - 1, c]
                         IRv[s, w, 0, c] = v
-                        low |= v < THRESHOLD
+                        low |= (v < THRESHOLD) & ~dead[t - 1, c]
                 else:
                     shift = Is[s, w] + Etop[t - 1, 0] + top_r
-                    low = _product(inner, E[t - 1, 0], IRv[s, w])
+                    low = _product(inner, E[t - 1, 0], IRv[s, w], alive, dead[t - 1])
                 _finish_incomplete(IRv, IRs, IRf, IRl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, ah, shift, bias_r, True,
                                    low)
                 if s > 0:  # IL = inner + arc(t -> s); the root is never a dependent
                     shift = Is[s, w] + Etop[s - 1, 1] + top_l
-                    low = _product(inner, E[s - 1, 1], ILv[s, w])
+                    low = _product(inner, E[s - 1, 1], ILv[s, w], dead[s - 1], alive)
                     _finish_incomplete(ILv, ILs, ILf, ILl, It, Il, If, Is, F, Fe, Ft, o, s, w, t, M, shift, bias_l,
                                        False, low)
             # -- complete items of width w --------------------------------------------------------
@@ -759,16 +763,21 @@ def _encode(logs, values):
     return top
 
 
-def _product(x, y, out):
-    """out = x * y, (M, M) each; whether a product is below THRESHOLD."""
+def _product(x, y, out, dead_rows, dead_cols):
+    """out = x * y, (M, M) each; whether a product is below THRESHOLD, except in the rows and columns marked dead
+    (an arc to a label the dependent cannot take: y is an exact 0 there)."""
     M = x.shape[0]
     low = False
     for a in range(M):
         x_row, y_row, row = x[a], y[a], out[a]
+        if dead_rows[a]:
+            for c in range(M):
+                row[c] = x_row[c] * y_row[c]
+            continue
         for c in range(M):
             v = x_row[c] * y_row[c]
             row[c] = v
-            low |= v < THRESHOLD
+            low |= (v < THRESHOLD) & ~dead_cols[c]
     return low
 
 

@@ -38,7 +38,8 @@ compiled    log Z, marginals and Viterbi of DirectionalScores on the CPU without
             dense one-label scores (the gold labels' arcs, log S) up to                 :mod:`.single_label`
             ``ONE_LABEL_UP_TO`` tokens
 factored    log Z and marginals of ``token_independent`` DirectionalScores, read as     :mod:`.compiled`
-            emissions plus one table
+            emissions plus one table; given as factors, with a label mask too (the
+            labels it leaves out at -inf in the emissions: log S of partial labels)
 ==========  ==========================================================================  =========================
 
 :func:`canonical_heads` decodes the canonical tree of given labels: the shortest-arc tree among the
@@ -110,6 +111,14 @@ class DirectionalScores:
         scores.factors = (emissions, table)
         return scores
 
+    def with_label_mask(self, allowed: Tensor) -> "DirectionalScores":
+        """Factored scores (:meth:`from_factors`) with the labels ``allowed`` (B, N+1, M) does not allow (row 0,
+        the root, ignored) at -inf in the emissions: every arc into a token with such a label is impossible, so
+        that the sums over labels and trees are over the allowed labels only, as a label mask makes them."""
+        emissions, table = self.factors
+        masked = emissions.masked_fill(~allowed[:, 1:].to(emissions.device), float("-inf"))
+        return DirectionalScores.from_factors(masked, table, self.distance_bias)
+
     @property
     def F(self) -> Tensor:
         """The scores (B, N, 2, M+1, M) (built from :attr:`factors` on first use, where they were given so)."""
@@ -167,7 +176,8 @@ def log_partition(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = Non
     if chosen != "reference" and not isinstance(scores, DirectionalScores):
         root = single_label.log_partition(scores, problem.lengths, problem.limit)
     elif chosen != "reference":
-        root = compiled.log_partition(scores, problem.lengths, problem.limit, chosen == "factored")
+        given = scores.with_label_mask(problem.allowed) if problem.masked else scores
+        root = compiled.log_partition(given, problem.lengths, problem.limit, chosen == "factored")
     if root is not None and not bool((torch.isfinite(root) | torch.isneginf(root)).all()):
         root = None  # +inf or NaN read somewhere: the reference names it
     if root is None:
@@ -208,10 +218,12 @@ def label_marginals(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = N
     problem = _prepare(scores, lengths, label_mask, arc_mask, max_dist)
     chosen = _pick(scores, problem, LogSemiring(), lane)
     if chosen != "reference" and isinstance(scores, DirectionalScores):
-        labels = compiled.label_marginals(scores, problem.lengths, problem.limit, chosen == "factored")
+        given = scores.with_label_mask(problem.allowed) if problem.masked else scores
+        labels = compiled.label_marginals(given, problem.lengths, problem.limit, chosen == "factored")
         if labels is not None:
             return (labels * _sum_to_one(labels).unsqueeze(-1)).to(scores.dtype)
-    return _marginals(scores, lengths, label_mask, max_dist, arc_mask, chosen)[1]
+    # (the fallback reads F whole: a label mask is then the reference's)
+    return _marginals(scores, lengths, label_mask, max_dist, arc_mask, "reference" if problem.masked else chosen)[1]
 
 
 def viterbi(scores, lengths: Tensor, *, label_mask: Optional[Tensor] = None, max_dist: Optional[int] = None,
@@ -598,11 +610,17 @@ def _pick(scores, problem: _Problem, semiring: Semiring, lane: Optional[str]) ->
     semiring has a compiled lane for DirectionalScores (:func:`viterbi`), the log semiring for both forms."""
     directional = isinstance(scores, DirectionalScores)
     viterbi = isinstance(semiring, MaxSemiring)
-    compiled_case = ((type(semiring) is LogSemiring or viterbi) and problem.device.type == "cpu"
-                     and not problem.masked and problem.limit >= 1 and compiled.available())
+    on_cpu = ((type(semiring) is LogSemiring or viterbi) and problem.device.type == "cpu" and problem.limit >= 1
+              and compiled.available())
+    compiled_case = on_cpu and not problem.masked
     one_label = not directional and scores.shape[-1] == 1 and not viterbi
     fits = compiled_case and (directional or one_label)
-    if not fits:
+    # a label mask alone folds into the emissions of factored scores (DirectionalScores.with_label_mask)
+    folded = (on_cpu and problem.masked and problem.arcs.arc_mask is None and not viterbi and directional
+              and scores.factors is not None)
+    if folded:
+        best = "factored"
+    elif not fits:
         best = "reference"
     elif directional:
         best = "factored" if scores.token_independent and not viterbi else "compiled"
@@ -617,7 +635,8 @@ def _pick(scores, problem: _Problem, semiring: Semiring, lane: Optional[str]) ->
         return lane
     raise ValueError(f"lane {lane!r} cannot take these inputs: it needs DirectionalScores"
                      f"{' with token_independent' if lane == 'factored' else ' or dense one-label scores'} on the "
-                     "CPU, the log semiring (or Viterbi: DirectionalScores), no label or arc mask")
+                     "CPU, the log semiring (or Viterbi: DirectionalScores), no arc mask and no label mask (a label "
+                     "mask is taken by the factored lane on scores given as factors)")
 
 
 def _bad_arc(problem: _Problem, b: int) -> str:
