@@ -66,12 +66,15 @@ class SegmentScores:
 def doc_segments(doc: Doc, max_length: int) -> List[Segment]:
     """(start, end) of each sentence (or of the whole doc without sentence boundaries), with any
     sentence longer than ``max_length`` cut into consecutive windows of at most ``max_length``."""
-    if len(doc) == 0:
+    n = len(doc)
+    if n == 0:
         return []
     if doc.has_annotation("SENT_START"):
         spans = [(sent.start, sent.end) for sent in doc.sents]
+    elif n <= max_length:  # (the common case, answered at once)
+        return [(0, n)]
     else:
-        spans = [(0, len(doc))]
+        spans = [(0, n)]
     out = []
     for start, end in spans:
         if end - start > max_length:
