@@ -73,7 +73,7 @@ class Decoder:
                  batch_size: int = BATCH_SIZE):
         self.name = entity_component(nlp, name)
         self.component = nlp.get_pipe(self.name)
-        before = [n for n, _ in nlp.pipeline[: nlp.pipe_names.index(self.name)]]
+        before = nlp.pipe_names[: nlp.pipe_names.index(self.name)]
         docs = _inputs(nlp, examples)
         with nlp.select_pipes(enable=before):
             docs = list(nlp.pipe(docs, batch_size=batch_size))
@@ -153,16 +153,17 @@ def fit_entity_bias(nlp: Language, examples: Iterable[Example], name: Optional[s
     examples = list(examples)
     decoder = Decoder(nlp, examples, name)
     component = decoder.component
+
+    def scored(bias: float) -> Tuple[float, float, float]:
+        component.entity_bias = bias
+        return entity_f1(nlp, examples, decoder), -abs(bias), bias
+
     grid = sorted(float(b) for b in biases)
     step = grid[-1] - grid[-2] if len(grid) > 1 else 1.0
-    scores = []
-    i = 0
-    while i < len(grid):
-        component.entity_bias = grid[i]
-        scores.append((entity_f1(nlp, examples, decoder), -abs(grid[i]), grid[i]))
-        i += 1
-        if i == len(grid) and max(scores)[2] == grid[-1] and grid[-1] + step <= largest + 1e-9:
-            grid.append(grid[-1] + step)
+    scores = [scored(bias) for bias in grid]
+    while max(scores)[2] == grid[-1] and grid[-1] + step <= largest + 1e-9:  # the best is on the upper edge
+        grid.append(grid[-1] + step)
+        scores.append(scored(grid[-1]))
     best = max(scores)[2]
     component.entity_bias = best
     return best
