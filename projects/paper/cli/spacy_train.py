@@ -47,6 +47,7 @@ def spacy_train(
     results: Optional[Path] = typer.Option(None, help=f"Runs file (JSON lines): read, and appended as runs finish (default {DEFAULT_RESULTS}; on entity datasets {ENTITY_RESULTS})."),
     workdir: Optional[Path] = typer.Option(None, help=f"Where configs, logs and trained pipelines go (default {DEFAULT_WORKDIR}; on entity datasets {ENTITY_WORKDIR})."),
     jobs: int = typer.Option(2, help="Runs at a time (each `spacy train` at one torch thread)."),
+    gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU of `spacy train`, `spacy evaluate` and `spacy apply` (-1: the CPU); needed by the trf setting. Not part of a run's key: the machine it ran on is recorded beside it."),
     set_: List[str] = typer.Option([], "--set", help="Override on the structured components' configs, SECTION.KEY=VALUE with {c} for the component, e.g. components.{c}.label_smoothing=0.1 (repeatable)."),
     set_all: List[str] = typer.Option([], "--set-all", help="Override on every system's config, spaCy's tagger too, e.g. training.optimizer.learn_rate=0.002 (repeatable)."),
     variant: str = typer.Option("defaults", help="Name of the variant in the results (with --set or --set-all)."),
@@ -115,9 +116,9 @@ def spacy_train(
     start = time.perf_counter()
     failures = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        machine = this_machine(jobs)
-        futures = {pool.submit(execute_entities, run, corpus, workdir, machine) if entities
-                   else pool.submit(execute, run, corpus, workdir, max_steps, machine): run for run in todo}
+        machine = this_machine(jobs, gpu_id)
+        futures = {pool.submit(execute_entities, run, corpus, workdir, machine, gpu_id) if entities
+                   else pool.submit(execute, run, corpus, workdir, max_steps, machine, gpu_id): run for run in todo}
         for number, future in enumerate(as_completed(futures), start=1):
             run = futures[future]
             try:

@@ -194,11 +194,13 @@ def host() -> str:
     return f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}"
 
 
-def this_machine(jobs: int) -> str:
-    """The machine a run is made on, as a row records it (runs from different machines compare only roughly)."""
+def this_machine(jobs: int, gpu_id: int = -1) -> str:
+    """The machine a run is made on, as a row records it (runs from different machines compare only roughly);
+    with ``gpu_id`` >= 0 the name of that GPU too."""
     import torch
 
-    return f"{host()}, torch {torch.__version__}, {jobs} runs at a time"
+    gpu = f", GPU {torch.cuda.get_device_name(gpu_id)}" if gpu_id >= 0 else ""
+    return f"{host()}{gpu}, torch {torch.__version__}, {jobs} runs at a time"
 
 
 def machine_of(row: dict) -> str:
@@ -207,18 +209,19 @@ def machine_of(row: dict) -> str:
     return re.sub(r"(, \d+ runs at a time| \(runs at a time not recorded\))$", "", machine)
 
 
-def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str) -> dict:
+def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str, gpu_id: int = -1) -> dict:
     """Train and evaluate one run, one ``spacy train`` and one ``spacy evaluate --gold-preproc`` at one thread
-    (:func:`.queue.spacy_train`, :func:`.queue.spacy_evaluate`); the row. A failed command: RunFailed."""
+    (:func:`.queue.spacy_train`, :func:`.queue.spacy_evaluate`), on the GPU ``gpu_id`` if it is >= 0; the row.
+    A failed command: RunFailed."""
     folder, _ = ALL_DATASETS[run.dataset]
     data = corpus / folder
     out = workdir / run.folder
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.cfg").write_text(run.config, encoding="utf8")
     overrides = {"paths.train": data / "train.spacy", "paths.dev": data / "dev.spacy",
-                 "training.max_steps": max_steps, "system.seed": run.seed}
+                 "training.max_steps": max_steps, "system.seed": run.seed, **gpu_option(gpu_id)}
     seconds, _ = spacy_train(out / "config.cfg", out / "model", overrides, out / "train.log")
-    scores = spacy_evaluate(out / "model" / "model-best", data / "test.spacy", out / "evaluate.log")
+    scores = spacy_evaluate(out / "model" / "model-best", data / "test.spacy", out / "evaluate.log", gpu_id=gpu_id)
     meta = json.loads((out / "model" / "model-best" / "meta.json").read_text(encoding="utf8"))
     return {
         "key": run.key, "dataset": run.dataset, "system": run.system, "setting": run.setting, "seed": run.seed,
@@ -378,7 +381,13 @@ def surface_scores(gold: Set[Tuple[str, str]], predicted: Set[Tuple[str, str]]) 
     return {"surface_p": p, "surface_r": r, "surface_f": 2 * p * r / (p + r) if hits else 0.0}
 
 
-def predict_surface(model: Path, test: Path, out: Path, spans_key: Optional[str], log: Path) -> Dict[str, float]:
+def gpu_option(gpu_id: int) -> Dict[str, int]:
+    """``spacy train``'s ``--gpu-id`` option, as :func:`.queue.spacy_train` takes it (none on the CPU)."""
+    return {"gpu-id": gpu_id} if gpu_id >= 0 else {}
+
+
+def predict_surface(model: Path, test: Path, out: Path, spans_key: Optional[str], log: Path,
+                    gpu_id: int = -1) -> Dict[str, float]:
     """``spacy apply`` of ``model`` on the test docs' tokens only (no gold annotation left for a component to
     keep), one thread; the surface-form scores of its entities against the test docs'."""
     from spacy.tokens import Doc, DocBin
@@ -388,7 +397,8 @@ def predict_surface(model: Path, test: Path, out: Path, spans_key: Optional[str]
     tokens, predicted = out / "test.tokens.spacy", out / "test.predicted.spacy"
     DocBin(docs=[Doc(doc.vocab, words=[t.text for t in doc], spaces=[bool(t.whitespace_) for t in doc])
                  for doc in gold]).to_disk(tokens)
-    cmd = [sys.executable, "-m", "spacy", "apply", str(model), str(tokens), str(predicted), "--n-process", "1"]
+    cmd = [sys.executable, "-m", "spacy", "apply", str(model), str(tokens), str(predicted), "--n-process", "1",
+           "--gpu-id", str(gpu_id)]
     with log.open("a", encoding="utf8") as f:
         f.write(" ".join(cmd) + "\n")
         f.flush()
@@ -399,8 +409,9 @@ def predict_surface(model: Path, test: Path, out: Path, spans_key: Optional[str]
     return surface_scores(surface_forms(gold), surface_forms(docs, spans_key))
 
 
-def execute_entities(run: Run, corpus: Path, workdir: Path, machine: str) -> dict:
-    """Train, evaluate and apply one entity run (its budget is in its config); the row."""
+def execute_entities(run: Run, corpus: Path, workdir: Path, machine: str, gpu_id: int = -1) -> dict:
+    """Train, evaluate and apply one entity run (its budget is in its config), on the GPU ``gpu_id`` if it is
+    >= 0; the row."""
     from thinc.api import Config
 
     folder, _ = ALL_DATASETS[run.dataset]
@@ -408,21 +419,22 @@ def execute_entities(run: Run, corpus: Path, workdir: Path, machine: str) -> dic
     out = workdir / run.folder
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.cfg").write_text(run.config, encoding="utf8")
-    overrides = {"paths.train": data / "train.spacy", "paths.dev": data / "dev.spacy", "system.seed": run.seed}
+    overrides = {"paths.train": data / "train.spacy", "paths.dev": data / "dev.spacy", "system.seed": run.seed,
+                 **gpu_option(gpu_id)}
     seconds, _ = spacy_train(out / "config.cfg", out / "model", overrides, out / "train.log")
-    return entity_record(run, data, out, seconds, machine)
+    return entity_record(run, data, out, seconds, machine, gpu_id)
 
 
-def entity_record(run: Run, data: Path, out: Path, seconds: float, machine: str) -> dict:
+def entity_record(run: Run, data: Path, out: Path, seconds: float, machine: str, gpu_id: int = -1) -> dict:
     """Evaluate and apply the trained entity run in ``out`` (``model/model-best``, ``train.log``) on the test split
     of ``data``; the row."""
     from thinc.api import Config
 
     best = out / "model" / "model-best"
-    scores = spacy_evaluate(best, data / "test.spacy", out / "evaluate.log")
+    scores = spacy_evaluate(best, data / "test.spacy", out / "evaluate.log", gpu_id=gpu_id)
     prefix = ENTITY_SYSTEMS[run.system]
     spans_key = prefix[len("spans_"):] if prefix.startswith("spans_") else None
-    surface = predict_surface(best, data / "test.spacy", out, spans_key, out / "evaluate.log")
+    surface = predict_surface(best, data / "test.spacy", out, spans_key, out / "evaluate.log", gpu_id)
     meta = json.loads((best / "meta.json").read_text(encoding="utf8"))
     per_type = scores.get(f"{prefix}_per_type") or {}
     config = Config().from_str(run.config, interpolate=False)

@@ -344,3 +344,34 @@ def test_entity_table_has_encoder_rows_and_differences_to_ner():
     assert "| wnut17 | own | ner | 20.0 | 22.0 |" in lines
     assert "| dataset | encoder | system | 400 | 800 |" in lines
     assert "| wnut17 | own | ner | 10.5 | 21.0 |" in lines and "| wnut17 | vectors | ner | 15.0 | 30.0 |" in lines
+
+
+@pytest.mark.parametrize("gpu_id", [-1, 0])
+def test_gpu_id_reaches_spacy_train_and_spacy_evaluate(tmp_path, monkeypatch, gpu_id):
+    from projects.paper.runs import spacy_train as harness
+    from projects.paper.runs.queue import RunFailed, evaluate_command, train_command
+
+    seen = {}
+
+    def train(config, output, overrides, log, **kwargs):
+        seen["train"] = train_command(config, output, overrides)
+        return 1.0, 1.0
+
+    def evaluate(model, data, log, gpu_id=-1, **kwargs):
+        seen["evaluate"] = evaluate_command(model, data, tmp_path / "scores.json", gpu_id)
+        raise RunFailed("stopped after building the commands")
+
+    monkeypatch.setattr(harness, "spacy_train", train)
+    monkeypatch.setattr(harness, "spacy_evaluate", evaluate)
+    config = generate_entity_config("crf_ner", "own", "en", 10).to_str()
+    for run, call in [(Run("wnut17", "crf_ner", "own", 0, config),
+                       lambda run: harness.execute_entities(run, tmp_path, tmp_path / "work", "here", gpu_id)),
+                      (Run("tw", "crf_tagger", "own", 0, generate_config("crf_tagger", "own", "en").to_str()),
+                       lambda run: harness.execute(run, tmp_path, tmp_path / "work", 10, "here", gpu_id))]:
+        seen.clear()
+        with pytest.raises(RunFailed):
+            call(run)
+        for command in seen.values():
+            assert ("--gpu-id" in command) == (gpu_id >= 0 or command is seen["evaluate"])
+            if "--gpu-id" in command:
+                assert command[command.index("--gpu-id") + 1] == str(gpu_id)
