@@ -119,13 +119,13 @@ def seed_runs_cli(
     dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev", help="Development data (DocBin): paths.dev, picks model-best"),
     test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test", help="Test data (DocBin): spacy evaluate --gold-preproc of model-best"),
     training: Path = typer.Option(..., "--training", help="Models: <training>/<system>/seed<k>"),
-    results: Path = typer.Option(..., "--results", help="Records: <results>/<system>-seed<k>.json"),
+    results: Path = typer.Option(..., "--results", help="Runs file (JSON lines): a row <system>-seed<k> a run"),
     max_steps: int = typer.Option(0, "--max-steps", help="0: the config's own budget"),
     eval_frequency: int = typer.Option(0, "--eval-frequency", help="0: the config's own"),
     threads: int = typer.Option(1, "--threads", help="Torch/BLAS threads of each spacy train and spacy evaluate (OMP_NUM_THREADS)"),
     gpu_id: int = typer.Option(-1, "--gpu-id", help="GPU of spacy train and spacy evaluate; -1: CPU"),
 ):
-    """Train and test each system over seeds (resumable: a run with a record is skipped)."""
+    """Train and test each system over seeds (resumable: a run with a row in --results is skipped)."""
     from ..runs.seeds import RunError, RunSpec, run_all
 
     if "{system}" not in config:
@@ -140,7 +140,7 @@ def seed_runs_cli(
 
 @app.command("seed-table")
 def seed_table_cli(
-    results: Path = typer.Option(..., "--results", help="Folder of the run records"),
+    results: Path = typer.Option(..., "--results", help="Runs file (JSON lines) of seed-runs"),
     output: Path = typer.Option(..., "--output", "-o", help="Markdown file"),
     title: str = typer.Option("Test accuracy over seeds", "--title", help="Heading of the table"),
     systems: str = typer.Option(",".join(SYSTEMS), "--systems", help=f"Comma-separated systems (rows, in this order), from {', '.join(SYSTEMS)}"),
@@ -164,7 +164,7 @@ def arc_length_cli(
     dev: Path = typer.Option(Path("corpus/twitter/dev.spacy"), "--dev", help="Development data (DocBin): paths.dev, picks model-best"),
     test: Path = typer.Option(Path("corpus/twitter/test.spacy"), "--test", help="Test data (DocBin): spacy evaluate --gold-preproc of model-best"),
     training: Path = typer.Option(..., "--training", help="Models: <training>/k<k>/nldm/seed<s>"),
-    results: Path = typer.Option(..., "--results", help="Records: <results>/k<k>/nldm-seed<s>.json"),
+    results: Path = typer.Option(..., "--results", help="Runs file (JSON lines): a row k<k>/nldm-seed<s> a run"),
     table: Path = typer.Option(..., "--table", help="Markdown table to write"),
     figure: Optional[Path] = typer.Option(None, "--figure", help="Figure to write (.png or .svg; needs matplotlib)"),
     title: str = typer.Option("NLDM: accuracy against the longest arc k", "--title", help="Heading of the table and title of the figure"),

@@ -3,8 +3,6 @@ entity dataset, spaCy's ``ner`` and ``spancat``, ``crf_ner`` and ``nldm_ner``) t
 configs ``spacy init config`` writes, datasets x systems x settings x seeds, resumable (the harness and its runs
 file: :mod:`projects.paper.runs.spacy_train`).
 """
-import json
-import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -14,6 +12,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import typer
 
 from ..runs.queue import RunFailed
+from ..runs.records import RunsFile
 from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_VECTORS, DEFAULT_WORKDIR, ENTITY_DATASETS,
                                 ENTITY_RESULTS, ENTITY_SETTINGS, ENTITY_SYSTEMS, ENTITY_WORKDIR, HELD_OUT, SETTINGS,
                                 SPACY_ENTITY_SYSTEMS, SYSTEMS, Run, apply_overrides, entity_tables, execute,
@@ -112,7 +111,6 @@ def spacy_train(
     if table_only:
         todo = []
     results.parent.mkdir(parents=True, exist_ok=True)
-    lock = threading.Lock()
     start = time.perf_counter()
     failures = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -127,8 +125,7 @@ def spacy_train(
                 failures.append(str(err))
                 typer.echo(f"[{number}/{len(todo)}] FAILED {err}", err=True)
                 continue
-            with lock, open(results, "a", encoding="utf8") as out:
-                out.write(json.dumps(row) + "\n")
+            RunsFile(results).add(row)
             done[row["key"]] = row
             score = row["test_f"] if entities else row["test_tag_acc"]
             typer.echo(f"[{number}/{len(todo)}] {run.dataset} {run.system} {run.setting} seed {run.seed}: test "

@@ -1,8 +1,8 @@
 """The paper's Figure 4: the NLDM's test accuracy as the latent tree's longest arc, k, varies.
 
 One config (an NLDM pipeline), trained over seeds at each k with ``components.<nldm>.model.max_dist`` set on
-the command line: models in ``<training>/k<k>/nldm/seed<s>``, records in ``<results>/k<k>/nldm-seed<s>.json``
-(the records of :mod:`.runs`; a run whose record exists is skipped). The table gives, per k, the mean ± std
+the command line: models in ``<training>/k<k>/nldm/seed<s>``, rows in the runs file ``<results>`` under the keys
+``k<k>/nldm-seed<s>`` (:mod:`..runs.records`; a run with a row is skipped). The table gives, per k, the mean ± std
 test accuracy, the mean dev accuracy and the k that dev would choose within the paper's search range
 (section 6.1: k in {2, ..., 10}); the figure plots mean ± std (test and dev) against k.
 """
@@ -38,8 +38,8 @@ def arc_length_spec(config: Path, component: str, k: int, *, training: Path, res
     """The runs of one k: ``config`` with its NLDM ``component``'s ``max_dist`` set to k (system name ``nldm``)."""
     if k < 1:
         raise RunError(f"k must be at least 1, got {k}")
-    return RunSpec(config_pattern=str(config), training=Path(training) / f"k{k}", results=Path(results) / f"k{k}",
-                   overrides={f"components.{component}.model.max_dist": str(k)}, **data_and_budget)
+    return RunSpec(config_pattern=str(config), training=Path(training) / f"k{k}", results=Path(results),
+                   prefix=f"k{k}/", overrides={f"components.{component}.model.max_dist": str(k)}, **data_and_budget)
 
 
 def run_arc_lengths(config: Path, component: str, ks: Sequence[int], seeds: Sequence[int], *, training: Path,
@@ -69,10 +69,11 @@ class ArcRow:
 
 
 def summarise(results: Path, ks: Sequence[int]) -> List[ArcRow]:
-    """One row per k with at least one record in ``<results>/k<k>/``, in the order of ``ks``."""
+    """One row per k with at least one run in the runs file ``results`` (keys ``k<k>/...``), in the order of
+    ``ks``."""
     rows = []
     for k in ks:
-        runs = sorted(load_records(Path(results) / f"k{k}").get("nldm", []), key=lambda r: r["seed"])
+        runs = sorted(load_records(Path(results), prefix=f"k{k}/").get("nldm", []), key=lambda r: r["seed"])
         if not runs:
             continue
         test, test_std = mean_std([r["test_acc"] for r in runs])
@@ -117,8 +118,8 @@ def render_table(rows: Sequence[ArcRow], *, title: str, command: str = "", note:
                      f"{','.join(map(str, row.seeds))} | {row.minutes:.1f} | {diff} |")
     lines += ["", "Dev's choice: the highest mean dev accuracy over the paper's search range for k "
               f"({PAPER_K_RANGE.start}-{PAPER_K_RANGE.stop - 1}), among the ks with the most seeds. Std: sample "
-              "standard deviation over seeds. Each run's commands are in its record "
-              "(<results>/k<k>/nldm-seed<s>.json).", ""]
+              "standard deviation over seeds. Each run's commands are in its row of the runs file "
+              "(key k<k>/nldm-seed<s>).", ""]
     return "\n".join(lines)
 
 

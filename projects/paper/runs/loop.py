@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from ..registry import LANGS, LOOP_DATASETS, RECORD_KEYS, canonical, corpus_folder
+from .records import RunsFile
 
 #: the datasets of the comparison (the registry's keys; ``tw`` is read as ``twitter``): name -> folder under
 #: the corpus directory, language of spacy.blank (Maltese: "xx", spaCy has no Maltese language class)
@@ -183,14 +184,8 @@ def _interactions_zeroed(pipe):
 
 
 def load_results(path: Path) -> Dict[str, Dict]:
-    """Finished runs of a results file (JSON lines), by :meth:`RunSpec.key`."""
-    done = {}
-    if path.exists():
-        for line in path.read_text(encoding="utf8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                done[row["key"]] = row
-    return done
+    """Finished runs of a runs file (:class:`.records.RunsFile`), by :meth:`RunSpec.key`."""
+    return RunsFile(path).rows()
 
 
 def _child_env() -> Dict[str, str]:
@@ -237,8 +232,7 @@ def run_all(
                 continue
             row = json.loads(out.strip().splitlines()[-1])
             row.update(key=spec.key(), spec=asdict(spec), **(extra or {}))
-            with results.open("a", encoding="utf8") as f:
-                f.write(json.dumps(row) + "\n")
+            RunsFile(results).add(row)
             done[spec.key()] = row
             log(
                 f"[{finished}/{len(todo)}] {spec.dataset} {spec.system} seed {spec.seed}: acc {row['acc']:.2f} "

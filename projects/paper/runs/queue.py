@@ -2,10 +2,10 @@
 (Table 2: ``scripts/reproduce.py``; Figure 3: ``scripts/synthetic_runs.py``; GloVe, MiniLM, Figure 4:
 :mod:`.seeds`; the runs of ``spacy-train`` use the same two commands: :mod:`.spacy_train`).
 
-A run is one ``spacy train`` + ``spacy evaluate --gold-preproc``, whose record (a JSON file) is written
-when it finishes: a run with a record is done and skipped, so a queue can be stopped and started again.
-Several copies of a queue can share it: each run is claimed with a lock file beside its record
-(``<record>.lock``, holding the pid; the lock of a process that died is taken over).
+A run is one ``spacy train`` + ``spacy evaluate --gold-preproc``, whose row goes to a runs file
+(:class:`.records.RunsFile`) when it finishes: a run with a current row is done and skipped, so a queue can be
+stopped and started again. Several copies of a queue can share it: each run is claimed with a lock file
+(:meth:`.records.RunsFile.lock`, holding the pid; the lock of a process that died is taken over).
 
 Imported by the scripts as ``projects.paper.runs.queue``.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
+from .records import RunsFile, claim
+
 
 class RunFailed(Exception):
     """A command of a run failed; the message says which and where its log is."""
@@ -31,105 +32,67 @@ class RunFailed(Exception):
 @dataclass
 class Run:
     name: str  # for messages, e.g. "te/nldm/seed0"
-    record: Path  # written when the run is done
+    key: str  # its row's key in the runs file, e.g. "te/nldm-seed0"
     params: tuple = ()  # what the queue's work function needs to know about the run
-    #: what the run is made of (e.g. a hash of its config and budget), stored in its record: a record with
-    #: another fingerprint (or none) is out of date and the run is done again; None: any record counts
+    #: what the run is made of (e.g. a hash of its config and budget), stored in its row: a row with
+    #: another fingerprint (or none) is out of date and the run is done again; None: any row counts
     fingerprint: Optional[str] = None
-    #: fields a record must hold to count (a record made before the run stored them is done again)
+    #: fields a row must hold to count (a row made before the run stored them is done again)
     required: Tuple[str, ...] = ()
 
-    def stale(self) -> Optional[str]:
-        """Why the existing record does not count (None: it does, or there is none)."""
-        if (self.fingerprint is None and not self.required) or not self.record.exists():
+    def stale(self, row: Optional[dict]) -> Optional[str]:
+        """Why ``row`` (this run's row, or None) does not count (None: it does, or there is none)."""
+        if row is None:
             return None
-        try:
-            record = json.loads(self.record.read_text())
-        except (OSError, ValueError) as err:
-            return f"unreadable record ({err})"
-        found = record.get("fingerprint")
+        found = row.get("fingerprint")
         if self.fingerprint is not None and found != self.fingerprint:
             return f"made with another config or budget ({found} != {self.fingerprint})"
-        missing = [field for field in self.required if field not in record]
+        missing = [field for field in self.required if field not in row]
         return f"made without {', '.join(missing)}" if missing else None
 
-    def done(self) -> bool:
-        return self.record.exists() and self.stale() is None
+    def done(self, rows: Dict[str, dict]) -> bool:
+        return self.key in rows and self.stale(rows[self.key]) is None
 
 
-def claim(lock: Path) -> bool:
-    """Create ``lock`` holding our pid; False if a live process holds it (a dead holder's lock is taken)."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            try:
-                pid = int(lock.read_text().strip() or 0)
-                os.kill(pid, 0)
-                return False
-            except (ValueError, ProcessLookupError, FileNotFoundError):
-                lock.unlink(missing_ok=True)  # left by a process that died (or half written)
-                continue
-            except PermissionError:  # alive, another user's
-                return False
-        with os.fdopen(fd, "w") as f:
-            f.write(str(os.getpid()))
-        return True
-    return False
-
-
-def run_queue(runs: Iterable[Run], work: Callable[[Run], dict], stop: Callable[[], Optional[str]] = lambda: None) -> int:
-    """Do each run that has no current record (:meth:`Run.done`) and that no other process holds:
-    ``work(run)`` returns the record, written as JSON (with the run's fingerprint). ``stop()`` returning a reason ends the queue before the next run.
-    A RunFailed is reported and the queue goes on. Returns the number of runs that failed."""
+def run_queue(runs_file: RunsFile, runs: Iterable[Run], work: Callable[[Run], dict],
+              stop: Callable[[], Optional[str]] = lambda: None) -> int:
+    """Do each run that has no current row in ``runs_file`` (:meth:`Run.done`) and that no other process holds:
+    ``work(run)`` returns the row, added with the run's key (and fingerprint). ``stop()`` returning a reason
+    ends the queue before the next run. A RunFailed is reported and the queue goes on. Returns the number of
+    runs that failed."""
     failed = 0
     for run in runs:
-        stale = run.stale()  # reads the record once
-        if run.record.exists() and stale is None:
-            print(f"skip {run.name}: {run.record} exists", flush=True)
+        rows = runs_file.rows()
+        if run.done(rows):
+            print(f"skip {run.name}: done in {runs_file.path}", flush=True)
             continue
+        stale = run.stale(rows.get(run.key))
         if stale:
-            print(f"redo {run.name}: its record {run.record} was {stale}", flush=True)
+            print(f"redo {run.name}: its row in {runs_file.path} was {stale}", flush=True)
         reason = stop()
         if reason:
             print(f"stop: {reason}; {run.name} not started", flush=True)
             break
-        lock = run.record.with_suffix(".lock")
+        lock = runs_file.lock(run.key)
         if not claim(lock):
             print(f"skip {run.name}: claimed by another process ({lock})", flush=True)
             continue
         try:
-            if run.done():  # finished by another process since we looked
+            if run.done(runs_file.rows()):  # finished by another process since we looked
                 continue
             print(f"== {run.name} ({time.strftime('%H:%M:%S')})", flush=True)
             try:
-                record = work(run)
+                row = work(run)
             except RunFailed as err:
                 failed += 1
                 print(f"   FAILED: {err}", flush=True)
                 continue
             if run.fingerprint is not None:
-                record = {**record, "fingerprint": run.fingerprint}
-            write_json(run.record, record)
+                row = {**row, "fingerprint": run.fingerprint}
+            runs_file.add({"key": run.key, **row})
         finally:
             lock.unlink(missing_ok=True)
     return failed
-
-
-#: a JSON list of numbers only, as json.dumps(indent=2) spreads it over one line per number
-_NUMBER_LIST = re.compile(r"\[\s*(-?[0-9][0-9.eE+-]*(?:,\s*-?[0-9][0-9.eE+-]*)*)\s*\]")
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Written whole or not at all (a reader never sees half a record); indented, with each list of
-    numbers (e.g. per-sentence counts) on one line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    text = _NUMBER_LIST.sub(lambda m: "[" + ", ".join(m.group(1).replace(",", " ").split()) + "]",
-                            json.dumps(data, indent=2))
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
 
 
 def thread_env(threads: int) -> Dict[str, str]:

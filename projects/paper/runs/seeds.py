@@ -3,8 +3,8 @@
 
 One run = ``spacy train <config> --output <training>/<system>/seed<k>`` with the given data, seed and budget,
 then ``spacy evaluate model-best <test> --gold-preproc``, through the study's run queue (:mod:`.queue`); its
-record goes to ``<results>/<system>-seed<k>.json`` (test and dev accuracy, times, the two commands). A run
-whose record exists is skipped (delete it to redo).
+row goes to the runs file ``<results>`` under the key ``<system>-seed<k>`` (test and dev accuracy, times, the
+two commands; :mod:`.records`). A run with a row is skipped.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 
 from ..registry import PAPER_TABLE2, SEED_TABLE_NAMES, SYSTEMS, canonical
 from .queue import Run, evaluate_command, run_queue, spacy_evaluate, spacy_train, train_command
+from .records import RunsFile
 
 # the paper's Table 2 for the English sets, for reference in the tables
 PAPER = {key: {system: PAPER_TABLE2[system][key] for system in SYSTEMS} for key in ("twitter", "en")}
@@ -37,12 +38,13 @@ class RunSpec:
     dev: Path
     test: Path
     training: Path  # models: <training>/<system>/seed<k>
-    results: Path  # records: <results>/<system>-seed<k>.json
+    results: Path  # the runs file: a row <prefix><system>-seed<k> a run
     max_steps: int = 0  # 0: the config's own
     eval_frequency: int = 0  # 0: the config's own
     threads: int = 1
     gpu_id: int = -1
     overrides: Optional[Dict[str, str]] = None
+    prefix: str = ""  # of the runs' keys, e.g. "k5/" (several tables in one runs file)
 
     def config(self, system: str) -> Path:
         return Path(self.config_pattern.format(system=system))
@@ -88,9 +90,9 @@ def run_all(spec: RunSpec, systems: Sequence[str], seeds: Sequence[int]) -> None
     for what, path in (("train", spec.train), ("dev", spec.dev), ("test", spec.test)):
         if not Path(path).exists():
             raise RunError(f"{what} data not found: {path}")
-    runs = [Run(f"{system}/seed{seed}", spec.results / f"{system}-seed{seed}.json", (system, seed))
+    runs = [Run(f"{spec.prefix}{system}/seed{seed}", f"{spec.prefix}{system}-seed{seed}", (system, seed))
             for seed in seeds for system in systems]
-    failed = run_queue(runs, lambda run: _train_and_test(spec, *run.params))
+    failed = run_queue(RunsFile(spec.results), runs, lambda run: _train_and_test(spec, *run.params))
     if failed:
         raise RunError(f"{failed} of {len(runs)} runs failed (their logs are under {spec.training})")
 
@@ -103,11 +105,13 @@ def mean_std(values: Sequence[float]) -> tuple:
     return mean, std
 
 
-def load_records(results: Path) -> Dict[str, List[dict]]:
+def load_records(results: Path, prefix: str = "") -> Dict[str, List[dict]]:
+    """System -> the rows of the runs file ``results`` whose keys are ``<prefix>...-seed<k>``, by their system."""
     out: Dict[str, List[dict]] = {}
-    for path in sorted(Path(results).glob("*-seed*.json")):
-        record = json.loads(path.read_text())
-        out.setdefault(record["system"], []).append(record)
+    for key, row in sorted(RunsFile(results).rows().items()):
+        rest = key[len(prefix):] if key.startswith(prefix) else ""
+        if "/" not in rest and "-seed" in rest:
+            out.setdefault(row["system"], []).append(row)
     return out
 
 
@@ -143,8 +147,8 @@ def render_table(results: Path, title: str, systems: Sequence[str], command: str
         if paper:
             row += f" {PAPER[paper][system]:.2f} |"
         lines.append(row)
-    lines += ["", "Std: sample standard deviation over seeds. Each run's exact commands are in its record "
-              f"({results}/<system>-seed<k>.json).", ""]
+    lines += ["", "Std: sample standard deviation over seeds. Each run's exact commands are in its row "
+              f"of {results} (key <system>-seed<k>).", ""]
     return "\n".join(lines)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from .queue import RunFailed, logged_steps, spacy_evaluate, spacy_train, thread_env
+from .records import RunsFile
 
 
 def mean_sd(values: List[float]) -> str:
@@ -232,17 +233,11 @@ def execute(run: Run, corpus: Path, workdir: Path, max_steps: int, machine: str,
 
 
 def load_rows(results: Path) -> Dict[str, dict]:
+    """The rows of the runs file ``results`` by the key today's code gives their config (:func:`run_key`)."""
     rows = {}
-    if results.exists():
-        for number, line in enumerate(results.read_text(encoding="utf8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{results}:{number}: not a JSON line ({err.msg})") from None
-            row["key"] = run_key(row["dataset"], row["config"], row["seed"])
-            rows[row["key"]] = row
+    for _, row in RunsFile(results).lines():
+        row["key"] = run_key(row["dataset"], row["config"], row["seed"])
+        rows[row["key"]] = row
     return rows
 
 

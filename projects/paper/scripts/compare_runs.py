@@ -3,13 +3,12 @@ over the seeds both have, and the change; then the average change per system ove
 for pairs of systems the difference of their test changes (mean over the datasets with both, its standard error
 from the spread over datasets: whether one system gained more than another beyond the datasets' noise).
 
-    python -m projects.paper.scripts.compare_runs --base projects/paper/results/runs --variant projects/paper/results/diagnosis/table2_wd/runs
+    python -m projects.paper.scripts.compare_runs --base projects/paper/results/runs.jsonl --variant projects/paper/results/diagnosis/table2_wd/runs.jsonl
 
-Records are the JSON files ``<runs>/<dataset>/<system>-seed<k>.json`` that ``projects/paper/scripts/reproduce.py`` writes
+Runs are the rows (keys ``<dataset>/<system>-seed<k>``) of the runs files that ``projects/paper/scripts/reproduce.py`` writes
 (``--results``); a (dataset, system) pair without a common seed is left blank. Prints a Markdown table.
 """
 import argparse
-import json
 import statistics
 from collections import defaultdict
 import sys
@@ -19,6 +18,7 @@ from typing import Dict, Tuple
 if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
     sys.path[0] = str(Path(__file__).resolve().parents[3])
 
+from projects.paper.runs.records import RunsFile
 from projects.paper.registry import DATASETS, SYSTEMS
 
 Scores = Dict[Tuple[str, str], Dict[int, Tuple[float, float]]]
@@ -29,20 +29,19 @@ PAIRS = [("nldm", "crf1"), ("nldm", "crf2"), ("nldm", "softmax"), ("crf1", "soft
 def load(runs: Path) -> Scores:
     """(dataset, system) -> {seed: (test accuracy, dev accuracy)}."""
     scores: Scores = defaultdict(dict)
-    for path in sorted(runs.glob("*/*.json")):
-        record = json.loads(path.read_text(encoding="utf8"))
+    for _, record in sorted(RunsFile(runs).rows().items()):
         scores[record["dataset"], record["system"]][record["seed"]] = (record["test_acc"], record["dev_acc"])
     return scores
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", type=Path, default=Path("projects/paper/results/runs"))
+    parser.add_argument("--base", type=Path, default=Path("projects/paper/results/runs.jsonl"))
     parser.add_argument("--variant", type=Path, required=True)
     args = parser.parse_args()
     for path in (args.base, args.variant):
-        if not path.is_dir():
-            parser.error(f"{path} is not a folder of records")
+        if not path.is_file():
+            parser.error(f"{path} is not a runs file")
     base, variant = load(args.base), load(args.variant)
     print("| dataset | " + " | ".join(f"{s}: base → variant (test change; dev change)" for s in SYSTEMS) + " |")
     print("|---|" + "---|" * len(SYSTEMS))

@@ -14,7 +14,7 @@ writes the config that trains the same model, so that a config of today finds it
   where null trains what the run trained (0.1's reading of a null: none on a component's own encoder; width 96,
   depth 4 and ``embed_mix`` true on a listener), else an absent one gets the value it trained with.
 
-Table 2's records (``results/runs/*/*.json``) keep their results; their fingerprint is re-made from the
+Table 2's records (``results/runs.jsonl``) keep their results; their fingerprint is re-made from the
 migrated config of ``configs/<system>.cfg`` (:func:`projects.paper.scripts.reproduce.config_fingerprint`)
 where the record's fingerprint is that of today's file by 0.1's rule. The plain loop's runs of the factory
 defaults (``results/accuracy/*.jsonl``, ``python -m projects.paper accuracy``) get the signature of the
@@ -132,12 +132,12 @@ def fingerprint_0_1(config_text: str, budget: dict) -> str:
 
 
 def migrate_table2(runs: Path, configs: Path) -> int:
-    """Re-make the fingerprint of Table 2's records made with today's ``configs/<system>.cfg``; how many."""
+    """Re-make the fingerprint of Table 2's records (the runs file ``runs``, rewritten) made with today's
+    ``configs/<system>.cfg``; how many."""
     from projects.paper.scripts.reproduce import config_fingerprint
 
-    changed = 0
-    for path in sorted(runs.glob("*/*.json")):
-        record = json.loads(path.read_text(encoding="utf8"))
+    changed, records = 0, [json.loads(line) for line in runs.read_text(encoding="utf8").splitlines() if line.strip()]
+    for record in records:
         text = (configs / f"{record['system']}.cfg").read_text(encoding="utf8")
         budget = {"max_epochs": int(record["budget"]["training.max_epochs"]),
                   "max_steps": int(record["budget"]["training.max_steps"]),
@@ -146,10 +146,9 @@ def migrate_table2(runs: Path, configs: Path) -> int:
             continue
         config = Config().from_str(text, interpolate=False)
         migrate_config(config)
-        new = config_fingerprint(config.to_str(interpolate=False), budget)
-        old = f'"fingerprint": "{record["fingerprint"]}"'
-        path.write_text(path.read_text(encoding="utf8").replace(old, f'"fingerprint": "{new}"'), encoding="utf8")
+        record["fingerprint"] = config_fingerprint(config.to_str(interpolate=False), budget)
         changed += 1
+    runs.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf8")
     return changed
 
 
@@ -204,7 +203,7 @@ def migrate_accuracy(path: Path) -> int:
 def main() -> None:
     for path in sorted((RESULTS / "spacy_train").glob("*.jsonl")):
         print(f"{path}: {migrate_spacy_train(path)} records rewritten")
-    print(f"{RESULTS / 'runs'}: {migrate_table2(RESULTS / 'runs', Path('configs'))} fingerprints re-made")
+    print(f"{RESULTS / 'runs.jsonl'}: {migrate_table2(RESULTS / 'runs.jsonl', Path('configs'))} fingerprints re-made")
     for path in sorted((RESULTS / "accuracy").glob("*.jsonl")):
         print(f"{path}: {migrate_accuracy(path)} signatures re-made")
 

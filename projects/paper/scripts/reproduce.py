@@ -1,10 +1,10 @@
-"""Table 2: train and evaluate every (dataset, system, seed), resumably, one result JSON per run.
+"""Table 2: train and evaluate every (dataset, system, seed), resumably, one row per run in a runs file.
 
     python -m projects.paper.scripts.reproduce --datasets twitter,en,fr,te --systems all --seeds 0,1 \
         --mirror ../shared/data [--max-epochs 30 --patience 2000 --eval-frequency 200]
 
-A run whose projects/paper/results/runs/<dataset>/<system>-seed<k>.json exists and was made with today's config and budget
-is skipped (its fingerprint: a hash of configs/<system>.cfg, or of --configs' file, and the budget options); a record made with
+A run whose row (key <dataset>/<system>-seed<k>) in projects/paper/results/runs.jsonl was made with today's config and budget
+is skipped (its fingerprint: a hash of configs/<system>.cfg, or of --configs' file, and the budget options); a row made with
 another config or budget is redone. Several copies can share the queue (projects/paper/runs/queue.py: one lock file per run).
 Each run: `spacy train configs/<system>.cfg` on corpus/<dataset>/train.spacy with dev for model selection,
 then `spacy evaluate model-best test.spacy --gold-preproc` (token accuracy on the given tokens) and the
@@ -28,6 +28,7 @@ if not __package__:  # run by path: the repository root on sys.path (for project
 
 from projects.paper.registry import DATASETS, SYSTEMS, corpus_file, has_train, parse_list
 from projects.paper.runs.queue import Run, RunFailed, last_logged_step, run_queue, spacy_evaluate, spacy_train
+from projects.paper.runs.records import RunsFile
 from projects.paper.scripts.paired_bootstrap import correct_per_sentence
 from thinc.api import Config
 
@@ -111,7 +112,8 @@ def main() -> None:
     p.add_argument("--patience", type=int, default=2000)
     p.add_argument("--eval-frequency", type=int, default=0, help="0: about once per epoch")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--results", type=Path, default=Path("projects/paper/results/runs"))
+    p.add_argument("--results", type=Path, default=Path("projects/paper/results/runs.jsonl"),
+                   help="the runs file (JSON lines)")
     p.add_argument("--configs", type=Path, default=Path("configs"),
                    help="folder of the <system>.cfg files (a variant's folder for a screen; Table 2: configs)")
     p.add_argument("--training", type=Path, default=Path("training/reproduce"))
@@ -131,10 +133,10 @@ def main() -> None:
             sys.exit(f"error: {corpus_file(key, 'train')} missing: run the convert commands first")
         for seed in seeds:
             for system in systems:
-                record = args.results / key / f"{system}-seed{seed}.json"
-                queue.append(Run(f"{key}/{system}/seed{seed}", record, (key, system, seed), fingerprint(system, args),
+                queue.append(Run(f"{key}/{system}/seed{seed}", f"{key}/{system}-seed{seed}", (key, system, seed),
+                                 fingerprint(system, args),
                                  required=SENTENCE_FIELDS if args.significance else ()))
-    run_queue(queue, lambda run: train_and_test(args, *run.params))
+    run_queue(RunsFile(args.results), queue, lambda run: train_and_test(args, *run.params))
 
 
 if __name__ == "__main__":

@@ -4,14 +4,19 @@ token's label marginal) instead of the configured Viterbi decoding, on the test 
 
 For the CRF, Viterbi is the exact MAP label sequence; for NLDM it is the paper's approximate MAP (the best
 labels *and* tree jointly), and the label marginals sum over all trees. The figures are added to each run's
-metrics file as ``test_tag_acc_posterior`` and ``heldout_tag_acc_posterior`` (runs that have them are skipped).
+row of the runs file (a row more, the last of its key wins) as ``test_tag_acc_posterior`` and
+``heldout_tag_acc_posterior`` (runs that have them are skipped).
 
-    python -m projects.paper.scripts.synthetic_posterior --metrics training/synthetic/metrics --runs training/synthetic/runs
+    python -m projects.paper.scripts.synthetic_posterior --runs-file training/synthetic/runs.jsonl --models training/synthetic
 """
 import argparse
-import json
-import os
+import sys
 from pathlib import Path
+
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from projects.paper.runs.records import RunsFile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -28,8 +33,9 @@ def accuracy(nlp, path: Path) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--metrics", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
-    p.add_argument("--runs", type=Path, default=ROOT / "training" / "synthetic" / "runs")
+    p.add_argument("--runs-file", type=Path, default=ROOT / "training" / "synthetic" / "runs.jsonl")
+    p.add_argument("--models", type=Path, default=ROOT / "training" / "synthetic",
+                   help="synthetic_runs' --train-dir: <models>/<key>/model-best")
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
@@ -38,16 +44,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     import spacy
 
-    for path in sorted(args.metrics.glob("*.json")):
-        if path.name.endswith(".evaluate.json"):  # a run's temporary file
-            continue
-        try:
-            run = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            continue
+    runs_file = RunsFile(args.runs_file)
+    for key, run in runs_file.rows().items():
         if "heldout_tag_acc_posterior" in run or "model" not in run:
             continue
-        model_dir = args.runs / path.stem / "model-best"
+        model_dir = args.models / key / "model-best"
         if not model_dir.exists():
             continue
         nlp = spacy.load(model_dir, config={"components": {"tagger": {"decode": "posterior"}}})
@@ -57,11 +58,9 @@ def main() -> None:
         if n:
             held = args.corpus_dir / f"heldout-{n}-s{run.get('data_seed', 0)}-1000" / "heldout.spacy"
             run["heldout_tag_acc_posterior"] = accuracy(nlp, held)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(run, indent=2) + "\n")
-        os.replace(tmp, path)
+        runs_file.add(run)  # the run's row again, with the posterior's figures: the last row of a key wins
         print(
-            f"{path.stem}: test viterbi {run['test_tag_acc']:.4f} posterior {run['test_tag_acc_posterior']:.4f}; "
+            f"{key}: test viterbi {run['test_tag_acc']:.4f} posterior {run['test_tag_acc_posterior']:.4f}; "
             f"held-out viterbi {run.get('heldout_tag_acc')} posterior {run.get('heldout_tag_acc_posterior')}",
             flush=True,
         )

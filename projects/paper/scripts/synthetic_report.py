@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Table and plot of the synthetic-data learning curve (the paper's Figure 3) from the per-run metrics of
+"""Table and plot of the synthetic-data learning curve (the paper's Figure 3) from the runs file of
 projects/paper/scripts/synthetic_runs.py.
 
 Writes to --output (default projects/paper/results/synthetic/):
@@ -9,31 +9,29 @@ Writes to --output (default projects/paper/results/synthetic/):
   accuracy.png  accuracy against sample size (log x), one line per model, error bars (std over seeds) where
                 more than one seed ran
 
-    python -m projects.paper.scripts.synthetic_report --metrics training/synthetic/metrics --output projects/paper/results/synthetic
+    python -m projects.paper.scripts.synthetic_report --runs-file training/synthetic/runs.jsonl --output projects/paper/results/synthetic
 """
 import argparse
 import csv
-import json
 import math
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+if not __package__:  # run by path: the repository root on sys.path (for projects.paper.*), not this folder
+    sys.path[0] = str(Path(__file__).resolve().parents[3])
+
+from projects.paper.runs.records import RunsFile  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 NAMES = {"nldm": "NLDM", "crf": "Neural CRF (order 1)", "nldm_k1": "NLDM, max_dist 1 (= CRF order 1)"}
 SHORT = {"nldm": "NLDM", "crf": "CRF", "nldm_k1": "NLDM-k1"}
 
 
-def load_runs(metrics_dir: Path):
-    runs = []
-    for path in sorted(metrics_dir.glob("*.json")):
-        if path.name.endswith(".evaluate.json"):
-            continue
-        r = json.loads(path.read_text())
-        if r.get("test_tag_acc") is None:
-            continue
-        runs.append(r)
-    return runs
+def load_runs(runs_file: Path):
+    """The finished runs of the runs file ``synthetic_runs`` writes, in key order."""
+    return [r for _, r in sorted(RunsFile(runs_file).rows().items()) if r.get("test_tag_acc") is not None]
 
 
 def summarise(runs, key="test_tag_acc"):
@@ -251,16 +249,16 @@ def write_plot(acc, path: Path, held=None, held_n=None) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--metrics", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
+    p.add_argument("--runs-file", type=Path, default=ROOT / "training" / "synthetic" / "runs.jsonl")
     p.add_argument("--output", type=Path, default=ROOT / "projects" / "paper" / "results" / "synthetic")
     p.add_argument("--skip-posterior", action="store_true", help="leave out the posterior-decoding diagnostic")
     p.add_argument("--code-note", default="", help="a sentence on the code the runs used, for the table's footer")
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth",
                    help="where <size>/train.spacy and test.spacy are, for the word-majority baseline")
     args = p.parse_args()
-    runs = load_runs(args.metrics)
+    runs = load_runs(args.runs_file)
     if not runs:
-        raise SystemExit(f"no finished runs in {args.metrics}")
+        raise SystemExit(f"no finished runs in {args.runs_file}")
     args.output.mkdir(parents=True, exist_ok=True)
     acc, diffs = summarise(runs)
     held, held_diffs = summarise(runs, "heldout_tag_acc")

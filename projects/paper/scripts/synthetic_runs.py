@@ -4,10 +4,10 @@
 For each seed, then each size, then each model: generate the corpus if it is missing
 (``corpus/synth/<size>``, data seed fixed by --data-seed, so every model and training seed sees the same data),
 ``spacy train projects/paper/configs/synthetic_<model>.cfg`` with ``--system.seed <seed>``, then ``spacy evaluate
-model-best`` on the test split (``--gold-preproc``). One JSON file per run goes to --metrics-dir; a run whose
-metrics file exists is skipped, so the script can be stopped and started again. ``--stop-at HH:MM`` (UTC)
-starts no run after that time. Several copies can run at once on the same folders: each claims a run with a
-lock file (``<run>.lock``, holding its pid) before starting it (``projects/paper/runs/queue.py``, shared with reproduce.py).
+model-best`` on the test split (``--gold-preproc``). One row per run (key ``<model>-<size>-s<seed>``) goes to the
+runs file --runs-file; a run with a row is skipped, so the script can be stopped and started again. ``--stop-at
+HH:MM`` (UTC) starts no run after that time. Several copies can run at once on the same files: each claims a run
+with a lock file (holding its pid) before starting it (``projects/paper/runs/queue.py``, shared with reproduce.py).
 
     python -m projects.paper.scripts.synthetic_runs --sizes 1000 3000 10000 --seeds 0 1 2
 """
@@ -25,6 +25,7 @@ if not __package__:  # run by path: the repository root on sys.path (for project
 
 from projects.paper.registry import STUDY_CONFIGS  # noqa: E402
 from projects.paper.runs.queue import Run, last_logged_step, parse_overrides, run_queue, spacy_evaluate, spacy_train
+from projects.paper.runs.records import RunsFile
 
 ROOT = Path(__file__).resolve().parents[3]
 CODE_DIRS = ("spacy_nldm/structs", "spacy_nldm/models", "spacy_nldm/pipeline")
@@ -136,7 +137,8 @@ def main() -> None:
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--corpus-dir", type=Path, default=ROOT / "corpus" / "synth")
     p.add_argument("--train-dir", type=Path, default=ROOT / "training" / "synthetic")
-    p.add_argument("--metrics-dir", type=Path, default=ROOT / "training" / "synthetic" / "metrics")
+    p.add_argument("--runs-file", type=Path, default=ROOT / "training" / "synthetic" / "runs.jsonl",
+                   help="the runs file (JSON lines), read by synthetic_report and synthetic_posterior")
     p.add_argument("--heldout", type=int, default=10000,
                    help="also score each run on this many fresh sequences of the same model (0: no)")
     p.add_argument("--heldout-sample-seed", type=int, default=1000)
@@ -149,7 +151,6 @@ def main() -> None:
     for model in args.models:
         if not (ROOT / STUDY_CONFIGS / f"synthetic_{model}.cfg").exists():
             p.error(f"no projects/paper/configs/synthetic_{model}.cfg")
-    args.metrics_dir.mkdir(parents=True, exist_ok=True)
     args.train_dir.mkdir(parents=True, exist_ok=True)
     if args.data_only:
         for size in args.sizes:
@@ -158,10 +159,10 @@ def main() -> None:
             print(f"held-out {ensure_heldout(args.heldout, args.data_seed, args.heldout_sample_seed, args.corpus_dir)}")
         return
     queue = [
-        Run(f"{model} size {size} seed {seed}", args.metrics_dir / f"{model}-{size}-s{seed}.json", (model, size, seed))
+        Run(f"{model} size {size} seed {seed}", f"{model}-{size}-s{seed}", (model, size, seed))
         for seed in args.seeds for size in args.sizes for model in args.models
     ]
-    run_queue(queue, lambda run: run_one(*run.params, args),
+    run_queue(RunsFile(args.runs_file), queue, lambda run: run_one(*run.params, args),
               stop=lambda: f"past {args.stop_at} UTC" if past(args.stop_at) else None)
 
 

@@ -1,5 +1,4 @@
 """`python -m projects.paper arc-length` (projects/paper/pretrained/arc_length.py): the paper's Figure 4 workflow."""
-import json
 import subprocess
 import sys
 
@@ -11,24 +10,24 @@ from spacy.vocab import Vocab
 
 from nldm_fixtures import ROOT
 from projects.paper.pretrained.arc_length import dev_choice, nldm_component, render_table, summarise
+from projects.paper.runs.records import RunsFile
 from projects.paper.runs.seeds import RunError
 
 
-def write_record(folder, k, seed, test, dev, seconds=60.0):
-    path = folder / f"k{k}" / f"nldm-seed{seed}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"system": "nldm", "seed": seed, "test_acc": test, "dev_acc": dev,
-                                "train_seconds": seconds}))
+def write_record(runs_file, k, seed, test, dev, seconds=60.0):
+    RunsFile(runs_file).add({"key": f"k{k}/nldm-seed{seed}", "system": "nldm", "seed": seed, "test_acc": test,
+                             "dev_acc": dev, "train_seconds": seconds})
 
 
 def test_summary_means_and_the_dev_choice_within_the_papers_range(tmp_path):
+    runs = tmp_path / "arc.jsonl"
     for seed, (test, dev) in enumerate([(89.0, 88.0), (90.0, 89.0), (91.0, 90.0)]):
-        write_record(tmp_path, 3, seed, test, dev)
+        write_record(runs, 3, seed, test, dev)
     for seed in range(3):
-        write_record(tmp_path, 1, seed, 95.0, 99.0)  # best dev, outside the paper's range {2..10}
-        write_record(tmp_path, 5, seed, 88.0, 89.0 + (seed == 2) * 0.01)  # dev 89.0033 > k 3's 89.0
-    write_record(tmp_path, 10, 0, 80.0, 99.5)  # best dev, but one seed against three
-    rows = summarise(tmp_path, [1, 3, 5, 10, 15])  # no record for 15: no row
+        write_record(runs, 1, seed, 95.0, 99.0)  # best dev, outside the paper's range {2..10}
+        write_record(runs, 5, seed, 88.0, 89.0 + (seed == 2) * 0.01)  # dev 89.0033 > k 3's 89.0
+    write_record(runs, 10, 0, 80.0, 99.5)  # best dev, but one seed against three
+    rows = summarise(runs, [1, 3, 5, 10, 15])  # no record for 15: no row
     assert [row.k for row in rows] == [1, 3, 5, 10]
     k3 = rows[1]
     assert (k3.test, k3.test_std, k3.dev, k3.seeds, k3.minutes) == (90.0, 1.0, 89.0, [0, 1, 2], 1.0)
@@ -66,14 +65,16 @@ def test_each_k_trains_with_its_own_arc_limit_resumably_and_writes_the_table_and
                "--ks", "1,3", "--seeds", "0", "--max-steps", "2", "--eval-frequency", "1",
                "--train", str(tmp_path / "train.spacy"), "--dev", str(tmp_path / "dev.spacy"),
                "--test", str(tmp_path / "test.spacy"), "--training", str(tmp_path / "training"),
-               "--results", str(tmp_path / "results"), "--table", str(tmp_path / "arc.md"),
+               "--results", str(tmp_path / "arc.jsonl"), "--table", str(tmp_path / "arc.md"),
                "--figure", str(tmp_path / "arc.png")]
     res = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)  # python -m projects.paper: from the root
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     from spacy.util import load_config
 
+    rows = RunsFile(tmp_path / "arc.jsonl").rows()
+    assert sorted(rows) == ["k1/nldm-seed0", "k3/nldm-seed0"]
     for k in (1, 3):
-        record = json.loads((tmp_path / f"results/k{k}/nldm-seed0.json").read_text())
+        record = rows[f"k{k}/nldm-seed0"]
         assert f"--components.nldm.model.max_dist {k}" in record["train_command"]
         trained = load_config(tmp_path / f"training/k{k}/nldm/seed0/model-best/config.cfg")
         assert trained["components"]["nldm"]["model"]["max_dist"] == k
@@ -85,10 +86,10 @@ def test_each_k_trains_with_its_own_arc_limit_resumably_and_writes_the_table_and
     assert "test − k = – |" in table and table.count("| 0 | ") == 2  # the config's k 5 has no runs: no row
     assert (tmp_path / "arc.png").read_bytes()[:4] == b"\x89PNG"
 
-    written = {k: (tmp_path / f"results/k{k}/nldm-seed0.json").stat().st_mtime_ns for k in (1, 3)}
+    written = (tmp_path / "arc.jsonl").read_text()
     again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)  # resumable: both runs are skipped
     assert again.returncode == 0, again.stderr[-3000:]
-    assert {k: (tmp_path / f"results/k{k}/nldm-seed0.json").stat().st_mtime_ns for k in (1, 3)} == written
+    assert (tmp_path / "arc.jsonl").read_text() == written
 
 
 def test_a_config_without_an_nldm_is_a_clear_error(tmp_path):

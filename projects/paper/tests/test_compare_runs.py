@@ -1,20 +1,20 @@
-"""projects/paper/scripts/compare_runs.py: two folders of Table 2 records, the mean over common seeds and the change."""
-import json
+"""projects/paper/scripts/compare_runs.py: two runs files of Table 2, the mean over common seeds and the change."""
 import subprocess
 import sys
 from pathlib import Path
 
 from nldm_fixtures import ROOT  # noqa: E402
 
+from projects.paper.runs.records import RunsFile
+
 
 def write(runs: Path, dataset: str, system: str, seed: int, test: float, dev: float) -> None:
-    (runs / dataset).mkdir(parents=True, exist_ok=True)
-    record = {"dataset": dataset, "system": system, "seed": seed, "test_acc": test, "dev_acc": dev}
-    (runs / dataset / f"{system}-seed{seed}.json").write_text(json.dumps(record))
+    RunsFile(runs).add({"key": f"{dataset}/{system}-seed{seed}", "dataset": dataset, "system": system, "seed": seed,
+                        "test_acc": test, "dev_acc": dev})
 
 
 def test_changes_over_common_seeds(tmp_path):
-    base, variant = tmp_path / "base", tmp_path / "variant"
+    base, variant = tmp_path / "base.jsonl", tmp_path / "variant.jsonl"
     write(base, "twitter", "nldm", 0, 85.0, 84.0)
     write(base, "twitter", "nldm", 1, 86.0, 85.0)
     write(base, "twitter", "nldm", 2, 99.0, 99.0)  # no variant run with seed 2: left out of both means
@@ -31,7 +31,7 @@ def test_changes_over_common_seeds(tmp_path):
 
 
 def test_difference_of_two_systems_changes(tmp_path):
-    base, variant = tmp_path / "base", tmp_path / "variant"
+    base, variant = tmp_path / "base.jsonl", tmp_path / "variant.jsonl"
     for dataset, nldm_change, crf_change in [("twitter", 1.0, 0.5), ("fr", 0.0, 0.5), ("en", 0.5, 0.0)]:
         write(base, dataset, "nldm", 0, 90.0, 90.0)
         write(base, dataset, "crf1", 0, 90.0, 90.0)
@@ -47,7 +47,8 @@ def test_difference_of_two_systems_changes(tmp_path):
     assert not any(line.startswith("| nldm − softmax") for line in done.stdout.splitlines())  # no softmax runs
 
 
-def test_missing_folder_is_an_error(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "compare_runs.py"), "--base", str(tmp_path),
-                           "--variant", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT / "projects" / "paper" / "scripts")
-    assert done.returncode == 2 and "nothing is not a folder of records" in done.stderr
+def test_missing_runs_file_is_an_error(tmp_path):
+    write(tmp_path / "base.jsonl", "twitter", "nldm", 0, 85.0, 84.0)
+    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "compare_runs.py"),
+                           "--base", str(tmp_path / "base.jsonl"), "--variant", str(tmp_path / "nothing")], capture_output=True, text=True, cwd=ROOT / "projects" / "paper" / "scripts")
+    assert done.returncode == 2 and "nothing is not a runs file" in done.stderr

@@ -1,4 +1,5 @@
-"""projects/paper/runs/queue.py: the run queue that projects/paper/scripts/reproduce.py and projects/paper/scripts/synthetic_runs.py share."""
+"""projects/paper/runs/queue.py and records.py: the run queue that projects/paper/scripts/reproduce.py and
+projects/paper/scripts/synthetic_runs.py share, and the runs file every harness keeps its runs in."""
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ import pytest
 from nldm_fixtures import ROOT
 
 from projects.paper.runs import queue as runs
+from projects.paper.runs.records import RunsFile, claim
 
 
 def dead_pid() -> int:
@@ -19,18 +21,20 @@ def dead_pid() -> int:
 
 def test_a_lock_is_held_by_one_live_process(tmp_path):
     lock = tmp_path / "a" / "run.lock"
-    assert runs.claim(lock) and lock.read_text() == str(os.getpid())
-    assert not runs.claim(lock)  # held by a live process (this one)
+    assert claim(lock) and lock.read_text() == str(os.getpid())
+    assert not claim(lock)  # held by a live process (this one)
     lock.write_text(str(dead_pid()))
-    assert runs.claim(lock)  # its holder died: taken over
+    assert claim(lock)  # its holder died: taken over
     lock.write_text("half written")
-    assert runs.claim(lock)
+    assert claim(lock)
 
 
 def test_queue_skips_done_and_held_runs_goes_on_after_a_failure_and_stops_when_told(tmp_path, capsys):
-    queue = [runs.Run(f"r{i}", tmp_path / f"r{i}.json", (i,)) for i in range(5)]
-    queue[0].record.write_text('{"done": "before"}')
-    (tmp_path / "r1.lock").write_text(str(os.getpid()))  # another worker holds r1
+    runs_file = RunsFile(tmp_path / "runs.jsonl")
+    queue = [runs.Run(f"r{i}", f"set/r{i}", (i,)) for i in range(5)]
+    runs_file.add({"key": "set/r0", "done": "before"})
+    runs_file.lock("set/r1").parent.mkdir(parents=True)
+    runs_file.lock("set/r1").write_text(str(os.getpid()))  # another worker holds r1
     done = []
 
     def work(run):
@@ -39,14 +43,13 @@ def test_queue_skips_done_and_held_runs_goes_on_after_a_failure_and_stops_when_t
             raise runs.RunFailed("spacy train exited with status 1; see log")
         return {"value": run.params[0]}
 
-    failed = runs.run_queue(queue, work, stop=lambda: "time is up" if len(done) == 2 else None)
+    failed = runs.run_queue(runs_file, queue, work, stop=lambda: "time is up" if len(done) == 2 else None)
     assert failed == 1 and done == ["r2", "r3"]
     out = capsys.readouterr().out
     assert "spacy train exited with status 1; see log" in out  # the failure's reason reaches the log
-    assert json.loads(queue[0].record.read_text()) == {"done": "before"}
-    assert not queue[2].record.exists() and json.loads(queue[3].record.read_text()) == {"value": 3}
-    assert not queue[4].record.exists() and "time is up" in out  # and so does the reason to stop
-    assert sorted(p.name for p in tmp_path.glob("*.lock")) == ["r1.lock"]  # ours released, the other kept
+    assert runs_file.rows() == {"set/r0": {"key": "set/r0", "done": "before"}, "set/r3": {"key": "set/r3", "value": 3}}
+    assert "time is up" in out  # and so does the reason to stop
+    assert [p.name for p in runs_file.lock("x").parent.iterdir()] == [runs_file.lock("set/r1").name]  # ours released
 
 
 @pytest.mark.parametrize("args,want", [
@@ -57,38 +60,59 @@ def test_overrides_from_the_command_line(args, want):
     assert runs.parse_overrides(args) == want
 
 
-def test_a_record_made_with_another_fingerprint_is_redone_and_the_new_one_kept(tmp_path, capsys):
-    old, current, missing = (runs.Run(f"r{i}", tmp_path / f"r{i}.json", (i,), fingerprint="abc") for i in range(3))
-    old.record.write_text('{"value": "old config"}')  # made before fingerprints (or with another config)
-    current.record.write_text('{"value": "kept", "fingerprint": "abc"}')
+def test_a_row_made_with_another_fingerprint_is_redone_and_the_new_one_kept(tmp_path, capsys):
+    runs_file = RunsFile(tmp_path / "runs.jsonl")
+    old, current, missing = (runs.Run(f"r{i}", f"r{i}", (i,), fingerprint="abc") for i in range(3))
+    runs_file.add({"key": "r0", "value": "old config"})  # made before fingerprints (or with another config)
+    runs_file.add({"key": "r1", "value": "kept", "fingerprint": "abc"})
     done = []
-    assert runs.run_queue([old, current, missing], lambda run: done.append(run.name) or {"value": run.params[0]}) == 0
+    assert runs.run_queue(runs_file, [old, current, missing],
+                          lambda run: done.append(run.name) or {"value": run.params[0]}) == 0
     assert done == ["r0", "r2"]
     assert "redo r0" in capsys.readouterr().out
-    assert json.loads(old.record.read_text()) == {"value": 0, "fingerprint": "abc"}
-    assert json.loads(current.record.read_text())["value"] == "kept"
-    assert all(run.done() for run in (old, current, missing))
+    rows = runs_file.rows()
+    assert rows["r0"] == {"key": "r0", "value": 0, "fingerprint": "abc"} and rows["r1"]["value"] == "kept"
+    assert all(run.done(rows) for run in (old, current, missing))
+    assert len(list(runs_file.lines())) == 4  # the old row stays in the file, the last of its key counts
 
 
-def test_a_record_without_a_required_field_is_redone(tmp_path, capsys):
-    """Run.required: a record made before the run stored a field (Table 2's per-sentence counts) is done again."""
-    without, with_counts = (runs.Run(f"r{i}", tmp_path / f"r{i}.json", (i,), fingerprint="abc", required=("counts",))
+def test_a_row_without_a_required_field_is_redone(tmp_path, capsys):
+    """Run.required: a row made before the run stored a field (Table 2's per-sentence counts) is done again."""
+    runs_file = RunsFile(tmp_path / "runs.jsonl")
+    without, with_counts = (runs.Run(f"r{i}", f"r{i}", (i,), fingerprint="abc", required=("counts",))
                             for i in range(2))
-    without.record.write_text('{"value": "old", "fingerprint": "abc"}')
-    with_counts.record.write_text('{"value": "kept", "fingerprint": "abc", "counts": [1]}')
-    assert without.stale() == "made without counts" and with_counts.stale() is None
+    runs_file.add({"key": "r0", "value": "old", "fingerprint": "abc"})
+    runs_file.add({"key": "r1", "value": "kept", "fingerprint": "abc", "counts": [1]})
+    rows = runs_file.rows()
+    assert without.stale(rows["r0"]) == "made without counts" and with_counts.stale(rows["r1"]) is None
     done = []
-    runs.run_queue([without, with_counts], lambda run: done.append(run.name) or {"value": 1, "counts": [2]})
-    assert done == ["r0"] and "redo r0: its record" in capsys.readouterr().out
-    assert json.loads(with_counts.record.read_text())["value"] == "kept" and without.done()
+    runs.run_queue(runs_file, [without, with_counts], lambda run: done.append(run.name) or {"value": 1, "counts": [2]})
+    assert done == ["r0"] and "redo r0: its row" in capsys.readouterr().out
+    rows = runs_file.rows()
+    assert rows["r1"]["value"] == "kept" and without.done(rows)
 
 
-def test_a_record_reads_back_as_written_with_number_lists_on_one_line(tmp_path):
-    record = {"test_correct": [3, 0, 12], "scores": {"x": [1.5, -2e-3, 1e20]}, "words": ["a", "b"], "empty": []}
-    runs.write_json(tmp_path / "r.json", record)
-    text = (tmp_path / "r.json").read_text()
-    assert json.loads(text) == record
-    assert '"test_correct": [3, 0, 12]' in text and '"x": [1.5, -0.002, 1e+20]' in text
+def test_a_runs_file_reads_back_what_was_added_and_names_a_bad_line(tmp_path):
+    runs_file = RunsFile(tmp_path / "sub" / "runs.jsonl")
+    assert runs_file.rows() == {}  # no file yet: no runs
+    row = {"key": "en/nldm-seed0", "test_correct": [3, 0, 12], "scores": {"x": [1.5, -2e-3, 1e20]}, "words": ["a"]}
+    runs_file.add(row)
+    assert runs_file.rows() == {"en/nldm-seed0": row}
+    with pytest.raises(ValueError, match="needs a"):
+        runs_file.add({"value": 1})
+    with runs_file.path.open("a") as f:
+        f.write("\n{not json\n")
+    with pytest.raises(ValueError, match=r"runs.jsonl:3: not a JSON line"):
+        runs_file.rows()
+
+
+def test_rows_added_by_several_processes_at_once_are_all_kept_whole(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    code = ("import sys; from projects.paper.runs.records import RunsFile; f = RunsFile(sys.argv[1]); "
+            "[f.add({'key': f'{sys.argv[2]}/{i}', 'pad': 'x' * 5000}) for i in range(200)]")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(n)], cwd=ROOT) for n in range(3)]
+    assert all(p.wait() == 0 for p in procs)
+    assert sorted(RunsFile(path).rows()) == sorted(f"{n}/{i}" for n in range(3) for i in range(200))
 
 
 def test_the_config_fingerprint_is_the_configs_settings_and_the_budget():
@@ -116,12 +140,12 @@ def test_table2_records_are_current_for_the_migrated_configs():
     from projects.paper.scripts.reproduce import config_fingerprint
 
     budget = {"max_epochs": 8, "max_steps": 0, "patience": 2000, "eval_frequency": 0}
-    records = sorted((ROOT / "projects" / "paper" / "results" / "runs").glob("*/*.json"))
+    records = RunsFile(ROOT / "projects" / "paper" / "results" / "runs.jsonl").rows()
     assert len(records) >= 4 * 7 * 3
     for system in ("softmax", "crf1", "crf2", "nldm"):
         config = Config().from_disk(ROOT / "configs" / f"{system}.cfg", interpolate=False)
         assert migrate_config(config) == []
         current = config_fingerprint(config.to_str(interpolate=False), budget)
-        for path in records:
-            if path.name.startswith(f"{system}-seed"):
-                assert json.loads(path.read_text())["fingerprint"] == current, path
+        for key, record in records.items():
+            if record["system"] == system:
+                assert record["fingerprint"] == current, key

@@ -1,10 +1,11 @@
-"""projects/paper/scripts/synthetic_report.py on made-up metrics (table, CSV and plot are written and agree)."""
+"""projects/paper/scripts/synthetic_report.py on made-up runs (table, CSV and plot are written and agree)."""
 import importlib.util
-import json
 import sys
 
 
 from nldm_fixtures import ROOT  # noqa: E402
+
+from projects.paper.runs.records import RunsFile
 
 
 def load_script(name):
@@ -15,16 +16,15 @@ def load_script(name):
 
 
 def fake_runs(tmp_path):
-    metrics = tmp_path / "metrics"
-    metrics.mkdir()
+    runs_file = RunsFile(tmp_path / "runs.jsonl")
     accs = {("nldm", 1000): [0.80, 0.82, 0.81], ("crf", 1000): [0.78, 0.79, 0.80], ("nldm", 3000): [0.85],
             ("crf", 3000): [0.86]}
     for (model, size), values in accs.items():
         for seed, a in enumerate(values):
-            run = {"model": model, "size": size, "seed": seed, "data_seed": 0, "test_tag_acc": a,
+            run = {"key": f"{model}-{size}-s{seed}", "model": model, "size": size, "seed": seed, "data_seed": 0, "test_tag_acc": a,
                    "dev_tag_acc": a, "heldout_tag_acc": a + 0.01, "heldout_sequences": 10000, "train_seconds": 10.0, "code_fingerprint": "x", "git_head": "y"}
-            (metrics / f"{model}-{size}-s{seed}.json").write_text(json.dumps(run))
-    return metrics
+            runs_file.add(run)
+    return runs_file.path
 
 
 def test_report_synthetic(tmp_path, monkeypatch):
@@ -33,7 +33,7 @@ def test_report_synthetic(tmp_path, monkeypatch):
     out = tmp_path / "out"
     monkeypatch.setattr(
         sys, "argv",
-        ["synthetic_report.py", "--metrics", str(metrics), "--output", str(out), "--corpus-dir", str(tmp_path)],
+        ["synthetic_report.py", "--runs-file", str(metrics), "--output", str(out), "--corpus-dir", str(tmp_path)],
     )
     report.main()
     table = (out / "table.md").read_text()

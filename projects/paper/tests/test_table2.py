@@ -9,9 +9,10 @@ import sys
 
 import numpy
 import pytest
-import srsly
 
 from nldm_fixtures import MIRROR, ROOT, copy_project, project_runner
+
+from projects.paper.runs.records import RunsFile
 
 
 def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_path):
@@ -25,8 +26,9 @@ def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_pat
     study("convert-ud", mirror)  # (a declared dependency of reproduce-train)
     out = study("reproduce-train", mirror, "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
                 "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
-    assert not (proj / "projects/paper/results/runs/it").exists()  # no train file for it: skipped
-    record = srsly.read_json(proj / "projects/paper/results/runs/twitter/softmax-seed0.json")
+    rows = RunsFile(proj / "projects/paper/results/runs.jsonl").rows()
+    assert not [key for key in rows if key.startswith("it/")] and "skip it: no train file" in out  # skipped
+    record = rows["twitter/softmax-seed0"]
     assert (record["dataset"], record["system"], record["seed"]) == ("twitter", "softmax", 0)
     # per-sentence counts for the paired significance: they add up to spacy evaluate's accuracy
     assert len(record["test_correct"]) == len(record["test_tokens"]) > 1
@@ -39,12 +41,10 @@ def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_pat
 
 
 def test_table2_marks_missing_rows_and_computes_gains(tmp_path):
-    runs = tmp_path / "runs"
+    runs = tmp_path / "runs.jsonl"
     for system, accs in {"softmax": [80.0, 82.0], "crf1": [81.0], "crf2": [81.5], "nldm": [83.0, 83.0]}.items():
         for seed, acc in enumerate(accs):
-            (runs / "te").mkdir(parents=True, exist_ok=True)
-            srsly.write_json(runs / "te" / f"{system}-seed{seed}.json",
-                             {"dataset": "te", "system": system, "seed": seed, "test_acc": acc,
+            RunsFile(runs).add({"key": f"te/{system}-seed{seed}", "dataset": "te", "system": system, "seed": seed, "test_acc": acc,
                               "train_seconds": 60.0, "budget": {"training.max_epochs": "8"}})
     out = tmp_path / "table2.md"
     res = subprocess.run([sys.executable, str(ROOT / "projects/paper/scripts/table2.py"), "--runs", str(runs), "--output", str(out),
@@ -69,18 +69,17 @@ def test_table2_tests_nldm_against_each_baseline_over_sentences(tmp_path):
     better = base.copy()
     better[:10] = numpy.minimum(tokens[:10], better[:10] + 1)
     gain = 100 * (better.sum() - base.sum()) / tokens.sum()
-    runs = tmp_path / "runs" / "te"
-    runs.mkdir(parents=True)
+    runs = RunsFile(tmp_path / "runs.jsonl")
     for system, correct, seeds in (("nldm", better, (0, 1)), ("softmax", base, (0, 1, 2)), ("crf1", better, (0, 1)),
                                    ("crf2", None, (0,))):
         for seed in seeds:
-            record = {"dataset": "te", "system": system, "seed": seed, "train_seconds": 1.0,
+            record = {"key": f"te/{system}-seed{seed}", "dataset": "te", "system": system, "seed": seed, "train_seconds": 1.0,
                       "test_acc": 100 * (tokens.sum() if correct is None else correct.sum()) / tokens.sum()}
             if correct is not None and not (system == "crf1" and seed == 1):
                 record.update(test_correct=correct.tolist(), test_tokens=tokens.tolist())
-            srsly.write_json(runs / f"{system}-seed{seed}.json", record)
+            runs.add(record)
     out = tmp_path / "table2.md"
-    res = subprocess.run([sys.executable, "-m", "projects.paper.scripts.table2", "--runs", str(tmp_path / "runs"),
+    res = subprocess.run([sys.executable, "-m", "projects.paper.scripts.table2", "--runs", str(runs.path),
                           "--output", str(out), "--mirror", str(MIRROR)], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     row = [line for line in out.read_text().splitlines() if line.startswith("| Te (te)")][-1]

@@ -4,7 +4,6 @@ MiniLM configs, and the seed-run table. Fixture: 35 GloVe rows in the kumo packa
 from __future__ import annotations
 
 import gzip
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -188,14 +187,15 @@ def test_derive_refuses_an_encoder_without_hash_embeddings(tmp_path):
 
 
 def test_seed_table_mean_and_sample_std(tmp_path):
+    from projects.paper.runs.records import RunsFile
     from projects.paper.runs.seeds import render_table
 
+    runs = RunsFile(tmp_path / "runs.jsonl")
     for system, accs in {"softmax": [88.0, 89.0, 90.0], "nldm": [90.5]}.items():
         for seed, acc in enumerate(accs):
-            (tmp_path / f"{system}-seed{seed}.json").write_text(json.dumps({
-                "system": system, "seed": seed, "test_acc": acc, "dev_acc": acc - 1, "train_seconds": 120.0,
-                "max_steps": 1200, "eval_frequency": 100}))
-    text = render_table(tmp_path, title="T", systems=SYSTEMS, command="spacy project run glove", paper="twitter")
+            runs.add({"key": f"{system}-seed{seed}", "system": system, "seed": seed, "test_acc": acc, "dev_acc": acc - 1, "train_seconds": 120.0,
+                      "max_steps": 1200, "eval_frequency": 100})
+    text = render_table(runs.path, title="T", systems=SYSTEMS, command="spacy project run glove", paper="twitter")
     assert "| Neural softmax (`softmax`) | 89.00 ± 1.00 | 88.00 | 0,1,2 | 1200 (100) | 2.0 | 88.73 |" in text
     assert "| NLDM (`nldm`) | 90.50 | 89.50 | 0 | 1200 (100) | 2.0 | 89.37 |" in text
     assert "| Neural CRF, order 1 (`crf1`) | not run |" in text and "Command: `spacy project run glove`" in text
