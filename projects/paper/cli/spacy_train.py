@@ -5,13 +5,12 @@ file: :mod:`projects.paper.runs.spacy_train`).
 """
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import typer
 
-from ..runs.queue import RunFailed
+from ..runs.queue import Run as QueueRun, run_queue
 from ..runs.records import RunsFile
 from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_VECTORS, DEFAULT_WORKDIR, ENTITY_DATASETS,
                                 ENTITY_RESULTS, ENTITY_SETTINGS, ENTITY_SYSTEMS, ENTITY_WORKDIR, HELD_OUT, SETTINGS,
@@ -112,24 +111,25 @@ def spacy_train(
         todo = []
     results.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    failures = []
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        machine = this_machine(jobs, gpu_id)
-        futures = {pool.submit(execute_entities, run, corpus, workdir, machine, gpu_id) if entities
-                   else pool.submit(execute, run, corpus, workdir, max_steps, machine, gpu_id): run for run in todo}
-        for number, future in enumerate(as_completed(futures), start=1):
-            run = futures[future]
-            try:
-                row = future.result()
-            except RunFailed as err:
-                failures.append(str(err))
-                typer.echo(f"[{number}/{len(todo)}] FAILED {err}", err=True)
-                continue
-            RunsFile(results).add(row)
-            done[row["key"]] = row
-            score = row["test_f"] if entities else row["test_tag_acc"]
-            typer.echo(f"[{number}/{len(todo)}] {run.dataset} {run.system} {run.setting} seed {run.seed}: test "
-                       f"{score:.2f}, {row['train_seconds']:.0f} s (elapsed {time.perf_counter() - start:.0f} s)")
+    machine = this_machine(jobs, gpu_id)
+    finished = []
+
+    def work(queued: QueueRun) -> dict:
+        (run,) = queued.params
+        if entities:
+            return execute_entities(run, corpus, workdir, machine, gpu_id)
+        return execute(run, corpus, workdir, max_steps, machine, gpu_id)
+
+    def report(queued: QueueRun, row: dict) -> None:
+        (run,) = queued.params
+        done[row["key"]] = row
+        finished.append(run)
+        score = row["test_f"] if entities else row["test_tag_acc"]
+        typer.echo(f"[{len(finished)}/{len(todo)}] {queued.name}: test {score:.2f}, {row['train_seconds']:.0f} s "
+                   f"(elapsed {time.perf_counter() - start:.0f} s)")
+
+    queue = [QueueRun(f"{run.dataset} {run.system} {run.setting} seed {run.seed}", run.key, (run,)) for run in todo]
+    failed = run_queue(RunsFile(results), queue, work, jobs=max(1, jobs), report=report)
     text = _tables(plan, done, sets, names, modes, seeds, max_steps, set_, set_all, variant, results, entities,
                    default_results)
     typer.echo("\n" + text)
@@ -137,7 +137,8 @@ def spacy_train(
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf8")
         typer.echo(f"Wrote {output}")
-    if failures:
+    if failed:
+        typer.echo(f"{failed} of {len(todo)} runs failed (their logs are under {workdir})", err=True)
         raise typer.Exit(1)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional
 
 from ..registry import LANGS, LOOP_DATASETS, RECORD_KEYS, canonical, corpus_folder
+from .queue import Run, RunFailed, run_queue
 from .records import RunsFile
 
 #: the datasets of the comparison (the registry's keys; ``tw`` is read as ``twitter``): name -> folder under
@@ -199,45 +200,31 @@ def _child_env() -> Dict[str, str]:
 def run_all(
     specs: Iterable[RunSpec], results: Path, workers: int = 2, log=print, extra: Optional[Dict] = None
 ) -> Dict[str, Dict]:
-    """Run the specs not yet in ``results`` (JSON lines, appended as runs finish), ``workers`` at a
-    time, each in a fresh process; return every spec's row (``extra`` is stored with new rows)."""
+    """Run the specs not yet in the runs file ``results`` through the study's run queue (:func:`.queue.run_queue`),
+    ``workers`` at a time, each in a fresh process; return every spec's row (``extra`` is stored with new rows)."""
     specs = list(specs)
     done = load_results(results)
     todo = [s for s in specs if s.key() not in done]
     log(f"{len(specs) - len(todo)} of {len(specs)} runs already in {results}; {len(todo)} to run")
-    results.parent.mkdir(parents=True, exist_ok=True)
-    running: List = []
-    queue = list(todo)
-    finished = 0
-    while queue or running:
-        while queue and len(running) < workers:
-            spec = queue.pop(0)
-            proc = subprocess.Popen(
-                [sys.executable, "-c", "from projects.paper.runs.loop import child; child()"], env=_child_env(),
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )
-            proc.stdin.write(json.dumps(asdict(spec)))
-            proc.stdin.close()
-            running.append((spec, proc, time.perf_counter()))
-        time.sleep(0.5)
-        for item in list(running):
-            spec, proc, t0 = item
-            if proc.poll() is None:
-                continue
-            running.remove(item)
-            out, err = proc.stdout.read(), proc.stderr.read()
-            finished += 1
-            if proc.returncode != 0:
-                log(f"[{finished}/{len(todo)}] FAILED {spec.dataset} {spec.system} seed {spec.seed}:\n{err[-3000:]}")
-                continue
-            row = json.loads(out.strip().splitlines()[-1])
-            row.update(key=spec.key(), spec=asdict(spec), **(extra or {}))
-            RunsFile(results).add(row)
-            done[spec.key()] = row
-            log(
-                f"[{finished}/{len(todo)}] {spec.dataset} {spec.system} seed {spec.seed}: acc {row['acc']:.2f} "
-                f"(averaged {row['acc_avg']:.2f}), {row['train_wall_s']:.0f} s"
-            )
+    finished = []
+
+    def work(run: Run) -> dict:
+        (spec,) = run.params
+        proc = subprocess.run([sys.executable, "-c", "from projects.paper.runs.loop import child; child()"],
+                              env=_child_env(), input=json.dumps(asdict(spec)), capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RunFailed(f"its process exited with status {proc.returncode}:\n{proc.stderr[-3000:]}")
+        row = json.loads(proc.stdout.strip().splitlines()[-1])
+        return {**row, "spec": asdict(spec), **(extra or {})}
+
+    def report(run: Run, row: dict) -> None:
+        done[run.key] = row
+        finished.append(run)
+        log(f"[{len(finished)}/{len(todo)}] {run.name}: acc {row['acc']:.2f} (averaged {row['acc_avg']:.2f}), "
+            f"{row['train_wall_s']:.0f} s")
+
+    queue = [Run(f"{spec.dataset} {spec.system} seed {spec.seed}", spec.key(), (spec,)) for spec in todo]
+    run_queue(RunsFile(results), queue, work, jobs=workers, report=report)
     return {s.key(): done[s.key()] for s in specs if s.key() in done}
 
 

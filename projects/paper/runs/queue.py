@@ -17,7 +17,9 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
@@ -55,44 +57,56 @@ class Run:
 
 
 def run_queue(runs_file: RunsFile, runs: Iterable[Run], work: Callable[[Run], dict],
-              stop: Callable[[], Optional[str]] = lambda: None) -> int:
-    """Do each run that has no current row in ``runs_file`` (:meth:`Run.done`) and that no other process holds:
-    ``work(run)`` returns the row, added with the run's key (and fingerprint). ``stop()`` returning a reason
-    ends the queue before the next run. A RunFailed is reported and the queue goes on. Returns the number of
-    runs that failed."""
-    failed = 0
-    for run in runs:
+              stop: Callable[[], Optional[str]] = lambda: None, *, jobs: int = 1,
+              report: Callable[[Run, dict], None] = lambda run, row: None) -> int:
+    """Do each run that has no current row in ``runs_file`` (:meth:`Run.done`) and that no other process holds,
+    ``jobs`` at a time (threads; a run's commands are processes of their own), in order: ``work(run)`` returns
+    the row, added with the run's key (and fingerprint), then ``report(run, row)``. ``stop()`` returning a reason
+    starts no further run. A RunFailed is reported and the queue goes on. Returns the number of runs that failed."""
+    stopped = threading.Event()
+
+    def one(run: Run) -> bool:
+        """Do ``run`` unless it is done, held or the queue stopped; False if it failed."""
+        if stopped.is_set():
+            return True
         rows = runs_file.rows()
         if run.done(rows):
             print(f"skip {run.name}: done in {runs_file.path}", flush=True)
-            continue
+            return True
         stale = run.stale(rows.get(run.key))
         if stale:
             print(f"redo {run.name}: its row in {runs_file.path} was {stale}", flush=True)
         reason = stop()
         if reason:
+            stopped.set()
             print(f"stop: {reason}; {run.name} not started", flush=True)
-            break
+            return True
         lock = runs_file.lock(run.key)
         if not claim(lock):
             print(f"skip {run.name}: claimed by another process ({lock})", flush=True)
-            continue
+            return True
         try:
             if run.done(runs_file.rows()):  # finished by another process since we looked
-                continue
+                return True
             print(f"== {run.name} ({time.strftime('%H:%M:%S')})", flush=True)
             try:
                 row = work(run)
             except RunFailed as err:
-                failed += 1
-                print(f"   FAILED: {err}", flush=True)
-                continue
+                print(f"   FAILED {run.name}: {err}", flush=True)
+                return False
+            row = {"key": run.key, **row}
             if run.fingerprint is not None:
-                row = {**row, "fingerprint": run.fingerprint}
-            runs_file.add({"key": run.key, **row})
+                row["fingerprint"] = run.fingerprint
+            runs_file.add(row)
         finally:
             lock.unlink(missing_ok=True)
-    return failed
+        report(run, row)
+        return True
+
+    if jobs <= 1:
+        return sum(not one(run) for run in runs)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return sum(not ok for ok in pool.map(one, runs))
 
 
 def thread_env(threads: int) -> Dict[str, str]:

@@ -10,11 +10,11 @@ on the file (several processes share one file); a run being trained is claimed w
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Dict, Iterator, Tuple
-from urllib.parse import quote
 
 
 class RunsFile:
@@ -65,8 +65,9 @@ class RunsFile:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def lock(self, key: str) -> Path:
-        """The lock file of the run ``key`` (see :func:`claim`)."""
-        return Path(f"{self.path}.locks") / f"{quote(key, safe='')}.lock"
+        """The lock file of the run ``key`` (see :func:`claim`): named by a hash of the key, which can be longer
+        than a file name may be (the plain loop's keys are their specs as JSON)."""
+        return Path(f"{self.path}.locks") / f"{hashlib.sha1(key.encode('utf8')).hexdigest()[:16]}.lock"
 
 
 def claim(lock: Path) -> bool:

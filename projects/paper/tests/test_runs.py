@@ -149,3 +149,25 @@ def test_table2_records_are_current_for_the_migrated_configs():
         for key, record in records.items():
             if record["system"] == system:
                 assert record["fingerprint"] == current, key
+
+
+def test_queue_runs_jobs_at_a_time_and_reports_each_row(tmp_path):
+    """jobs = 2: two runs are in work at once (each waits for the other at a barrier: one at a time would time
+    out), every row is added and reported once, a failure is counted."""
+    import threading
+
+    runs_file = RunsFile(tmp_path / "runs.jsonl")
+    barrier = threading.Barrier(2, timeout=20)
+    reported = []
+
+    def work(run):
+        if run.params[0] < 2:
+            barrier.wait()
+        if run.params[0] == 3:
+            raise runs.RunFailed("no")
+        return {"value": run.params[0]}
+
+    queue = [runs.Run(f"r{i}", f"r{i}", (i,)) for i in range(4)]
+    failed = runs.run_queue(runs_file, queue, work, jobs=2, report=lambda run, row: reported.append(row["value"]))
+    assert failed == 1 and sorted(reported) == [0, 1, 2]
+    assert {key: row["value"] for key, row in runs_file.rows().items()} == {"r0": 0, "r1": 1, "r2": 2}
