@@ -79,6 +79,8 @@ ENTITY_DATASETS: Dict[str, Tuple[str, str]] = {
     # (`python -m projects.paper.scripts.partial_entities`)
     "wnut17_half_unknown": ("ner/wnut17_half_unknown", "en"),
     "wnut17_half_o": ("ner/wnut17_half_o", "en"),
+    # the control: half of the train docs removed at random (seed 0), the rest as annotated
+    "wnut17_half_docs": ("ner/wnut17_half_docs", "en"),
 }
 ALL_DATASETS: Dict[str, Tuple[str, str]] = {**DATASETS, **HELD_OUT, **ENTITY_DATASETS}
 SYSTEMS = ("tagger", "crf_tagger", "nldm_tagger")

@@ -2,9 +2,13 @@
 tokens either marked unknown (spaCy's missing ``ent_iob``: the components marginalise them) or read as ``O``.
 
     python -m projects.paper.scripts.partial_entities corpus/ner/wnut17/train.spacy \\
-        --share 0.5 --seed 0 --unknown corpus/ner/wnut17_half_unknown/train.spacy --outside corpus/ner/wnut17_half_o/train.spacy
+        --share 0.5 --seed 0 --unknown corpus/ner/wnut17_half_unknown/train.spacy --outside corpus/ner/wnut17_half_o/train.spacy \\
+        --fewer-docs corpus/ner/wnut17_half_docs/train.spacy
 
 The same entities are removed in both outputs (one draw: each entity is removed with probability ``share``).
+``--fewer-docs`` also writes the control: a share of the docs removed at random (each with probability ``share``,
+its own draw of the same seed), the rest fully annotated, so that half the entities go with their docs and the
+entity rate stays as annotated.
 ``Doc.spans["sc"]`` keeps the entities that stay (spancat cannot mark tokens unknown). The input's dev.spacy and
 test.spacy, where they lie beside it, are copied unchanged beside each output, so that each output folder is a
 dataset of ``python -m projects.paper spacy-train``. Prints the counts.
@@ -12,6 +16,7 @@ dataset of ``python -m projects.paper spacy-train``. Prints the counts.
 import random
 import shutil
 from pathlib import Path
+from typing import Optional
 
 import typer
 from spacy.tokens import Doc, DocBin
@@ -24,6 +29,12 @@ def removed_entities(docs, share: float, seed: int):
     """For each doc, the indices of its entities to remove (each with probability ``share``; one draw)."""
     rng = random.Random(seed)
     return [{i for i in range(len(doc.ents)) if rng.random() < share} for doc in docs]
+
+
+def kept_docs(docs, share: float, seed: int):
+    """The docs that stay when each is removed with probability ``share`` (one draw), unchanged."""
+    rng = random.Random(seed)
+    return [doc for doc in docs if rng.random() >= share]
 
 
 def partial(doc: Doc, removed, unknown: bool) -> Doc:
@@ -43,16 +54,22 @@ def main(
     seed: int = typer.Option(0, help="Seed of the draw"),
     unknown: Path = typer.Option(..., help="Output: the removed entities' tokens unknown"),
     outside: Path = typer.Option(..., help="Output: the removed entities' tokens O"),
+    fewer_docs: Optional[Path] = typer.Option(None, help="Output: a share of the docs removed, the rest as annotated"),
 ) -> None:
     vocab = Vocab()
     docs = list(DocBin().from_disk(input).get_docs(vocab))
     removed = removed_entities(docs, share, seed)
-    for path, as_unknown in ((unknown, True), (outside, False)):
+    outputs = [(unknown, [partial(doc, r, True) for doc, r in zip(docs, removed)]),
+               (outside, [partial(doc, r, False) for doc, r in zip(docs, removed)])]
+    if fewer_docs is not None:
+        outputs.append((fewer_docs, kept_docs(docs, share, seed)))
+    for path, out in outputs:
         path.parent.mkdir(parents=True, exist_ok=True)
-        DocBin(docs=[partial(doc, r, as_unknown) for doc, r in zip(docs, removed)], store_user_data=True).to_disk(path)
+        DocBin(docs=out, store_user_data=True).to_disk(path)
         for split in ("dev", "test"):
             if (input.parent / f"{split}.spacy").exists():
                 shutil.copyfile(input.parent / f"{split}.spacy", path.parent / f"{split}.spacy")
+        typer.echo(f"wrote {path}: {len(out)} docs, {sum(len(doc.ents) for doc in out)} entities")
     n_ents = sum(len(doc.ents) for doc in docs)
     n_removed = sum(len(r) for r in removed)
     typer.echo(f"{input}: {len(docs)} docs, {n_ents} entities, {n_removed} removed ({n_removed / max(1, n_ents):.1%}); "

@@ -8,7 +8,7 @@ from spacy.tokens import Doc, DocBin, Span
 from spacy.vocab import Vocab
 
 from projects.paper.scripts.entity_calibration import BINS, calibration, ece_if_calibrated, expected_calibration_error, mean_sd
-from projects.paper.scripts.partial_entities import partial, removed_entities
+from projects.paper.scripts.partial_entities import kept_docs, partial, removed_entities
 
 
 def entity_docs(n: int, seed: int = 0):
@@ -44,6 +44,17 @@ def test_partial_corpora_remove_the_same_entities_as_unknown_or_outside():
         # a round trip through a DocBin keeps the unknown tokens unknown
         back = next(DocBin(docs=[unknown]).get_docs(Vocab()))
         assert [t.ent_iob for t in back] == [t.ent_iob for t in unknown]
+
+
+def test_fewer_docs_keeps_a_share_of_the_docs_as_annotated():
+    docs = entity_docs(400)
+    kept = kept_docs(docs, 0.5, seed=0)
+    assert 0.4 < len(kept) / len(docs) < 0.6  # each doc removed with probability 0.5
+    assert [id(d) for d in kept] == [id(d) for d in kept_docs(docs, 0.5, seed=0)]  # one seeded draw
+    position = {id(d): i for i, d in enumerate(docs)}
+    assert [position[id(d)] for d in kept] == sorted(position[id(d)] for d in kept)  # in order, no doc twice
+    assert all(d.has_annotation("ENT_IOB") and all(t.ent_iob != 0 for t in d) for d in kept)  # fully annotated
+    assert kept_docs(docs, 0.0, seed=0) == docs and kept_docs(docs, 1.0, seed=0) == []
 
 
 def test_calibration_ece_and_average_precision_by_their_definitions():
