@@ -46,6 +46,10 @@ NER_COMMON = {
 #: sequence would also count the sequences the scheme forbids)
 NER_TRAINING = {"normalize_loss": COMMON["normalize_loss"], "tok2vec_loss": COMMON["tok2vec_loss"],
                 "label_smoothing": 0.0}
+#: the span group of a gold doc whose spans the entity components learn are not entities of their type (as spaCy's
+#: ``ner`` reads its ``incorrect_spans_key``; Prodigy's name for it). Not a config setting: the components are at
+#: their 12; a pipeline can rename it on the component (``nlp.get_pipe("crf_ner").incorrect_spans_key = ...``)
+INCORRECT_SPANS_KEY = "incorrect_spans"
 NLDM_NER = {**NER_COMMON, "loss": "exact"}
 CRF_NER = {**NER_COMMON, "decode": "viterbi"}
 

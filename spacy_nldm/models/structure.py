@@ -16,7 +16,7 @@ does not depend on the batch.
 """
 import math
 from functools import lru_cache
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -35,6 +35,8 @@ GOLD_BUDGET = 1 << 24
 #: the chains step through tokens one at a time, so larger buckets pay (order 2: 2^23 is 2.2x
 #: faster than 2^21 for the loss and as fast for Viterbi)
 CHAIN_BUDGET = 1 << 23
+#: the most sets of events :meth:`Structure.excluded_nll` sums over in one segment (one log S each)
+MAX_EXCLUSION_SETS = 256
 
 
 def real_tokens(mask: Tensor, lengths: Tensor) -> Tensor:
@@ -83,6 +85,15 @@ def length_buckets(lengths: List[int], cost, budget: int) -> List[List[int]]:
     if current:
         groups.append(current)
     return groups
+
+
+class ExclusionError(ValueError):
+    """Excluded events that :meth:`Structure.excluded_nll` cannot take, in segment ``segment``."""
+
+    def __init__(self, segment: int, problem: str):
+        super().__init__(f"segment {segment}: {problem}")
+        self.segment = segment
+        self.problem = problem
 
 
 class Structure:
@@ -180,6 +191,63 @@ class Structure:
             else:
                 total = total + (log_z - (1.0 - weights[idx].to(log_s)) * log_s).sum()
         return total if weights is None else total - self.uniform_expectation(F, lengths, weights)
+
+    def excluded_nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, events: Sequence[Tuple[int, Tensor]]
+                     ) -> Tensor:
+        """What excluding events adds to :meth:`nll` (exact loss), per segment (S,) float64:
+        -log P(none of segment s's events | its labels are among those ``gold_mask[s]`` allows); 0 for a segment
+        without events. ``events``: (segment, label mask (L, M)), the mask allowing the sequences where the event
+        holds (an entity's tags: :func:`~spacy_nldm.structs.span_mask`). Differentiable.
+
+        By inclusion-exclusion over the sets T of a segment's events, with S(m) the summed exp-scores of the
+        label sequences (and trees) that mask m allows and G the gold mask:
+            P(none | G) = sum_T (-1)^|T| S(G & all of T) / S(G)
+        A set whose masks leave a token no label has S = 0 and is skipped (two overlapping entities never hold
+        together), so a segment costs one log S per set of compatible events, in float64. An event that holds
+        for every sequence G allows (P = 0), or more than ``MAX_EXCLUSION_SETS`` sets in one segment, is an
+        :class:`ExclusionError` naming the segment."""
+        by_segment: Dict[int, List[Tensor]] = {}
+        for s, mask in events:
+            by_segment.setdefault(int(s), []).append(mask.to(gold_mask.device).bool())
+        out = torch.zeros(F.shape[0], dtype=torch.float64, device=F.device)
+        if not by_segment:
+            return out
+        rows, masks, signs, firsts = [], [], [], []
+        for s, found in sorted(by_segment.items()):
+            n = int(lengths[s])
+            gold = gold_mask[s].bool()
+            sets = [(gold, 1.0)]
+            for event in found:
+                if bool((gold[:n] & ~event[:n]).sum(-1).eq(0).all()):
+                    raise ExclusionError(s, "an excluded event holds for every labelling the gold annotation "
+                                            "allows (an incorrect span that is also a gold entity?)")
+                sets += [(m & event, -sign) for m, sign in sets if bool((m & event)[:n].any(-1).all())]
+                if len(sets) > MAX_EXCLUSION_SETS:
+                    raise ExclusionError(s, f"its excluded events make more than {MAX_EXCLUSION_SETS} sets that "
+                                            "can hold together: split the doc into sentences")
+            firsts += [len(rows)] * len(sets)
+            rows += [s] * len(sets)
+            masks += [m for m, _ in sets]
+            signs += [sign for _, sign in sets]
+        idx = torch.tensor(rows, dtype=torch.long, device=F.device)
+        log_s = self.log_sums(F[idx].double(), lengths.to(F.device)[idx], torch.stack(masks))
+        first = torch.tensor(firsts, dtype=torch.long, device=F.device)
+        terms = torch.tensor(signs, dtype=torch.float64, device=F.device) * torch.exp(log_s - log_s[first])
+        kept = torch.zeros_like(out).index_add(0, idx, terms)  # P(none | G) of the segments with events
+        has_events = torch.zeros(F.shape[0], dtype=torch.bool, device=F.device)
+        has_events[idx] = True
+        kept = torch.where(has_events, kept, torch.ones_like(kept))
+        return torch.where(kept > 0, -torch.log(kept.clamp_min(1e-300)), torch.full_like(kept, float("inf")))
+
+    def log_sums(self, F: Tensor, lengths: Tensor, label_mask: Tensor) -> Tensor:
+        """log S (S,): per segment, the log of the summed exp-scores of the label sequences (and trees) that
+        ``label_mask`` (S, L, M) allows (exact; -inf where it allows none); differentiable, its gradient the
+        marginals under the mask. Every segment must have a token."""
+        values, order = [], []
+        for idx, Fb, lens in self._buckets(F, lengths):
+            values.append(self._log_z_and_s(Fb, lens, label_mask[idx, : Fb.shape[1]], "exact")[1])
+            order.append(idx)
+        return torch.cat(values)[torch.argsort(torch.cat(order))]
 
     @staticmethod
     def smoothing_weights(gold_mask: Tensor, lengths: Tensor, smoothing: float) -> Optional[Tensor]:

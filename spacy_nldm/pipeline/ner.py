@@ -15,8 +15,12 @@ and the entities go, with those probabilities as ``attrs["scores"]``, to the spa
 
 Gold annotation is read from the reference doc's entities; tokens whose annotation is missing (spaCy's
 ``ent_iob == 0``, or predicted tokens that do not align to whole gold entities) have every tag allowed in
-the loss (marginalised), as the taggers do for missing tags. A sentence longer than ``max_length`` is
-labelled in windows: an entity across a window's edge is cut there (in training and in prediction).
+the loss (marginalised), as the taggers do for missing tags. Spans of the gold doc's span group
+``incorrect_spans`` (:data:`~spacy_nldm.defaults.INCORRECT_SPANS_KEY`, as spaCy's ``ner`` reads its
+``incorrect_spans_key``) are known not to be entities of their type: the loss sums over the tag sequences the
+annotation allows in which none of them is an entity (exactly, for the CRF and the NLDM alike). A sentence longer
+than ``max_length`` is labelled in windows: an entity across a window's edge is cut there (in training and in
+prediction).
 """
 import warnings
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
@@ -30,8 +34,9 @@ from spacy.vocab import Vocab
 from thinc.api import Model
 
 from .. import structs
-from ..defaults import CRF_NER, NER_TRAINING
+from ..defaults import CRF_NER, INCORRECT_SPANS_KEY, NER_TRAINING
 from ..models.segments import doc_segments
+from ..models.structure import ExclusionError
 from ..models.tagger import get_structure
 from .tagger import Predictions, StructuredTagger
 
@@ -70,6 +75,8 @@ class StructuredEntityRecognizer(StructuredTagger):
     """
 
     attrs = ("ents",)
+    #: the gold docs' span group of incorrect spans (:meth:`incorrect_spans`)
+    incorrect_spans_key: str = INCORRECT_SPANS_KEY
 
     def __init__(
         self,
@@ -183,6 +190,54 @@ class StructuredEntityRecognizer(StructuredTagger):
                 )
             ids[i] = index[tag]
         return ids
+
+    def incorrect_spans(self, example: Example) -> List[Tuple[int, int, str]]:
+        """(start, end, type) in the predicted tokens of each span of the reference doc's span group
+        :attr:`incorrect_spans_key`: a span known not to be an entity of that type, as spaCy's ``ner`` reads its
+        ``incorrect_spans_key``. A span that does not align to whole predicted tokens, or of a type the component
+        does not know (the model cannot predict it), rules nothing out and is left out."""
+        y = example.reference
+        if self.incorrect_spans_key not in y.spans or not len(y.spans[self.incorrect_spans_key]):
+            return []
+        group = y.spans[self.incorrect_spans_key]
+        x = example.predicted
+        if not (len(x) == len(y) and numpy.array_equal(x.to_array(ORTH), y.to_array(ORTH))):
+            group = example.get_aligned_spans_y2x(group, allow_overlap=True)
+        known = set(self.labels)
+        return [(span.start, span.end, span.label_) for span in group if span.label_ in known]
+
+    def exclusion_loss(self, examples: List[Example], scores, structure, F: torch.Tensor, lengths: torch.Tensor,
+                       gold: torch.Tensor) -> torch.Tensor:
+        """-sum over segments of log P(none of its incorrect spans is an entity | its gold annotation)
+        (:meth:`incorrect_spans`; exact, :meth:`~spacy_nldm.models.structure.Structure.excluded_nll`): 0
+        without any. A span across a segment's edge is never one entity (entities are cut there) and rules
+        nothing out."""
+        parts = self._parts()
+        types = {label: j for j, label in enumerate(parts.labels)}
+        segments_of: Dict[int, List[int]] = {}
+        for s, segment in enumerate(scores.segments):
+            segments_of.setdefault(segment.doc, []).append(s)
+        rows = []  # (segment, start, end, type) of each incorrect span within one segment
+        for d, segments in segments_of.items():
+            for a, b, label in self.incorrect_spans(examples[d]):
+                rows += [(s, a - scores.segments[s].start, b - scores.segments[s].start, types[label])
+                         for s in segments if scores.segments[s].start <= a and b <= scores.segments[s].end]
+        if not rows:
+            return F.new_zeros(())
+        if self.loss != "exact":
+            raise ValueError(f"[spacy-nldm] {self.name}: incorrect spans (doc.spans[{self.incorrect_spans_key!r}]) "
+                             f"need loss = \"exact\", not {self.loss!r}")
+        spans = torch.tensor(rows, dtype=torch.long)
+        masks = structs.span_mask(spans, parts.entity_tags, lengths.cpu(), gold.shape[1], gold.shape[2])
+        try:
+            added = structure.excluded_nll(F, lengths, gold, list(zip(spans[:, 0].tolist(), masks)))
+        except ExclusionError as error:
+            d, start, end = scores.segments[error.segment]
+            raise ValueError(
+                f"[spacy-nldm] {self.name}: the incorrect spans (doc.spans[{self.incorrect_spans_key!r}]) of the doc "
+                f"{examples[d].reference.text[:60]!r}, tokens {start}-{end}: {error.problem}"
+            ) from None
+        return added.sum().to(F.dtype)
 
     # ------------------------------------------------------------ prediction
     def predict_scored(self, docs: List[Doc], token_scores) -> Predictions:

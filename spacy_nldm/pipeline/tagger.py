@@ -275,7 +275,9 @@ class StructuredTagger(TrainablePipe):
         gold = torch.from_numpy(self.gold_mask(examples, segmented)).to(F.device)
         lengths = torch.from_numpy(segmented.lengths)
         smoothing = mixture_weight(self.label_smoothing, len(self.outputs))
-        loss = self.structure(self.model, tables).nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
+        structure = self.structure(self.model, tables)
+        loss = structure.nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
+        loss = loss + self.exclusion_loss(examples, segmented, structure, F, lengths, gold)
         n_tokens = int(segmented.lengths.sum())
         if not loss.requires_grad:  # no tokens
             zeros = {name: self.model.ops.alloc(table.shape, dtype="float32") for name, table in scores.tables.items()}
@@ -295,6 +297,12 @@ class StructuredTagger(TrainablePipe):
                     for name, grad in zip(names, grads[1:])}
         d_scores = ScoreGradient(segmented.unpad(torch2xp(grads[0])), d_tables, self._tok2vec_factor(n_tokens))
         return float(loss.detach()), d_scores
+
+    def exclusion_loss(self, examples: List[Example], scores: SegmentScores, structure, F: torch.Tensor,
+                       lengths: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+        """What the loss adds for annotation that rules label sequences out beyond ``gold`` (the entity
+        components' incorrect spans); the taggers have none: 0."""
+        return F.new_zeros(())
 
     def update(self, examples: Iterable[Example], *, drop: float = 0.0, sgd=None, losses=None):
         """Learn from a batch of examples (as spaCy's ``tagger``: nothing happens, and the model is

@@ -13,7 +13,8 @@ Allowed-transition constraints (BIO, BILUO), :mod:`.constraints`: :func:`entity_
 :func:`allowed_transitions`, :func:`constrain` (-inf on every forbidden transition's scores) and
 :func:`valid_decode` (the best valid sequence under summed token scores).
 Entity spans, :mod:`.spans`: :func:`entity_tags`, :func:`crf_span_log_probs` (chains) and
-:func:`span_log_probs` (NLDM), the exact log probability that given tokens form one entity of a type.
+:func:`span_log_probs` (NLDM), the exact log probability that given tokens form one entity of a type, and
+:func:`span_mask`, the label mask of that event.
 The k best label sequences, :mod:`.nbest`: :func:`crf_nbest` (chains, exact) and :func:`label_nbest` (NLDM:
 the k best by its label marginals, with exact probabilities); both return :class:`NBest`.
 Score layouts are documented in :mod:`.tree` and :mod:`.chain`; semirings in :mod:`.semiring`.
@@ -22,7 +23,7 @@ from .chain_second import SecondOrderScores
 from .chain import ChainScores, chain_potentials, crf_lane, crf_log_partition, crf_marginals, crf_score, crf_viterbi
 from .checks import Decoded
 from .constraints import SCHEMES, Transitions, allowed_transitions, constrain, entity_labels, valid_decode
-from .spans import EntityTags, crf_span_log_probs, entity_tags, span_log_probs
+from .spans import EntityTags, crf_span_log_probs, entity_tags, span_log_probs, span_mask
 from .nbest import NBest, crf_nbest, label_nbest
 from .semiring import LogSemiring, MaxSemiring, Semiring
 from .tree import (
@@ -73,6 +74,7 @@ __all__ = [
     "entity_tags",
     "crf_span_log_probs",
     "span_log_probs",
+    "span_mask",
     "NBest",
     "crf_nbest",
     "label_nbest",
