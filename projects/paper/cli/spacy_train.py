@@ -13,10 +13,10 @@ import typer
 from ..runs.queue import Run as QueueRun, run_queue
 from ..runs.records import RunsFile
 from ..runs.spacy_train import (ALL_DATASETS, DATASETS, DEFAULT_RESULTS, DEFAULT_VECTORS, DEFAULT_WORKDIR, ENTITY_DATASETS,
-                                ENTITY_RESULTS, ENTITY_SETTINGS, ENTITY_SYSTEMS, ENTITY_WORKDIR, HELD_OUT, SETTINGS,
-                                SPACY_ENTITY_SYSTEMS, SYSTEMS, Run, apply_overrides, entity_tables, execute,
-                                execute_entities, generate_config, generate_entity_config, host, is_entity_run,
-                                labels_with_bang, load_rows, machine_of, route_table, this_machine)
+                                ENTITY_RESULTS, ENTITY_SETTINGS, ENTITY_SYSTEMS, ENTITY_WORKDIR, HELD_OUT,
+                                INCORRECT_SPANS_DATASETS, SETTINGS, SPACY_ENTITY_SYSTEMS, SYSTEMS, Run, apply_overrides,
+                                entity_tables, execute, execute_entities, generate_config, generate_entity_config, host,
+                                is_entity_run, labels_with_bang, load_rows, machine_of, route_table, this_machine)
 from . import app
 
 
@@ -86,7 +86,8 @@ def spacy_train(
         for mode in modes:
             for system in names:
                 if entities:
-                    config = generate_entity_config(system, mode, ALL_DATASETS[d][1], max_steps, vectors=vectors)
+                    config = generate_entity_config(system, mode, ALL_DATASETS[d][1], max_steps, vectors=vectors,
+                                                    incorrect_spans=d in INCORRECT_SPANS_DATASETS)
                 else:
                     config = generate_config(system, mode, ALL_DATASETS[d][1], labels_with_bang=bang)
                 config = apply_overrides(config, set_, system)

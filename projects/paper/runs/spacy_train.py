@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+from spacy_nldm.defaults import INCORRECT_SPANS_KEY
+
 from .queue import RunFailed, logged_steps, spacy_evaluate, spacy_train, thread_env
 from .records import RunsFile
 
@@ -81,7 +83,12 @@ ENTITY_DATASETS: Dict[str, Tuple[str, str]] = {
     "wnut17_half_o": ("ner/wnut17_half_o", "en"),
     # the control: half of the train docs removed at random (seed 0), the rest as annotated
     "wnut17_half_docs": ("ner/wnut17_half_docs", "en"),
+    # the unknown reading with each removed entity's other types as incorrect spans (doc.spans["incorrect_spans"])
+    "wnut17_half_incorrect": ("ner/wnut17_half_incorrect", "en"),
 }
+#: the entity datasets with incorrect spans: spaCy's ``ner`` and ``beam_ner`` get ``incorrect_spans_key`` set to
+#: their span group, so that they read them as the structured components do
+INCORRECT_SPANS_DATASETS = ("wnut17_half_incorrect",)
 ALL_DATASETS: Dict[str, Tuple[str, str]] = {**DATASETS, **HELD_OUT, **ENTITY_DATASETS}
 SYSTEMS = ("tagger", "crf_tagger", "nldm_tagger")
 SETTINGS = ("own", "shared")
@@ -295,11 +302,12 @@ def is_entity_run(dataset: str) -> bool:
 
 
 def generate_entity_config(system: str, setting: str, lang: str, max_steps: int, *,
-                           vectors: Path = DEFAULT_VECTORS):
+                           vectors: Path = DEFAULT_VECTORS, incorrect_spans: bool = False):
     """The config ``spacy init config -p SYSTEM -l LANG`` writes, with ``gold_preproc = true`` and
     ``[training] max_steps``; ``setting`` "vectors": ``[paths] vectors`` and every embedding layer's
     ``include_static_vectors = true``; "trf": the ``transformer`` of ``-p ner -G`` (MiniLM) with the system
-    listening to it through spaCy's ``ner``'s listener block."""
+    listening to it through spaCy's ``ner``'s listener block. ``incorrect_spans``: spaCy's ``ner`` and
+    ``beam_ner`` read the gold docs' incorrect spans (``incorrect_spans_key``; ours always do)."""
     from spacy.cli.init_config import init_config
 
     import spacy_nldm.pipeline  # noqa: F401  (registers the factories)
@@ -335,6 +343,8 @@ def generate_entity_config(system: str, setting: str, lang: str, max_steps: int,
     for split in ("train", "dev"):
         config["corpora"][split]["gold_preproc"] = True
     config["training"]["max_steps"] = max_steps
+    if incorrect_spans and system in ("ner", "beam_ner"):
+        config["components"][system]["incorrect_spans_key"] = INCORRECT_SPANS_KEY
     return config
 
 

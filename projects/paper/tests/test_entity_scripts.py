@@ -8,7 +8,8 @@ from spacy.tokens import Doc, DocBin, Span
 from spacy.vocab import Vocab
 
 from projects.paper.scripts.entity_calibration import BINS, calibration, ece_if_calibrated, expected_calibration_error, mean_sd
-from projects.paper.scripts.partial_entities import kept_docs, partial, removed_entities
+from projects.paper.scripts.partial_entities import kept_docs, partial, removed_entities, with_an_incorrect_type
+from spacy_nldm.defaults import INCORRECT_SPANS_KEY
 
 
 def entity_docs(n: int, seed: int = 0):
@@ -55,6 +56,22 @@ def test_fewer_docs_keeps_a_share_of_the_docs_as_annotated():
     assert [position[id(d)] for d in kept] == sorted(position[id(d)] for d in kept)  # in order, no doc twice
     assert all(d.has_annotation("ENT_IOB") and all(t.ent_iob != 0 for t in d) for d in kept)  # fully annotated
     assert kept_docs(docs, 0.0, seed=0) == docs and kept_docs(docs, 1.0, seed=0) == []
+
+
+def test_the_incorrect_reading_lists_each_removed_entity_under_another_type():
+    docs = entity_docs(100)
+    removed = removed_entities(docs, 0.5, seed=0)
+    rng = random.Random(0)
+    for doc, gone in zip(docs, removed):
+        out = with_an_incorrect_type(doc, gone, ["A", "B", "C"], rng)
+        unknown = partial(doc, gone, unknown=True)
+        assert [t.ent_iob for t in out] == [t.ent_iob for t in unknown]  # the unknown reading
+        removed_spans = [(e.start, e.end, e.label_) for i, e in enumerate(doc.ents) if i in gone]
+        incorrect = [(s.start, s.end, s.label_) for s in out.spans[INCORRECT_SPANS_KEY]]
+        assert [(a, b) for a, b, _ in incorrect] == [(a, b) for a, b, _ in removed_spans]  # one per removed entity
+        assert all(wrong != right and wrong in "ABC" for (*_, wrong), (*_, right) in zip(incorrect, removed_spans))
+        back = next(DocBin(docs=[out]).get_docs(Vocab()))  # the span group survives a DocBin
+        assert [(s.start, s.end, s.label_) for s in back.spans[INCORRECT_SPANS_KEY]] == incorrect
 
 
 def test_calibration_ece_and_average_precision_by_their_definitions():

@@ -239,6 +239,25 @@ def test_vectors_setting_differs_from_own_only_in_the_static_vectors(tmp_path):
     assert vectors.to_str() == own.to_str()
 
 
+def test_spacy_ner_reads_the_incorrect_spans_where_a_dataset_has_them():
+    import spacy
+
+    from spacy_nldm.defaults import INCORRECT_SPANS_KEY
+
+    for system in ("ner", "beam_ner", "crf_ner"):
+        plain = generate_entity_config(system, "own", "en", 100)
+        config = generate_entity_config(system, "own", "en", 100, incorrect_spans=True)
+        if system == "crf_ner":  # ours always read them: the config is unchanged
+            assert config.to_str() == plain.to_str()
+            continue
+        assert plain["components"][system]["incorrect_spans_key"] is None  # spaCy's default: none
+        assert config["components"][system]["incorrect_spans_key"] == INCORRECT_SPANS_KEY
+        config["components"][system]["incorrect_spans_key"] = None
+        assert config.to_str() == plain.to_str()
+        nlp = spacy.util.load_model_from_config(generate_entity_config(system, "own", "en", 100, incorrect_spans=True))
+        assert nlp.get_pipe(system).incorrect_spans_key == INCORRECT_SPANS_KEY  # spaCy takes the setting
+
+
 def test_trf_setting_puts_minilm_under_the_listeners():
     config = generate_entity_config("spancat", "trf", "en", 100)
     assert config["nlp"]["pipeline"] == ["transformer", "spancat"]
