@@ -97,7 +97,8 @@ class ExclusionError(ValueError):
 
 
 class Structure:
-    """Shared bucketing; subclasses implement the per-bucket ``_log_z_and_s``, ``_decode``, ``_marginals``."""
+    """Shared bucketing; subclasses implement the per-bucket ``_log_z_and_s`` (and ``_log_s``, log S alone),
+    ``_decode``, ``_marginals``."""
 
     def __init__(self, budget: int = DEFAULT_BUDGET, interaction: Optional[Tensor] = None):
         self.budget = budget
@@ -245,7 +246,7 @@ class Structure:
         marginals under the mask. Every segment must have a token."""
         values, order = [], []
         for idx, Fb, lens in self._buckets(F, lengths):
-            values.append(self._log_z_and_s(Fb, lens, label_mask[idx, : Fb.shape[1]], "exact")[1])
+            values.append(self._log_s(Fb, lens, label_mask[idx, : Fb.shape[1]], "exact"))
             order.append(idx)
         return torch.cat(values)[torch.argsort(torch.cat(order))]
 
@@ -436,19 +437,22 @@ class LatentTree(Structure):
         return torch.cat([arcs.new_zeros(B, N + 1, 1), arcs], dim=2)[..., None, None]  # arcs into the root: unread
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
-        # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient); log S runs on few labels, or, on the
-        # factored scores where the compiled loops run, on F with the gold mask (the labels it leaves out at -inf)
-        scores = self.directional(F)
-        log_z = structs.log_partition(scores, lengths, max_dist=self.max_dist)
+        # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient)
+        log_z = structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
+        return log_z, self._log_s(F, lengths, gold_mask, approx)
+
+    def _log_s(self, F, lengths, gold_mask, approx):
+        # log S runs on few labels, or, on the factored scores where the compiled loops run, on F with the gold
+        # mask (the labels it leaves out at -inf)
         if approx != "max" and self.interaction is not None and structs.sentence_by_sentence(F.device):
             root = gold_mask.new_ones(gold_mask.shape[0], 1, gold_mask.shape[2])
             allowed = torch.cat([root, gold_mask], dim=1)  # (B, N+1, M): row 0, the root, is not read
-            return log_z, structs.log_partition(scores, lengths, label_mask=allowed, max_dist=self.max_dist)
+            return structs.log_partition(self.directional(F), lengths, label_mask=allowed, max_dist=self.max_dist)
         sub, ok = self.restrict(F, gold_mask, lengths)
         if approx == "max":
             labels, heads, _ = structs.viterbi(sub, lengths, label_mask=ok, max_dist=self.max_dist)
-            return log_z, self.tree_score(sub, labels, heads, lengths)
-        return log_z, structs.log_partition(sub, lengths, label_mask=ok, max_dist=self.max_dist)
+            return self.tree_score(sub, labels, heads, lengths)
+        return structs.log_partition(sub, lengths, label_mask=ok, max_dist=self.max_dist)
 
     @staticmethod
     def tree_score(scores: Tensor, labels: Tensor, heads: Tensor, lengths: Tensor) -> Tensor:
@@ -615,15 +619,17 @@ class Chain(Structure):
         return pot, ok
 
     def _log_z_and_s(self, F, lengths, gold_mask, approx):
-        scores = self.factored(F)
-        if scores is not None or self.allowed is not None:
+        scores = self._scores(F, lengths)
+        return structs.crf_log_partition(scores, lengths), self._log_s(F, lengths, gold_mask, approx, scores)
+
+    def _log_s(self, F, lengths, gold_mask, approx, scores=None):
+        """``scores``: :meth:`_scores` of F, where the caller has them."""
+        if self.factored(F) is not None or self.allowed is not None:
             # (a gold mask with one label per token reads that sequence's score off)
-            scores = self.constrained(self.expand(F) if scores is None else scores, lengths)
-            gold = gold_mask.to(F.device)
-            return structs.crf_log_partition(scores, lengths), structs.crf_log_partition(scores, lengths, label_mask=gold)
+            scores = self._scores(F, lengths) if scores is None else scores
+            return structs.crf_log_partition(scores, lengths, label_mask=gold_mask.to(F.device))
         sub, ok = self.restrict(F, gold_mask, lengths)
-        log_z = structs.crf_log_partition(self.expand(F), lengths)
-        return log_z, structs.crf_log_partition(sub, lengths, label_mask=ok)
+        return structs.crf_log_partition(sub, lengths, label_mask=ok)
 
     def uniform_expectation(self, F: Tensor, lengths: Tensor, weights: Tensor) -> Tensor:
         if self.trigram is not None:  # F first-order, the trigram's counts as the "bias"
