@@ -27,7 +27,7 @@ from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 import numpy
 import torch
-from spacy.attrs import ENT_IOB, ENT_TYPE, ORTH
+from spacy.attrs import ENT_IOB, ENT_TYPE
 from spacy.tokens import Doc, Span, SpanGroup
 from spacy.training import Example
 from spacy.vocab import Vocab
@@ -38,7 +38,7 @@ from ..defaults import CRF_NER, INCORRECT_SPANS_KEY, NER_TRAINING
 from ..models.segments import doc_segments
 from ..models.structure import ExclusionError
 from ..models.tagger import get_structure
-from .tagger import Predictions, StructuredTagger
+from .tagger import Predictions, StructuredTagger, same_tokens
 
 #: spaCy's ENT_IOB codes
 _MISSING, _INSIDE, _OUTSIDE, _BEGIN = 0, 1, 2, 3
@@ -155,7 +155,7 @@ class StructuredEntityRecognizer(StructuredTagger):
             return numpy.zeros(0, dtype="int64")
         if not y.has_annotation("ENT_IOB"):
             return numpy.full(len(x), -1, dtype="int64")
-        if len(x) == len(y) and numpy.array_equal(x.to_array(ORTH), y.to_array(ORTH)):
+        if same_tokens(example):
             iob = y.to_array(ENT_IOB).astype("int64")
             types = [y.vocab.strings[int(v)] if v else "" for v in y.to_array(ENT_TYPE)]
         else:  # spaCy's alignment: BILUO tags of the predicted tokens, None where unknown
@@ -200,8 +200,7 @@ class StructuredEntityRecognizer(StructuredTagger):
         if self.incorrect_spans_key not in y.spans or not len(y.spans[self.incorrect_spans_key]):
             return []
         group = y.spans[self.incorrect_spans_key]
-        x = example.predicted
-        if not (len(x) == len(y) and numpy.array_equal(x.to_array(ORTH), y.to_array(ORTH))):
+        if not same_tokens(example):
             group = example.get_aligned_spans_y2x(group, allow_overlap=True)
         known = set(self.labels)
         return [(span.start, span.end, span.label_) for span in group if span.label_ in known]

@@ -72,6 +72,13 @@ class Predictions:
         self.scored = scored
 
 
+def same_tokens(example: Example) -> bool:
+    """Whether the example's predicted and reference docs have the same tokens (their alignment is then the
+    identity: gold annotation is read off the reference's arrays, cheaper than building the alignment)."""
+    x, y = example.predicted, example.reference
+    return len(x) == len(y) and numpy.array_equal(x.to_array(ORTH), y.to_array(ORTH))
+
+
 class StructuredTagger(TrainablePipe):
     """Predicts ``Token.tag_`` or ``Token.pos_`` (``attr``) with a structured output layer.
 
@@ -374,7 +381,7 @@ class StructuredTagger(TrainablePipe):
         alignment; read off the reference's array when both docs have the same tokens (the alignment is
         then the identity, and building it would cost more than the rest of the loss)."""
         x, y = example.predicted, example.reference
-        if len(x) == len(y) and numpy.array_equal(x.to_array(ORTH), y.to_array(ORTH)):
+        if same_tokens(example):
             values = y.to_array(IDS[self.attr.upper()])
             kinds, inverse = numpy.unique(values, return_inverse=True)
             labels = [y.vocab.strings[int(v)] if v else "" for v in kinds]

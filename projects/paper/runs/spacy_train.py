@@ -83,7 +83,8 @@ ENTITY_DATASETS: Dict[str, Tuple[str, str]] = {
     "wnut17_half_o": ("ner/wnut17_half_o", "en"),
     # the control: half of the train docs removed at random (seed 0), the rest as annotated
     "wnut17_half_docs": ("ner/wnut17_half_docs", "en"),
-    # the unknown reading with each removed entity's other types as incorrect spans (doc.spans["incorrect_spans"])
+    # the unknown reading with each removed entity under one other type, drawn at random, as an incorrect span
+    # (doc.spans["incorrect_spans"]; `partial_entities --incorrect`)
     "wnut17_half_incorrect": ("ner/wnut17_half_incorrect", "en"),
 }
 #: the entity datasets with incorrect spans: spaCy's ``ner`` and ``beam_ner`` get ``incorrect_spans_key`` set to
