@@ -83,7 +83,6 @@ ABBREVIATION = (
     r"(?:[A-Za-z]\.){2,}(?![A-Za-z])|[A-Za-z](?:\.[A-Za-z])+(?![\w.])"
     r"|(?<![\w])(?i:" + "|".join(_ABBREVIATIONS) + r")\.(?![\w.])|(?<![\w.])[A-HJ-Z]\.(?=\s|$)"
 )
-NUMBER = r"(?<![\w])[-+]?(?:\d+(?:[.,:/]\d+)*|\.\d+)"
 
 _APOS = "'’`"
 # Combining marks (Python's \w leaves them out): they stay with the letter before them.
