@@ -25,10 +25,11 @@ from ..defaults import NLDM_MODEL
 from .app import bench_app
 
 #: ``model`` and ``component`` settings over the factory's defaults (:mod:`spacy_nldm.defaults`);
-#: all but the k=5 and k=none rows run by default
+#: all but the k=2, k=5 and k=none rows run by default
 SYSTEMS: Dict[str, Dict] = {
     "nldm": {"factory": "nldm_tagger", "model": {}},
     "nldm store_tree=false": {"factory": "nldm_tagger", "model": {}, "component": {"store_tree": False}},
+    "nldm k=2": {"factory": "nldm_tagger", "model": {"max_dist": 2}},
     "nldm k=5": {"factory": "nldm_tagger", "model": {"max_dist": 5}},
     "nldm k=none": {"factory": "nldm_tagger", "model": {"max_dist": None}},
     "crf order 1": {"factory": "crf_tagger", "model": {"order": 1}},
@@ -174,7 +175,7 @@ def bench_pipeline(
     task: str = typer.Option("tag", help="tag (the taggers beside spaCy's tagger) or ner (the entity components "
                              "beside spaCy's ner)."),
     systems: str = typer.Option("", help=f"Comma-separated, from: {', '.join(SYSTEMS)} (default: the task's "
-                                "systems but k=5, k=none and order 2 of crf_ner)."),
+                                "systems but k=2, k=5, k=none and order 2 of crf_ner)."),
     encoder_kind: str = typer.Option("bilstm", "--encoder", help="The encoder every system gets: bilstm (hash "
                                      "embeddings + a BiLSTM) or cnn (spaCy's tagger's tok2vec)."),
     epochs: int = typer.Option(1, help="Training epochs timed."),
