@@ -132,6 +132,8 @@ def test_conllu_check_counts_syntactic_words():
         (lambda t: t.replace("2\tgatto\tgatto\tNOUN\tS\t_\t5\tnsubj\t_\t_", "2\tgatto\tgatto\tNOUN\tS\t_\t5\tnsubj\t_"), 4, "wrong column count"),
         (lambda t: t.replace("gatto\tNOUN", "gatto\t_"), 4, "tag column missing"),
         (lambda t: t.replace("gatto\tNOUN", "gatto\tNOUNX"), 4, "unknown UPOS"),
+        (lambda t: t.replace("gatto\tNOUN\tS\t_", "gatto\tNOUN\tS\tFoo"), 4, "bad FEATS 'Foo'"),
+        (lambda t: t.replace("gatto\tNOUN\tS\t_", "gatto\tNOUN\tS\tGender=Masc|Number"), 4, "bad FEATS"),
         (lambda t: t.replace("5\tvicino", "6\tvicino"), 8, "bad word id"),
         (lambda t: t.replace("VERB\tV\t_\t0", "VERB\tV\t_\tzero"), 9, "HEAD 'zero' is not a number"),
         (lambda t: t.replace("VERB\tV\t_\t0", "VERB\tV\t_\t9"), 9, "points past the sentence end"),

@@ -124,6 +124,7 @@ def test_round_trip_file_docbin_tags(tmp_path, scheme, layout):
     ("a\tO\nb\n", "BIO", 2, "tag column missing"),
     ("a\tO\n\tO\n", "BIO", 2, "empty token"),
     ("a\tO\nb\t \n", "BIO", 2, "empty tag"),
+    ("a\tO\n\u00a0\nb\tO\n", "BIO", 2, "tag column missing"),  # a no-break space is a token, not a blank line
 ])
 def test_malformed_input_stops_with_file_and_line(tmp_path, text, scheme, line, problem):
     path = tmp_path / "bad.conll"

@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Iterator, List, Optional, Sequence, Tuple
 
+from ..defaults import NER_COMMON
 from .errors import ConversionError, ConversionWarning, PathLike, docs_per_file, is_blank, read_lines
 
 SCHEMES = ("BIO", "IOB1", "BILUO")
 PREFIXES = {"BIO": "BI", "IOB1": "BI", "BILUO": "BILUES"}
-#: the span group that also holds the entities (spancat's default ``spans_key``)
-SPANS_KEY = "sc"
+#: the span group that also holds the entities (the entity components' ``spans_key``, spancat's default)
+SPANS_KEY = NER_COMMON["spans_key"]
 
 
 @dataclass
@@ -66,7 +67,7 @@ def read_conll_ner(path: PathLike, token_column: int = 1, tag_column: int = -1, 
     sent = NerSentence(path=str(path))
     found = False
     for number, line in read_lines(path):
-        if is_blank(line) or line.split()[0] == "-DOCSTART-":
+        if is_blank(line) or line.split()[:1] == ["-DOCSTART-"]:
             if sent.words:
                 found = True
                 yield sent

@@ -15,6 +15,7 @@ Around it, two steps of ours:
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
@@ -38,6 +39,8 @@ class ConlluStats:
 
 
 BOM = b"\xef\xbb\xbf"
+#: a FEATS column other than ``_``: Name=Value pairs joined by ``|`` (a value may list several, comma-separated)
+FEATS = re.compile(r"[^=|\s]+=[^=|\s]+(?:\|[^=|\s]+=[^=|\s]+)*")
 
 
 def has_bom(path: PathLike) -> bool:
@@ -46,14 +49,15 @@ def has_bom(path: PathLike) -> bool:
         return f.read(3) == BOM
 
 
-def check_conllu(path: PathLike, upos_tagset: Optional[frozenset] = UPOS_TAGS, allow_bom: bool = False) -> ConlluStats:
+def check_conllu(path: PathLike, allow_bom: bool = False) -> ConlluStats:
     """Validate a CoNLL-U file and count its sentences and syntactic words.
 
     Raises ConversionError naming the file, the line and the problem for: a UTF-8 byte order mark (unless
     ``allow_bom``: ``spacy convert`` reads it as part of the first line; :func:`~.ud.convert_conllu`
     removes it first), an empty file, invalid UTF-8, CR-only line endings,
     a token line without 10 TAB-separated columns, a bad or out-of-order ID, an empty FORM, a missing UPOS
-    (``_`` or empty: the tag column the taggers learn), a UPOS outside the UD set, a HEAD that is not a
+    (``_`` or empty: the tag column the taggers learn), a UPOS outside the UD set, FEATS that are neither
+    ``_`` nor ``Name=Value`` pairs joined by ``|`` (spaCy's converter reads them), a HEAD that is not a
     number in 0..n, and a file with no sentence.
     """
     stats = ConlluStats(path=str(path))
@@ -96,7 +100,7 @@ def check_conllu(path: PathLike, upos_tagset: Optional[frozenset] = UPOS_TAGS, a
             raise ConversionError(
                 path, number, f"wrong column count: expected 10 TAB-separated columns, found {len(cols)}"
             )
-        id_, form, _lemma, upos, _xpos, _feats, head, _dep, _deps, _misc = cols
+        id_, form, _lemma, upos, _xpos, feats, head, _dep, _deps, _misc = cols
         if "-" in id_:
             start, _, end = id_.partition("-")
             if not (start.isdigit() and end.isdigit() and int(start) == expected_id and int(end) > int(start)):
@@ -112,8 +116,10 @@ def check_conllu(path: PathLike, upos_tagset: Optional[frozenset] = UPOS_TAGS, a
             raise ConversionError(path, number, "empty FORM column")
         if upos in ("", "_"):
             raise ConversionError(path, number, f"tag column missing: no UPOS for word {form!r}")
-        if upos_tagset is not None and upos not in upos_tagset:
+        if upos not in UPOS_TAGS:
             raise ConversionError(path, number, f"unknown UPOS {upos!r}")
+        if feats != "_" and not FEATS.fullmatch(feats):
+            raise ConversionError(path, number, f"bad FEATS {feats!r}: expected _ or Name=Value pairs joined by |")
         if not head.lstrip("-").isdigit():
             raise ConversionError(path, number, f"HEAD {head!r} is not a number")
         if int(head) < 0:
