@@ -203,7 +203,10 @@ def _scan_parquet(plan: ShardPlan, text_key: str, chunk_size: int) -> ShardPlan:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(plan.shard.path)
+    try:
+        pf = pq.ParquetFile(plan.shard.path)
+    except (pa.ArrowException, OSError) as err:
+        raise BulkError(f"{plan.shard.path}: not a readable Parquet file ({err})") from err
     names = pf.schema_arrow.names
     if text_key not in names:
         raise BulkError(f"{plan.shard.path}: no column {text_key!r} (columns: {', '.join(names)}); "
@@ -213,7 +216,10 @@ def _scan_parquet(plan: ShardPlan, text_key: str, chunk_size: int) -> ShardPlan:
         raise BulkError(f"{plan.shard.path}: column {text_key!r} is {kind}, not a string")
     row0 = 0
     for group in range(pf.num_row_groups):
-        column = pf.read_row_group(group, columns=[text_key]).column(0)
+        try:
+            column = pf.read_row_group(group, columns=[text_key]).column(0)
+        except (pa.ArrowException, OSError) as err:
+            raise BulkError(f"{plan.shard.path}: row group {group} cannot be read ({err})") from err
         valid = column.is_valid().to_pylist()
         start, count, whole = 0, 0, None
         for i, ok in enumerate(valid):

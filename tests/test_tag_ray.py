@@ -276,6 +276,17 @@ def test_malformed_input_options_fail_clearly(pipeline, tmp_path):
         find_shards(str(tmp_path / "nothing.jsonl"), tmp_path / "out")
 
 
+def test_a_parquet_shard_that_is_not_parquet_is_an_error_naming_it(tmp_path):
+    pytest.importorskip("pyarrow")
+    from spacy_nldm.bulk import BulkError, ShardPlan, find_shards, scan_shard
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.parquet").write_text("not parquet\n")
+    (shard,) = find_shards(str(tmp_path / "in"), tmp_path / "out")
+    with pytest.raises(BulkError, match=r"a\.parquet: not a readable Parquet file"):
+        scan_shard(ShardPlan(0, shard), "text", 10)
+
+
 ENTITY_TEXTS = ["Apple is looking at buying a startup in San Francisco", "", "nothing to see here",
                 "apple pie in san francisco , then Apple again"]
 
