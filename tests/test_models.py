@@ -358,6 +358,23 @@ def test_scorer_dropout_outside_0_1_is_an_error(rate):
         make_scorer("bilinear", n_dirs=2, label_dim=4, rank=6, dropout=rate)
 
 
+@pytest.mark.parametrize("kind", sorted(SCORERS))
+@pytest.mark.parametrize("sizes", [{"label_dim": 0}, {"label_dim": -1}, {"rank": 0}, {"label_dim": 2.5}])
+def test_scorer_sizes_below_one_are_an_error_naming_them(kind, sizes):
+    settings = {"label_dim": 4, "rank": 6, **sizes}
+    (name,) = sizes
+    with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
+        make_scorer(kind, n_dirs=2, **settings)
+
+
+def test_a_bilstm_of_odd_width_is_an_error():
+    from spacy_nldm.models.lstm import packed_lstm
+
+    with pytest.raises(ValueError, match="width must be even"):
+        packed_lstm(nO=7, nI=7)
+    assert packed_lstm(nO=8, nI=7).get_dim("nO") == 8
+
+
 def test_pure_trilinear_has_no_emission_and_starts_random():
     pure = make_scorer("trilinear", n_dirs=2, label_dim=4, rank=6, emission=False)
     pure.resize(7, 5, keep=False)

@@ -87,7 +87,7 @@ def build_bilstm_encoder(
     embed_width = embed_width or embed.maybe_get_dim("nO")
     if not embed_width:
         raise ValueError("spacy-nldm.BiLSTMEncoder.v1: set embed_width to the embed layer's output width")
-    lstm = packed_lstm(nO=width, nI=embed_width, bi=True, depth=depth, dropout=dropout)
+    lstm = packed_lstm(nO=width, nI=embed_width, depth=depth, dropout=dropout)
     model = chain(embed, lstm)
     model.set_dim("nO", width)
     model.set_ref("embed", embed)
@@ -103,7 +103,7 @@ def build_torch_bilstm_encoder(width: int, depth: int, dropout: float) -> Model[
     backward direction of the shorter docs)."""
     if depth == 0:
         return noop()
-    return packed_lstm(nO=width, nI=width, bi=True, depth=depth, dropout=dropout)
+    return packed_lstm(nO=width, nI=width, depth=depth, dropout=dropout)
 
 
 @registry.architectures("spacy-nldm.WordDropoutHashEmbed.v1")

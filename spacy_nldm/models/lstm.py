@@ -26,11 +26,12 @@ class PackedLSTM(torch.nn.LSTM):
         return Y
 
 
-def packed_lstm(nO: int, nI: int, *, bi: bool = True, depth: int = 1, dropout: float = 0.0) -> Model:
-    """Model[List[Floats2d], List[Floats2d]]: an LSTM of output width ``nO`` (``nO // 2`` per
-    direction when ``bi``) over each sequence on its own (packed batch)."""
-    hidden = nO // 2 if bi else nO
-    module = PackedLSTM(nI, hidden, depth, bidirectional=bi, dropout=dropout)
+def packed_lstm(nO: int, nI: int, *, depth: int = 1, dropout: float = 0.0) -> Model:
+    """Model[List[Floats2d], List[Floats2d]]: a bidirectional LSTM of output width ``nO`` (``nO // 2`` per
+    direction, so ``nO`` is even) over each sequence on its own (packed batch)."""
+    if nO % 2:
+        raise ValueError(f"spacy-nldm: a BiLSTM's width must be even (half of it a direction), not {nO}")
+    module = PackedLSTM(nI, nO // 2, depth, bidirectional=True, dropout=dropout)
     lstm = torch_layer(module, _padded_to_torch, torch_output_to_array)  # weight averages reach it (see .shim)
     lstm.set_dim("nO", nO)
     lstm.set_dim("nI", nI)

@@ -63,6 +63,9 @@ class Scorer(nn.Module):
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
+        for name, size in (("label_dim", label_dim), ("rank", rank)):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{name} must be a positive integer, not {size!r}")
         if not emission and not self.can_drop_emission:
             raise ValueError(f"{type(self).__name__} needs its emission term (emission = true)")
         if distance_lengths and n_dirs != 2:
