@@ -367,6 +367,28 @@ def test_pos_attribute_and_scorer_key():
         pipe.add_label("NN")
 
 
+@pytest.mark.parametrize("factory, theirs, key", [("crf_tagger", "spacy.tagger_scorer.v1", "tag_acc"),
+                                                   ("crf_ner", "spacy.ner_scorer.v1", "ents_f")])
+def test_spacys_own_scorer_scores_as_the_default_and_a_null_scorer_scores_nothing(factory, theirs, key):
+    words = ["Big", "Name", "is", "here"]
+    gold = Doc(spacy.blank("en").vocab, words=words, tags=["NNP", "NNP", "VBZ", "RB"], ents=["B-P", "I-P", "O", "O"])
+    scores = {}
+    for scorer in ("default", theirs, None):
+        fix_random_seed(0)
+        nlp = spacy.blank("en")
+        config = {"model": small_model(factory)} if factory == "crf_tagger" else {}
+        if scorer != "default":
+            config["scorer"] = None if scorer is None else {"@scorers": scorer}
+        nlp.add_pipe(factory, config=config)
+        egs = [Example(Doc(nlp.vocab, words=words), Doc(nlp.vocab).from_bytes(gold.to_bytes()))] * 2
+        optimizer = nlp.initialize(lambda: egs)
+        for _ in range(3):
+            nlp.update(egs, sgd=optimizer)
+        scores[scorer] = nlp.evaluate(egs)
+    assert scores[theirs][key] == scores["default"][key]
+    assert key not in scores[None]
+
+
 def test_invalid_settings_are_errors():
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="decode"):

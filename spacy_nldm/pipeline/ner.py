@@ -373,8 +373,9 @@ class StructuredEntityRecognizer(StructuredTagger):
         return numpy.asarray([self.entity_bias if p in ("B", "U") else 0.0 for p in prefixes], dtype="float32")
 
     def score(self, examples: Iterable[Example], **kwargs):
-        """spaCy's entity scores (``ents_p``, ``ents_r``, ``ents_f``, ``ents_per_type``)."""
-        return self.scorer(examples, **kwargs)
+        """The scorer's figures (by default spaCy's ``ents_p``, ``ents_r``, ``ents_f``, ``ents_per_type``); none
+        with ``scorer = null``, as for spaCy's components."""
+        return {} if self.scorer is None else self.scorer(examples, **kwargs)
 
 
 class SchemeParts(NamedTuple):

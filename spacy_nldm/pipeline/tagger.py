@@ -6,6 +6,7 @@ and the structure the model names (latent tree or chain) turns those into the lo
 (and latent trees) and the label marginals. Labels are plain strings: no prefix (such as spaCy's ``"!"``)
 has a meaning.
 """
+import inspect
 import os
 import warnings
 from itertools import islice
@@ -512,5 +513,8 @@ class StructuredTagger(TrainablePipe):
         return self
 
     def score(self, examples: Iterable[Example], **kwargs):
-        """The scorer's figures for ``attr`` (spaCy passes ``cfg`` to it; our settings live apart)."""
-        return super().score(examples, **{"attr": self.attr, **kwargs})
+        """The scorer's figures; a scorer with an ``attr`` parameter (the default, ``spacy-nldm.tag_scorer.v1``)
+        scores the component's ``attr``, any other (say ``spacy.tagger_scorer.v1``) gets what spaCy passes."""
+        if self.scorer is not None and "attr" in inspect.signature(self.scorer).parameters:
+            kwargs = {"attr": self.attr, **kwargs}
+        return super().score(examples, **kwargs)
