@@ -1,6 +1,6 @@
 """spacy-nldm: structured sequence labellers for spaCy.
 
-The structured core lives in :mod:`spacy_nldm.structs` and imports only torch.
+The structured core lives in :mod:`spacy_nldm.structs` (torch and numba; it imports nothing of spaCy itself).
 The spaCy components are registered through entry points, so ``spacy.load`` and
 ``spacy train`` find them without importing this package explicitly.
 """

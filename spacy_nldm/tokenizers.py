@@ -193,10 +193,6 @@ _UD_HYPHEN_PREFIXES = frozenset("anti pre pro non re un ex semi mis".split())
 _UD_UNITS = (
     "am|pm|a|p|k|m|g|kg|km|mm|cm|gb|mb|kb|mins?|hrs?|yrs?|lbs?|oz|ft|pp|w|v|mah|mph|x|c|bd|br"
 )
-_UD_NEG_BASES = frozenset(
-    "do does did ca wo ai is are was were have has had could would should must need sha might dare"
-    .split()
-)
 # Contractions written without an apostrophe that Tweebank v2 splits (most often), with the split point.
 _UD_NO_APOS = {
     "gonna": 3, "wanna": 3, "gotta": 3, "lemme": 3, "gimme": 3, "cannot": 3, "im": 1, "ive": 1,
@@ -310,10 +306,6 @@ class TweetTokenizer:
     def pipe(self, texts: Iterable[str], batch_size: int = 1000) -> Iterator[Doc]:
         for text in texts:
             yield self(text)
-
-    def split(self, text: str) -> List[str]:
-        """The token strings of ``text`` without whitespace tokens."""
-        return [w for w in tokenize(text, self.conventions)[0] if not w.isspace()]
 
     # serialization: the only setting is the conventions
     def to_bytes(self, *, exclude: Iterable[str] = tuple()) -> bytes:

@@ -128,7 +128,7 @@ def train_accuracy(tagged, examples, task: str) -> float:
 
 
 def run_system(system: str, sents, *, epochs: int, batch_words: int, tok2vec: Dict, edge_scorer: str,
-               label_dim: int, rank: int, seed: int, warmup: int = 0, tag_repeats: int = 1) -> Dict[str, float]:
+               label_dim: int, rank: int, seed: int, warmup: int, tag_repeats: int) -> Dict[str, float]:
     """One system's training and tagging speed; tagging is timed ``tag_repeats`` times and the fastest pass
     counts (the same docs, the same model: one pass of a small file is short enough for the machine's
     noise to move it)."""
@@ -183,8 +183,8 @@ def bench_pipeline(
     batch_words: int = typer.Option(1000, help="Words per training batch."),
     width: int = typer.Option(0, help="Encoder width (0: 96 for cnn, as spaCy's tagger; 100 for bilstm)."),
     edge_scorer: str = typer.Option(NLDM_MODEL["edge_scorer"], help="Edge scorer of the structured systems."),
-    label_dim: int = typer.Option(50, help="Label embedding size D_t."),
-    rank: int = typer.Option(400, help="Trilinear rank D_r."),
+    label_dim: int = typer.Option(NLDM_MODEL["label_dim"], help="Label embedding size D_t."),
+    rank: int = typer.Option(NLDM_MODEL["rank"], help="Trilinear rank D_r."),
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
     warmup: int = typer.Option(3, help="Untimed training batches before the timed epochs, and untimed docs "
                                        "tagged before the timed tagging (first-call costs)."),

@@ -327,18 +327,16 @@ class LatentTree(Structure):
     has_tree = True
 
     def __init__(self, max_dist: Optional[int] = None, budget: int = DEFAULT_BUDGET, canonical: bool = True,
-                 distance_bias: Optional[Tensor] = None, token_independent: bool = False, allowed=None,
-                 interaction: Optional[Tensor] = None):
+                 distance_bias: Optional[Tensor] = None, allowed=None, interaction: Optional[Tensor] = None):
         """``distance_bias`` (2, K): a score per arc direction and length (see
         :class:`~spacy_nldm.structs.DirectionalScores`), the table the model gives beside F
-        (:meth:`~.scorers.Scorer.tables`). ``token_independent``: F is emission + one table (the
-        scorer says so), which the compiled lane reads in that form. ``interaction`` (2, M+1, M): that table
-        itself, F then being the emissions (S, L, M)."""
+        (:meth:`~.scorers.Scorer.tables`). ``interaction`` (2, M+1, M): the one table of a scorer whose
+        interaction reads no token vector, F then being the emissions (S, L, M), which the compiled lane
+        reads in that form; without it F is the dense (S, L, 2, M+1, M)."""
         super().__init__(budget, interaction)
         self.max_dist = max_dist
         self.canonical = canonical
         self.distance_bias = distance_bias
-        self.token_independent = token_independent or interaction is not None
         self.allowed = allowed
 
     def directional(self, F: Tensor) -> structs.DirectionalScores:
@@ -347,7 +345,7 @@ class LatentTree(Structure):
         if self.interaction is not None:
             table = self.interaction.to(device=F.device, dtype=F.dtype)
             return structs.DirectionalScores.from_factors(F, table, self._bias(F))
-        return structs.DirectionalScores(F, self._bias(F), self.token_independent)
+        return structs.DirectionalScores(F, self._bias(F))
 
     def _bias(self, F: Tensor) -> Optional[Tensor]:
         return None if self.distance_bias is None else self.distance_bias.to(device=F.device, dtype=F.dtype)

@@ -34,7 +34,7 @@ from spacy.vocab import Vocab
 from thinc.api import Model
 
 from .. import structs
-from ..defaults import CRF_NER, INCORRECT_SPANS_KEY, NER_TRAINING
+from ..defaults import CRF_NER, INCORRECT_SPANS_KEY, NER_TRAINING, NLDM_NER
 from ..models.segments import doc_segments
 from ..models.structure import ExclusionError
 from ..models.tagger import get_structure
@@ -86,7 +86,7 @@ class StructuredEntityRecognizer(StructuredTagger):
         *,
         scheme: str = CRF_NER["scheme"],
         decode: str = CRF_NER["decode"],
-        loss: str = "exact",
+        loss: str = NLDM_NER["loss"],
         max_length: int = CRF_NER["max_length"],
         store_probs: bool = CRF_NER["store_probs"],
         average_params: bool = CRF_NER["average_params"],
