@@ -108,3 +108,8 @@ def parse_list(text: Optional[str], allowed: List[str]) -> List[str]:
     if bad:
         raise SystemExit(f"unknown: {', '.join(bad)} (choose from {', '.join(allowed)})")
     return items
+
+
+def components_made_by(config, factories) -> List[str]:
+    """Names of the components in a pipeline's config (``[components]``) made by one of ``factories``, in order."""
+    return [name for name, block in config.get("components", {}).items() if block.get("factory") in factories]

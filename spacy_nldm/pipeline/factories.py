@@ -1,8 +1,8 @@
 """The ``nldm_tagger``, ``crf_tagger``, ``nldm_ner`` and ``crf_ner`` factories (entry points ``spacy_factories``)."""
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Optional
 
 from spacy.language import Language
-from thinc.api import Config, Model
+from thinc.api import Model
 
 from .. import models  # noqa: F401  (registers the architectures)
 from .. import defaults
@@ -142,8 +142,3 @@ def make_crf_ner(
         average_params=average_params, spans_key=spans_key, threshold=threshold,
         candidate_threshold=candidate_threshold, n_best=n_best, temperature=temperature, scorer=scorer,
     )
-
-
-def components_made_by(config: Config, factories: Sequence[str]) -> List[str]:
-    """Names of the components in a pipeline's config (``[components]``) made by one of ``factories``, in order."""
-    return [name for name, block in config.get("components", {}).items() if block.get("factory") in factories]

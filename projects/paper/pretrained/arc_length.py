@@ -22,7 +22,7 @@ def nldm_component(config: Path) -> Tuple[str, Optional[int]]:
     ``max_dist`` (None where the config leaves it to the architecture's default)."""
     from spacy.util import load_config
 
-    from spacy_nldm.pipeline.factories import components_made_by
+    from projects.paper.registry import components_made_by
 
     if not Path(config).exists():
         raise RunError(f"config not found: {config}")

@@ -129,10 +129,12 @@ def patch_thinc_shim() -> None:
     """thinc's own PyTorchShim: averaged weights are not applied to the torch head (its use_params
     looks for keys that finish_update never writes)."""
     from thinc.api import PyTorchWrapper_v2
-    from spacy_nldm.models import shim, tagger
+    from spacy_nldm.models import lstm, tagger
 
-    tagger.torch_head = PyTorchWrapper_v2
-    shim.torch_head = PyTorchWrapper_v2
+    for module in (tagger, lstm):  # the modules that wrap a torch module for thinc, by this name
+        if not hasattr(module, "torch_layer"):
+            raise RuntimeError(f"{module.__name__} has no torch_layer to replace: update this ablation")
+        module.torch_layer = PyTorchWrapper_v2
 
 
 # ----------------------------------------------------------------------------- the ablations

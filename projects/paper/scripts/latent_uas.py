@@ -144,7 +144,7 @@ def nldm_components(model: Path) -> List[str]:
     """The names of the pipeline's nldm_tagger components, read from its config.cfg; ValueError if none."""
     import spacy
 
-    from spacy_nldm.pipeline.factories import components_made_by
+    from projects.paper.registry import components_made_by
 
     names = components_made_by(spacy.util.load_config(model / "config.cfg"), (NLDM_FACTORY,))
     if not names:

@@ -25,7 +25,7 @@ import numpy
 import spacy
 from spacy.tokens import Doc, DocBin
 
-from spacy_nldm.pipeline.factories import components_made_by
+from projects.paper.registry import components_made_by
 from spacy_nldm.pipeline.tagger import DECODERS
 
 

@@ -46,9 +46,9 @@ def test_a_small_difference_on_few_sentences_is_not_significant():
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "no"),
+    done = subprocess.run([sys.executable, "-m", "projects.paper.scripts.paired_bootstrap", "--a", str(tmp_path / "no"),
                            "--b", str(tmp_path / "no"), "--test", str(tmp_path / "test.spacy")],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2
     assert "does not exist" in done.stderr
 
@@ -119,9 +119,9 @@ def test_decoder_for_a_group_without_structured_head_is_a_clear_error(tmp_path):
     plain.add_pipe("attribute_ruler")
     plain.to_disk(tmp_path / "plain")
     DocBin().to_disk(tmp_path / "test.spacy")
-    done = subprocess.run([sys.executable, str(ROOT / "projects" / "paper" / "scripts" / "paired_bootstrap.py"), "--a", str(tmp_path / "plain"),
+    done = subprocess.run([sys.executable, "-m", "projects.paper.scripts.paired_bootstrap", "--a", str(tmp_path / "plain"),
                            "--b", str(tmp_path / "plain"), "--decode-b", "posterior",
-                           "--test", str(tmp_path / "test.spacy")], capture_output=True, text=True)
+                           "--test", str(tmp_path / "test.spacy")], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 2
     assert "no crf_tagger or nldm_tagger component" in done.stderr
 
