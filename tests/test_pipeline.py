@@ -376,7 +376,7 @@ def test_spacys_own_scorer_scores_as_the_default_and_a_null_scorer_scores_nothin
     for scorer in ("default", theirs, None):
         fix_random_seed(0)
         nlp = spacy.blank("en")
-        config = {"model": small_model(factory)} if factory == "crf_tagger" else {}
+        config = {"model": small_model(factory)}
         if scorer != "default":
             config["scorer"] = None if scorer is None else {"@scorers": scorer}
         nlp.add_pipe(factory, config=config)

@@ -16,14 +16,23 @@ from projects.paper.runs.records import RunsFile
 
 
 def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_path):
-    """`spacy project run reproduce-train projects/paper` (projects/paper/scripts/reproduce.py on
+    """`spacy project run convert-ud projects/paper` (the treebanks' corpora: UPOS as tags, the missing Italian
+    train file noted), then `reproduce-train` (projects/paper/scripts/reproduce.py on
     projects/paper/runs/queue.py): one tiny run on the converted fixture tweets; a dataset without a train file
     is skipped with a note."""
+    from spacy.tokens import DocBin
+    from spacy.vocab import Vocab
+
     proj = copy_project(tmp_path / "proj")
     project_runner(proj)("convert-twitter")  # the main job's corpus
     study = project_runner(proj / "projects" / "paper")
     mirror = f"--vars.mirror={os.path.relpath(MIRROR, proj)}"  # the study's mirror: relative to the root
-    study("convert-ud", mirror)  # (a declared dependency of reproduce-train)
+    out = study("convert-ud", mirror)  # (a declared dependency of reproduce-train)
+    assert "MISSING_TRAIN.md" in out  # the missing Italian train file: the note says where to read why
+    te = list(DocBin().from_disk(proj / "corpus/ud/te/train.spacy").get_docs(Vocab()))
+    assert len(te) == 30 and all(t.tag_ == t.pos_ != "" for d in te for t in d)
+    it_dev = list(DocBin().from_disk(proj / "corpus/ud/it/dev.spacy").get_docs(Vocab()))
+    assert len(it_dev) == 20 and not (proj / "corpus/ud/it/train.spacy").exists()
     out = study("reproduce-train", mirror, "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
                 "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
     rows = RunsFile(proj / "projects/paper/results/runs.jsonl").rows()
