@@ -103,14 +103,18 @@ def patch_random_transitions() -> None:
 
 
 def _scale_loss(per: str) -> None:
+    """The component's loss and its gradient (a ``ScoreGradient``) divided by the batch's tokens or sentences,
+    on top of what ``normalize_loss`` does (these rows ran when the loss was the batch's sum)."""
+    from dataclasses import replace
+
     from spacy_nldm.pipeline.tagger import StructuredTagger
 
     get_loss = StructuredTagger.get_loss
 
     def scaled(self, examples, scores):
         loss, grad = get_loss(self, examples, scores)
-        n = scores.lengths.sum() if per == "token" else max(1, len(scores.lengths))
-        return loss / max(1, n), grad / max(1, n)
+        n = max(1, int(scores.lengths.sum()) if per == "token" else len(scores.lengths))
+        return loss / n, replace(grad, scores=grad.scores / n, tables={k: v / n for k, v in grad.tables.items()})
 
     StructuredTagger.get_loss = scaled
 
