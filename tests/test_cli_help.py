@@ -42,7 +42,6 @@ def test_the_walk_finds_the_commands_and_the_sub_apps():
     assert {"spacy-nldm bench", "spacy-nldm bench pipeline", "spacy-nldm convert",
             "spacy-nldm convert ark", "spacy-nldm tag", "projects.paper synth", "projects.paper seed-runs",
             "projects.paper arc-length", "projects.paper tune", "projects.paper accuracy"} <= names
-    assert len(LEAVES) >= 20
 
 
 def test_the_package_cli_has_no_study_commands():
@@ -92,6 +91,6 @@ def test_help_shows_no_type_placeholders_and_groups_list_whole_descriptions(name
 
 @pytest.mark.parametrize("name", sorted(APPS))
 def test_without_a_command_the_help_is_printed_and_the_exit_status_is_0(name):
-    result = runner.invoke(APPS[name], [])
+    result = runner.invoke(APPS[name], [], terminal_width=100)
     assert result.exit_code == 0, result.output
-    assert "Commands:" in result.output
+    assert result.output == rendered_help(name, [])  # what --help prints

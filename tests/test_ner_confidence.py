@@ -26,7 +26,9 @@ def trained(factory: str, steps: int = 4, **config):
 @pytest.mark.parametrize("scheme", ["BIO", "BILUO"])
 def test_the_span_probabilities_of_all_spans_add_up_to_the_expected_number_of_entities(factory, scheme):
     nlp = trained(factory, scheme=scheme, store_probs=True, candidate_threshold=1e-12)
+    decoded = 0
     for doc in nlp.pipe(TEXTS):
+        decoded += len(doc.ents)
         group = doc.spans["sc"]
         scores = group.attrs["scores"]
         assert len(scores) == len(group)
@@ -40,8 +42,10 @@ def test_the_span_probabilities_of_all_spans_add_up_to_the_expected_number_of_en
             assert 0.0 < total < expected
         else:  # and under BIO every B-X begins exactly one entity, valid sequence or not
             assert total == pytest.approx(expected, rel=1e-4, abs=1e-5)
-        for ent in doc.ents:  # the decoded entities lead the group, with their own probability
-            assert 0.0 < ent._.nldm_prob <= 1.0
+        for i, ent in enumerate(doc.ents):  # the decoded entities lead the group, with their own probability
+            assert (group[i].start, group[i].end, group[i].label_) == (ent.start, ent.end, ent.label_)
+            assert float(scores[i]) == pytest.approx(ent._.nldm_prob, rel=1e-6)
+    assert decoded, "the model decodes entities"
 
 
 @pytest.mark.parametrize("factory", FACTORIES)

@@ -27,7 +27,9 @@ def test_quick_start_example_runs_as_written_for_both_components(component, caps
     examples; the NLDM also decodes a tree over every token and draws it."""
     code = readme_block("Quick start")
     assert "..." not in code and 'name = "nldm_tagger"  # or "crf_tagger"' in code
-    code = code.replace('name = "nldm_tagger"', f'name = "{component}"')
+    switched = code.replace('name = "nldm_tagger"', f'name = "{component}"')
+    assert (switched != code) == (component != "nldm_tagger")  # the name the comment offers is what runs
+    code = switched
     namespace = {}
     exec(compile(code, "README.md (Quick start)", "exec"), namespace)
     doc, nlp = namespace["doc"], namespace["nlp"]
@@ -55,7 +57,9 @@ def test_the_entity_example_runs_as_written_for_both_components(component, capsy
     each with its probability."""
     code = readme_block("Named entities")
     assert 'nlp.add_pipe("crf_ner")  # or "nldm_ner"' in code
-    code = code.replace('nlp.add_pipe("crf_ner")', f'nlp.add_pipe("{component}")')
+    switched = code.replace('nlp.add_pipe("crf_ner")', f'nlp.add_pipe("{component}")')
+    assert (switched != code) == (component != "crf_ner")  # the name the comment offers is what runs
+    code = switched
     namespace = {}
     exec(compile(code, "README.md (Named entities)", "exec"), namespace)
     doc = namespace["doc"]
