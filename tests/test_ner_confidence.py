@@ -4,6 +4,7 @@ import itertools
 
 import numpy
 import pytest
+import torch
 import spacy
 from spacy.tokens import Doc, DocBin
 
@@ -84,12 +85,25 @@ def test_the_crf_best_entity_set_is_the_decoded_one_and_a_doc_combines_its_sente
     assert [p for p, _ in doc._.nldm_nbest] == pytest.approx(combos, rel=1e-6)
 
 
-def test_nldm_nbest_sets_are_valid_and_ordered():
+def test_nldm_nbest_sets_are_valid_ordered_and_carry_their_exact_probabilities():
+    """Each of the NLDM's k sequences carries its probability under the model (the trees summed out), as the
+    loss computes it on that sequence as gold; they come in the order of their products of tag marginals."""
     nlp = trained("nldm_ner", steps=6, n_best=4)
+    ner = nlp.get_pipe("nldm_ner")
     for doc in nlp.pipe(TEXTS):
         probs = [p for p, _ in doc._.nldm_nbest]
-        assert probs == sorted(probs, reverse=True) and sum(probs) <= 1.0 + 1e-6
-        assert len({tuple(s) for _, s in doc._.nldm_nbest}) == len(probs)  # different entity sets
+        assert len({tuple(s) for _, s in doc._.nldm_nbest}) == len(probs) == 4  # different entity sets
+        preds = ner.predict([nlp.make_doc(doc.text)])
+        structure, F, lengths = preds.scored
+        seqs, log_p = preds.nbest
+        marginals = structure.label_marginals(F, lengths)[0, : int(lengths[0])].double()
+        products = [float(marginals.gather(-1, torch.as_tensor(seq[: int(lengths[0])])[:, None]).log().sum())
+                    for seq in seqs[0]]
+        assert all(a >= b - 1e-5 for a, b in zip(products, products[1:])), products  # (float32 ties aside)
+        for seq, lp in zip(seqs[0], log_p[0]):
+            gold = torch.nn.functional.one_hot(torch.as_tensor(seq), F.shape[-1]).bool()[None]
+            assert lp == pytest.approx(-float(structure.nll(F, lengths, gold)), abs=1e-4)
+        assert probs == pytest.approx(numpy.exp(log_p[0]).tolist(), rel=1e-6)
 
 
 def test_the_scores_travel_with_the_docs_through_a_docbin():
