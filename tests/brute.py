@@ -125,3 +125,27 @@ def chain_reference(potentials, lengths):
     log_z = torch.logsumexp(alpha, 1)
     (grad,) = torch.autograd.grad(log_z.sum(), leaf)
     return log_z.detach(), grad.sum(dim=tuple(range(2, grad.dim() - 1)))
+
+
+def tree_reference(scores, lengths, **kw):
+    """The latent tree's float64 log Z (B,) and arc marginals (by autograd) on the reference lane, and the best
+    score by the max semiring: exact up to float64 rounding at any scale (the lane itself is checked against
+    :func:`enumerate_tree_model`)."""
+    from spacy_nldm.structs import MaxSemiring, log_partition
+
+    leaf = scores.detach().double().requires_grad_(True)
+    log_z = log_partition(leaf, lengths, lane="reference", **kw)
+    (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
+    best = log_partition(scores.detach().double(), lengths, semiring=MaxSemiring, **kw)
+    return log_z.detach(), arcs, best.detach()
+
+
+def assert_heads_form_a_tree(heads):
+    """From every token the heads (a token's head index, None at the root) reach the root, with no cycle."""
+    for start in range(len(heads)):
+        seen, i = set(), start
+        while i is not None:
+            assert i not in seen and 0 <= i < len(heads), heads
+            seen.add(i)
+            i = heads[i]
+

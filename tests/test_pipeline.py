@@ -12,6 +12,7 @@ from spacy.tokens import Doc
 from spacy.training import Example
 from thinc.api import fix_random_seed
 
+from brute import assert_heads_form_a_tree
 from nldm_fixtures import LEARNABLE, LEARNABLE_FLOOR, TWITTER
 from spacy_nldm.corpora.ark import read_ark
 from spacy_nldm.models.tagger import torch_scorer
@@ -127,12 +128,7 @@ def test_labels_collected_bang_is_a_plain_label_and_tags_set(ark):
         assert gold[s, :n].sum(-1).tolist() == [1] * n
         assert [pipe.labels[i] for i in gold[s, :n].argmax(-1)] == ark[s][1]
     doc = nlp(" ".join(ark[0][0]))
-    for token in doc:  # the stored heads form a tree: from every token the heads reach the root, without a cycle
-        seen, i = set(), token.i
-        while i is not None:
-            assert i not in seen and 0 <= i < len(doc), [t._.nldm_head for t in doc]
-            seen.add(i)
-            i = doc[i]._.nldm_head
+    assert_heads_form_a_tree([t._.nldm_head for t in doc])  # the stored heads
 
 
 FLOOR = LEARNABLE_FLOOR

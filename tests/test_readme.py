@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from brute import assert_heads_form_a_tree
 from nldm_fixtures import ROOT
 
 
@@ -39,13 +40,7 @@ def test_quick_start_example_runs_as_written_for_both_components(component, caps
     printed = capsys.readouterr().out
     assert str([(t.text, t.tag_) for t in doc]) in printed
     if component == "nldm_tagger":
-        heads = [t._.nldm_head for t in doc]
-        for i in range(len(doc)):  # a tree: from every token the heads lead to the root (None), with no cycle
-            seen = set()
-            while heads[i] is not None:
-                assert i not in seen
-                seen.add(i)
-                i = heads[i]
+        assert_heads_form_a_tree([t._.nldm_head for t in doc])
         assert isinstance(doc._.nldm_tree_score, float) and "<svg" in namespace["html"]
     else:
         assert "html" not in namespace and doc._.nldm_tree_score is None

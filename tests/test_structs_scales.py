@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from brute import enumerate_tree_model, expand_directional
+from brute import enumerate_tree_model, expand_directional, tree_reference
 from spacy_nldm.structs import (
     DirectionalScores,
     LogSemiring,
@@ -17,16 +17,6 @@ from spacy_nldm.structs import (
 SCALES = [1.0, 10.0, 30.0, 100.0, 300.0, 1000.0]
 LENGTHS = [6, 3, 5, 0, 1]
 M = 3
-
-
-def reference(scores, lengths, **kw):
-    """float64 log Z and arc marginals by the reference lane (backward by autograd), and the best score by
-    the max semiring: exact up to float64 rounding at any scale."""
-    leaf = scores.detach().double().requires_grad_(True)
-    log_z = log_partition(leaf, lengths, lane="reference", **kw)
-    (arcs,) = torch.autograd.grad(log_z.sum(), leaf)
-    best = log_partition(scores.detach().double(), lengths, semiring=MaxSemiring, **kw)
-    return log_z.detach(), arcs, best.detach()
 
 
 def inputs(case, scale, seed):
@@ -68,7 +58,7 @@ def test_exact_in_float32_and_float64_at_every_scale(case, scale):
     raw, lengths, kw = inputs(case, scale, seed=int(scale) + len(case))
     raw = raw.float().double()  # values that float32 holds exactly: one reference for both dtypes
     dense = expand_directional(raw) if case.get("directional") else raw
-    ref_z, ref_arcs, ref_best = reference(dense, lengths, **kw)
+    ref_z, ref_arcs, ref_best = tree_reference(dense, lengths, **kw)
     for dtype, rel, marg_tol in ((torch.float32, 1e-5, 1e-4), (torch.float64, 1e-10, 1e-9)):
         exact = raw.to(dtype)
         scores = DirectionalScores(exact) if case.get("directional") else exact
@@ -99,7 +89,7 @@ def test_the_reference_agrees_with_enumeration(scale):
     gen = torch.Generator().manual_seed(3)
     scores = scale * torch.randn(2, 5, 5, 2, 2, generator=gen, dtype=torch.float64)
     lengths = torch.tensor([4, 3])
-    log_z, arcs, best = reference(scores, lengths)
+    log_z, arcs, best = tree_reference(scores, lengths)
     for b, n in enumerate([4, 3]):
         ref_z, ref_best, _, ref_arcs, _ = enumerate_tree_model(scores[b].numpy(), n)
         assert log_z[b].item() == pytest.approx(ref_z, rel=1e-12)
