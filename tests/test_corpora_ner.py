@@ -157,9 +157,10 @@ def test_repair_reads_broken_sequences_with_a_warning_per_line(tmp_path):
     res, docs = convert(path, "--repair")
     assert res.exit_code == 0, res.output
     assert [[(e.start, e.end, e.label_) for e in d.ents] for d in docs] == [[(1, 2, "x")], [(0, 1, "y")]]
-    assert [line for line in res.stderr.splitlines() if line.startswith("warning: ")] == [
-        f"warning: {path}:2: broken entity: 'I-x' after 'O' continues no x entity: read as B-x",
-        f"warning: {path}:4: broken entity: 'I-y' after the sentence start continues no y entity: read as B-y"]
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 2, res.stderr  # one a repaired line: its file and line, the tag and how it was read
+    for line, (number, tag) in zip(warnings, ((2, "x"), (4, "y"))):
+        assert line.startswith(f"warning: {path}:{number}: ") and f"'I-{tag}'" in line and f"B-{tag}" in line, line
 
 
 def test_named_columns_and_comments(tmp_path):

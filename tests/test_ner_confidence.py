@@ -39,8 +39,21 @@ def test_the_span_probabilities_of_all_spans_add_up_to_the_expected_number_of_en
         expected = float(doc._.nldm_probs[:, begins].sum())  # every entity has one B (or U) tag
         total = float(numpy.sum(scores, dtype="float64"))
         if factory == "nldm_ner" and scheme == "BILUO":
-            # the NLDM's distribution keeps invalid sequences, where a B-X left unended begins no entity
-            assert 0.0 < total < expected
+            # the NLDM's distribution keeps invalid sequences, where a B-X left unended begins no entity: a
+            # one-token entity is exactly a U-X tag (its probability that tag's marginal), a longer one begins
+            # with a B-X and ends with an L-X tag (at most one entity each)
+            singles = {(s.start, s.label_): float(p) for s, p in zip(group, scores) if len(s) == 1}
+            unit = {(i, tag[2:]): float(doc._.nldm_probs[i, j]) for j, tag in enumerate(tags) if tag.startswith("U-")
+                    for i in range(len(doc)) if doc._.nldm_probs[i, j] >= 1e-9}
+            assert unit and set(unit) <= set(singles)
+            for key, p in singles.items():
+                j = tags.index(f"U-{key[1]}")
+                assert p == pytest.approx(float(doc._.nldm_probs[key[0], j]), rel=1e-4, abs=1e-9), key
+            longer = total - sum(singles.values())
+            ends = [i for i, tag in enumerate(tags) if tag.startswith("L-")]
+            b_only = float(doc._.nldm_probs[:, [i for i in begins if tags[i].startswith("B-")]].sum())
+            assert 0.0 <= longer <= min(b_only, float(doc._.nldm_probs[:, ends].sum())) + 1e-5
+            assert longer < b_only  # a B-X left unended somewhere has probability
         else:  # and under BIO every B-X begins exactly one entity, valid sequence or not
             assert total == pytest.approx(expected, rel=1e-4, abs=1e-5)
         for i, ent in enumerate(doc.ents):  # the decoded entities lead the group, with their own probability
