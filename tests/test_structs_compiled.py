@@ -348,3 +348,47 @@ def test_a_masked_factored_gradient_against_finite_differences():
 
     inputs = tuple(x.detach().requires_grad_(True) for x in (emissions, table, bias))
     assert torch.autograd.gradcheck(log_s, inputs)
+
+
+@pytest.mark.parametrize("scale", [0.5, 5.0, 50.0, 5000.0])
+@pytest.mark.parametrize("k", [1, 2, 3, 6])
+def test_the_subtree_messages_give_the_label_marginals_or_hand_the_sentence_back(scale, k):
+    """compiled_subtrees.inside_outside on factored scores: every sentence it reports done has the reference's
+    log Z and label marginals (float64, to 1e-9); at the small scales it does every sentence; a sentence with an
+    emission of -inf (a label left out) is handed back; and the public label_marginals, which computes the
+    handed-back sentences by the item-by-item kernel, matches the reference whatever was handed back."""
+    import numpy as np
+    from spacy_nldm.structs import compiled, compiled_subtrees
+
+    emissions, table, bias, lengths = token_independent_case(int(scale * 10) + k, scale, torch.float64)
+    emissions[2, 0, 1] = float("-inf")
+    want = label_marginals(DirectionalScores(emissions[:, :, None, None, :] + table, bias), lengths, max_dist=k,
+                           lane="reference")
+    want_z = log_partition(DirectionalScores(emissions[:, :, None, None, :] + table, bias), lengths, max_dist=k,
+                           lane="reference")
+    B, N, M = emissions.shape
+    real = torch.arange(N)[None, :] < lengths[:, None]
+    offsets = np.concatenate([[0], np.cumsum(lengths.numpy())[:-1]]).astype(np.int64)
+    labels, log_z, done = np.zeros((int(lengths.sum()), M)), np.zeros(B), np.zeros(B, dtype=np.bool_)
+    compiled_subtrees.inside_outside(np.ascontiguousarray(emissions[real].numpy()), table.numpy(), bias.numpy(),
+                                     offsets, lengths.numpy().astype(np.int64), k, compiled.THRESHOLD, True, log_z, done,
+                                     labels, np.zeros((0, 2, 1, 1)), np.zeros((0, 2, 0)))
+    done = torch.from_numpy(done)
+    assert not bool(done[2]) and (bool(done[[0, 1, 3]].all()) or scale > 5.0)
+    mine = (real & done[:, None])[real]
+    torch.testing.assert_close(torch.from_numpy(labels)[mine], want[real & done[:, None]], rtol=0, atol=1e-9)
+    torch.testing.assert_close(torch.from_numpy(log_z)[done], want_z[done], rtol=1e-12, atol=1e-9 * scale)
+    got = label_marginals(DirectionalScores.from_factors(emissions, table, bias), lengths, max_dist=k)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-9)
+
+
+def test_the_factored_gradient_against_finite_differences():
+    """log Z of factored scores without a mask (the subtree messages' own sentences) by finite differences in
+    the emissions, the table and the bias."""
+    emissions, table, bias, lengths = token_independent_case(5, 1.0, torch.float64)
+
+    def log_z(emissions, table, bias):
+        return log_partition(DirectionalScores.from_factors(emissions, table, bias), lengths, max_dist=3)
+
+    inputs = tuple(x.detach().requires_grad_(True) for x in (emissions, table, bias))
+    assert torch.autograd.gradcheck(log_z, inputs)

@@ -30,6 +30,8 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
+from . import compiled_subtrees
+
 
 Tensor = torch.Tensor
 
@@ -60,7 +62,7 @@ def label_marginals(scores, lengths: Tensor, limit: int, factored: bool) -> Opti
     bias = scores.distance_bias
     factors = _factors(scores, lengths) if factored else None
     if factors is not None:
-        log_z, packed, _, _, real = inside_outside_factored(*factors, bias, lengths, limit, True, labels_only=True)
+        log_z, packed, _, _, real = _factored_pass(*factors, bias, lengths, limit, True, labels_only=True)
     else:
         log_z, _, _, packed, real = inside_outside(scores.F, bias, lengths, limit, True, with_arcs=False)
     if not bool((torch.isfinite(log_z) | torch.isneginf(log_z)).all()):
@@ -68,6 +70,45 @@ def label_marginals(scores, lengths: Tensor, limit: int, factored: bool) -> Opti
     labels = torch.zeros(real.shape + (scores.shape[-1],), dtype=torch.float64)
     labels[real] = packed
     return labels
+
+
+def _factored_pass(emissions: Tensor, table: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
+                   with_grad: bool, labels_only: bool = False
+                   ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
+    """:func:`inside_outside_factored`'s results, by the subtree messages (:mod:`.compiled_subtrees`) for the
+    sentences they take and by :func:`inside_outside_factored` for those they leave (a total that could have
+    lost digits, a score that is not finite)."""
+    B, N = emissions.shape[:2]
+    M = emissions.shape[-1]
+    real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
+    packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())  # (T, M)
+    tab = np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
+    b64 = np.zeros((2, 0)) if bias is None else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy())
+    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
+    offsets = np.zeros(B, dtype=np.int64)
+    offsets[1:] = np.cumsum(lens)[:-1]
+    params = with_grad and not labels_only
+    log_z, done = np.zeros(B), np.zeros(B, dtype=np.bool_)
+    labels = np.zeros(packed.shape if with_grad else (0, M))
+    grad_table = np.zeros((B, 2, M + 1, M) if params else (0, 2, 1, 1))
+    grad_bias = np.zeros((B, 2, b64.shape[1]) if params and bias is not None else (0, 2, 0))
+    compiled_subtrees.inside_outside(packed, tab, b64, offsets, lens, int(limit), THRESHOLD, with_grad, log_z, done,
+                                     labels, grad_table, grad_bias)
+    log_z, done = torch.from_numpy(log_z), torch.from_numpy(done)
+    out = [torch.from_numpy(x) for x in (labels, grad_table, grad_bias)]
+    if not bool(done.all()):
+        left = ~done
+        rest = inside_outside_factored(emissions[left], table, bias, lengths[left], limit, with_grad, labels_only)
+        log_z[left] = rest[0]
+        if with_grad:
+            out[0][(real & left[:, None])[real]] = rest[1]
+            if params:
+                out[1][left] = rest[2]
+                if bias is not None:
+                    out[2][left] = rest[3]
+    if not with_grad:
+        return log_z, None, None, None, real
+    return log_z, out[0], out[1] if params else None, out[2] if params else None, real
 
 
 def _factors(scores, lengths: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
@@ -94,8 +135,7 @@ class _FactoredInside(torch.autograd.Function):
     @staticmethod
     def forward(ctx, emissions: Tensor, table: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int) -> Tensor:
         with_grad = any(ctx.needs_input_grad[:3])
-        log_z, d_emissions, d_table, d_bias, real = inside_outside_factored(emissions, table, bias, lengths, limit,
-                                                                            with_grad)
+        log_z, d_emissions, d_table, d_bias, real = _factored_pass(emissions, table, bias, lengths, limit, with_grad)
         ctx.grads, ctx.real, ctx.shape = (d_emissions, d_table, d_bias), real, emissions.shape
         ctx.dtypes = (emissions.dtype, table.dtype, None if bias is None else bias.dtype)
         return log_z.to(emissions.dtype)

@@ -1,0 +1,563 @@
+"""The tree's label marginals on factored scores by subtree messages (numba): the same distribution as
+:mod:`.compiled`, with fewer and cheaper operations where the scores factor as
+F[d, x, h, c] = emission[d, c] + table[x, h, c] (the bilinear scorer's form, which ``nldm_tagger`` tags with).
+
+Every arc into a token carries that token's emission, and every token but the root is a dependent exactly
+once, so the emission can sit in the token's first left item, CL[m, m][c] = exp(emission[m, c]); the arc
+factors are then one table, the same for every token. An incomplete item is the outer product of two
+complete ones times that table, and it is only ever contracted with a complete item on its dependent's side,
+so it never needs to be formed: with z(j, m, t) = CL[j, m] * CR[m, t] (elementwise: the whole subtree of m,
+spanning j..t, as a vector over m's label) and the table's exponentials R[a, c] (head a -> dependent c on its
+right) and L[c, a] (dependent a <- head c on its right):
+
+- uR(j, m, t) = R z(j, m, t);  uL(j, m, t) = L z(j, m, t)  (the subtree hung under a head on its left / right)
+- CR[s, t][a] = sum_{m=s+1..t} bR(m-s) sum_{k=s..m-1} CR[s, k][a] uR(k+1, m, t)[a]
+- CL[s, t][c] = sum_{m=s..t-1} bL(t-m) sum_{k=m..t-1} CL[k+1, t][c] uL(s, m, k)[c]
+- T[i][a] = CR[i, n][a] (n - i <= K), else sum_{m=i+1..i+K} bR(m-i) sum_{k=i..m-1} CR[i, k][a] (R (CL[k+1, m] * T[m]))[a]
+- the root (label 0) hangs subtrees by the table's root row instead of R, without a distance bias;
+  log Z = log T[0] (or CR[0, n] for n <= K)
+
+with bR, bL the distance bias's factors. A subtree spans at most K - 1 tokens besides the tail's, so a token
+costs K (K + 1) / 2 vectors z, two matrix-vector products each, and K more in the tail: 15 M^2 multiply-adds
+at K = 3 (the item-by-item passes of :mod:`.compiled` take 27 M^2, with (M, M) items written and read).
+
+The marginals come from the reverse pass as flows: an item's flow is the probability mass of the derivations
+through it (1 for the root item). A sum gives each term its share (term / total), a product gives both
+factors its whole flow, and a matrix-vector product u = A z gives z[c] the flow z[c] sum_a A[a, c] flow(u)[a] /
+u[a]. The flow of CL[m, m][c] is P(y_m = c). Flows are ratios, so they need no shifts.
+
+Items are held as values and a float64 shift (item = values * exp(shift)). A total below ``THRESHOLD`` in its
+frame (its largest possible term is 1, times the labels for a product's row) could have lost digits: the
+sentence is then reported as not done, and the caller computes it by :mod:`.compiled`, exact at any scale. So
+are sentences with a score that is not finite.
+"""
+import numpy as np
+
+_compiled = None
+
+
+def inside_outside(emissions, table, bias, offsets, lengths, limit, threshold, with_grad, log_z, done, labels,
+                   grad_table, grad_bias):
+    """For packed emissions (T, M) float64 (the sentences' real tokens, sentence b from ``offsets[b]``,
+    ``lengths[b]`` tokens), table (2, M+1, M) float64 (see :func:`.compiled._factors`), distance bias (2, Kb)
+    (Kb = 0: none) and the longest arc ``limit``: writes log Z into ``log_z`` (B,) and True into ``done`` (B,)
+    for each sentence it computed (False: see the module's note; ``threshold``: :data:`.compiled.THRESHOLD`).
+    With ``with_grad`` also d log Z / d emissions = P(y = c) into ``labels`` (T, M), and, where they have
+    rows (else shaped (0, ...)), d log Z / d table per sentence into ``grad_table`` (B, 2, M+1, M) (the summed
+    arc marginals) and d log Z / d bias into ``grad_bias`` (B, 2, Kb)."""
+    global _compiled
+    if _compiled is None:
+        from numba import njit
+
+        _compiled = njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(_batch)
+    _compiled(emissions, table, bias, offsets, lengths, limit, threshold, with_grad, log_z, done, labels, grad_table,
+              grad_bias)
+
+
+def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, done, labels, grad_table, grad_bias):  # noqa: C901  (one recurrence per block)
+    B = lengths.shape[0]
+    M = Fe.shape[1]
+    Kb = bias.shape[1]
+    neg = -np.inf
+    N = 1
+    for b in range(B):
+        N = max(N, lengths[b])
+    K = max(1, min(limit, N))
+    # the table's exponentials, each relative to its largest: R[a, c] = exp(Ft[0, 1+a, c]), L[c, a] = exp(Ft[1, 1+c, a]),
+    # root[c] = exp(Ft[0, 0, c])
+    R, L, root = np.zeros((M, M)), np.zeros((M, M)), np.zeros(M)
+    tops = np.full(3, neg)
+    finite = True
+    for h in range(M + 1):
+        for c in range(M):
+            for x in range(2):
+                v = Ft[x, h, c]
+                if not np.isfinite(v):
+                    finite = False
+                elif h > 0 or x == 0:
+                    k = 2 if h == 0 else x
+                    if v > tops[k]:
+                        tops[k] = v
+    if not finite:
+        for b in range(B):
+            done[b] = False
+        return
+    for a in range(M):
+        for c in range(M):
+            R[a, c] = np.exp(Ft[0, 1 + a, c] - tops[0])
+            L[a, c] = np.exp(Ft[1, 1 + a, c] - tops[1])  # L[head c', dependent a'] laid out as [c', a']
+    for c in range(M):
+        root[c] = np.exp(Ft[0, 0, c] - tops[2])
+    RT, LT = np.ascontiguousarray(R.T), np.ascontiguousarray(L.T)  # the reverse pass's matrix-vector products
+    logb = np.zeros((2, K + 1))  # the bias of an arc of length d, [direction, d]
+    for d in range(1, K + 1):
+        if Kb > 0:
+            logb[0, d], logb[1, d] = bias[0, min(d, Kb) - 1], bias[1, min(d, Kb) - 1]
+    P = N + 2
+    # complete items [start, width, label] (CR[0, w]: the root's, label 0 only), shifts [start, width]
+    CRv, CLv = np.zeros((P, K + 1, M)), np.zeros((P, K + 1, M))
+    CRs, CLs = np.zeros((P, K + 1)), np.zeros((P, K + 1))
+    # subtrees z(m - e, m, m + f) at [m, e, f] and their messages: to a head on the left (uR), on the right (uL),
+    # to the root (u0, a number)
+    Zv, Zs = np.zeros((P, K, K, M)), np.zeros((P, K, K))
+    UR, UL, U0 = np.zeros((P, K, K, M)), np.zeros((P, K, K, M)), np.zeros((P, K, K))
+    # the tail: T[i], and its subtrees zT(m - e, m) = CL[m - e, m] * T[m] with their messages
+    Tv, Ts = np.zeros((P, M)), np.zeros(P)
+    ZTv, ZTs = np.zeros((P, K, M)), np.zeros((P, K))
+    UT, UT0 = np.zeros((P, K, M)), np.zeros((P, K))
+    # flows
+    gCR, gCL, gT = np.zeros((P, K + 1, M)), np.zeros((P, K + 1, M)), np.zeros((P, M))
+    gUR, gUL, gU0 = np.zeros((P, K, K, M)), np.zeros((P, K, K, M)), np.zeros((P, K, K))
+    gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
+    tot, rho, acc = np.zeros(M), np.zeros(M), np.zeros(M)
+    wts = np.zeros((K + 1) * (K + 1))  # the terms' frame factors of one total
+    with_table, with_bias = grad_table.shape[0] > 0, grad_bias.shape[0] > 0 and Kb > 0
+    GR, GL, G0 = np.zeros((M, M)), np.zeros((M, M)), np.zeros(M)  # sum of mass(u)[a] / u[a] * z[c] per table
+    Gb = np.zeros((2, K + 1))  # the mass of the terms of each arc length and direction
+
+    for b in range(B):
+        n, o = lengths[b], offsets[b]
+        done[b] = False
+        if n <= 0:
+            log_z[b] = 0.0
+            done[b] = True
+            continue
+        Kn = min(K, n)
+        ok = True
+        # -- base items: CR[m, m] = 1, CL[m, m] = exp(emission of m); the root's CR[0, 0] = 1 (label 0)
+        for m in range(1, n + 1):
+            top = neg
+            for c in range(M):
+                v = Fe[o + m - 1, c]
+                if not np.isfinite(v):
+                    ok = False
+                if v > top:
+                    top = v
+            for c in range(M):
+                CRv[m, 0, c] = 1.0
+                CLv[m, 0, c] = np.exp(Fe[o + m - 1, c] - top)
+            CRs[m, 0], CLs[m, 0] = 0.0, top
+        if not ok:
+            continue
+        for c in range(M):
+            CRv[0, 0, c] = 1.0 if c == 0 else 0.0
+        CRs[0, 0] = 0.0
+        # -- inside, by width: the subtrees of total width w - 1 and their messages, then the items of width w
+        for w in range(1, Kn + 1):
+            W = w - 1
+            for m in range(1, n + 1):
+                for e in range(W + 1):
+                    f = W - e
+                    j, t = m - e, m + f
+                    if j < 1 or t > n:
+                        continue
+                    mx = 0.0
+                    for c in range(M):
+                        v = CLv[j, e, c] * CRv[m, f, c]
+                        Zv[m, e, f, c] = v
+                        if v > mx:
+                            mx = v
+                    if not mx >= THRESHOLD:
+                        ok = False
+                        break
+                    for c in range(M):
+                        Zv[m, e, f, c] /= mx
+                    Zs[m, e, f] = CLs[j, e] + CRs[m, f] + np.log(mx)
+                    z = Zv[m, e, f]
+                    # the messages: to a head on the left (one in 1..j-1 within K of m), on the right (one in t+1..j+K),
+                    # to the root (an arc 0 -> m)
+                    right, left = j >= 2, t < n and t + 1 <= j + Kn
+                    if right and left:
+                        for a in range(M):
+                            row_r, row_l = R[a], L[a]
+                            s_r = s_l = 0.0
+                            for c in range(M):
+                                s_r += row_r[c] * z[c]
+                                s_l += row_l[c] * z[c]
+                            UR[m, e, f, a], UL[m, e, f, a] = s_r, s_l
+                            if not (s_r >= THRESHOLD and s_l >= THRESHOLD):
+                                ok = False
+                    elif right or left:
+                        A, U = (R, UR) if right else (L, UL)
+                        for a in range(M):
+                            row = A[a]
+                            s_ = 0.0
+                            for c in range(M):
+                                s_ += row[c] * z[c]
+                            U[m, e, f, a] = s_
+                            if not s_ >= THRESHOLD:
+                                ok = False
+                    if m <= Kn:
+                        s_ = 0.0
+                        for c in range(M):
+                            s_ += root[c] * z[c]
+                        U0[m, e, f] = s_
+                        if not s_ >= THRESHOLD:
+                            ok = False
+                if not ok:
+                    break
+            if not ok:
+                break
+            # CR[s, s + w] for s >= 1, the root's CR[0, w], CL[s, s + w]
+            for s in range(0, n - w + 1):
+                t = s + w
+                # CR[s, t][a] = sum_{m, k} bR(m - s) CR[s, k][a] uR(k+1, m, t)[a]  (the root: u0, no bias)
+                top = neg
+                i = 0
+                for m in range(s + 1, t + 1):
+                    for k in range(s, m):
+                        g = (CRs[s, k - s] + Zs[m, m - k - 1, t - m] + (tops[2] if s == 0 else logb[0, m - s] + tops[0]))
+                        wts[i] = g
+                        i += 1
+                        if g > top:
+                            top = g
+                for c in range(M):
+                    tot[c] = 0.0
+                i = 0
+                for m in range(s + 1, t + 1):
+                    for k in range(s, m):
+                        fct = np.exp(wts[i] - top)
+                        i += 1
+                        x_row = CRv[s, k - s]
+                        if s == 0:
+                            tot[0] += fct * x_row[0] * U0[m, m - k - 1, t - m]
+                        else:
+                            u = UR[m, m - k - 1, t - m]
+                            for a in range(M):
+                                tot[a] += fct * x_row[a] * u[a]
+                ah = 1 if s == 0 else M
+                mx = 0.0
+                for a in range(ah):
+                    if not tot[a] >= THRESHOLD:
+                        ok = False
+                    if tot[a] > mx:
+                        mx = tot[a]
+                if not ok:
+                    break
+                for a in range(M):
+                    CRv[s, w, a] = tot[a] / mx if a < ah else 0.0
+                CRs[s, w] = top + np.log(mx)
+                if s == 0:
+                    continue
+                # CL[s, t][c] = sum_{m, k} bL(t - m) CL[k+1, t][c] uL(s, m, k)[c]
+                top = neg
+                i = 0
+                for m in range(s, t):
+                    for k in range(m, t):
+                        g = CLs[k + 1, t - k - 1] + Zs[m, m - s, k - m] + logb[1, t - m] + tops[1]
+                        wts[i] = g
+                        i += 1
+                        if g > top:
+                            top = g
+                for c in range(M):
+                    tot[c] = 0.0
+                i = 0
+                for m in range(s, t):
+                    for k in range(m, t):
+                        fct = np.exp(wts[i] - top)
+                        i += 1
+                        y_row, u = CLv[k + 1, t - k - 1], UL[m, m - s, k - m]
+                        for c in range(M):
+                            tot[c] += fct * y_row[c] * u[c]
+                mx = 0.0
+                for c in range(M):
+                    if not tot[c] >= THRESHOLD:
+                        ok = False
+                    if tot[c] > mx:
+                        mx = tot[c]
+                if not ok:
+                    break
+                for c in range(M):
+                    CLv[s, w, c] = tot[c] / mx
+                CLs[s, w] = top + np.log(mx)
+            if not ok:
+                break
+        if not ok:
+            continue
+        # -- the tail: T[i] = CR[i, n] for n - i <= K, then the rows below
+        tail = n > Kn
+        if tail:
+            for i in range(n - Kn, n + 1):
+                for a in range(M):
+                    Tv[i, a] = CRv[i, n - i, a]
+                Ts[i] = CRs[i, n - i]
+            for m in range(n - 1, 0, -1):
+                # the subtrees zT(j, m) = CL[j, m] * T[m] (T[m] is done: m > i for every row i below)
+                for e in range(Kn):
+                    j = m - e
+                    if j < 1:
+                        break
+                    mx = 0.0
+                    for c in range(M):
+                        v = CLv[j, e, c] * Tv[m, c]
+                        ZTv[m, e, c] = v
+                        if v > mx:
+                            mx = v
+                    if not mx >= THRESHOLD:
+                        ok = False
+                        break
+                    for c in range(M):
+                        ZTv[m, e, c] /= mx
+                    ZTs[m, e] = CLs[j, e] + Ts[m] + np.log(mx)
+                    z = ZTv[m, e]
+                    if j >= 2:
+                        for a in range(M):
+                            s_ = 0.0
+                            for c in range(M):
+                                s_ += R[a, c] * z[c]
+                            UT[m, e, a] = s_
+                            if not s_ >= THRESHOLD:
+                                ok = False
+                    if m <= Kn:
+                        s_ = 0.0
+                        for c in range(M):
+                            s_ += root[c] * z[c]
+                        UT0[m, e] = s_
+                        if not s_ >= THRESHOLD:
+                            ok = False
+                if not ok:
+                    break
+                i = m - 1
+                if i > n - Kn - 1:  # T[i] is CR[i, n]
+                    continue
+                # T[i][a] = sum_{m = i+1..i+K} bR(m - i) sum_{k = i..m-1} CR[i, k][a] uT(k+1, m)[a]
+                top = neg
+                q = 0
+                for m in range(i + 1, i + Kn + 1):
+                    for k in range(i, m):
+                        g = CRs[i, k - i] + ZTs[m, m - k - 1] + (tops[2] if i == 0 else logb[0, m - i] + tops[0])
+                        wts[q] = g
+                        q += 1
+                        if g > top:
+                            top = g
+                for a in range(M):
+                    tot[a] = 0.0
+                q = 0
+                for m in range(i + 1, i + Kn + 1):
+                    for k in range(i, m):
+                        fct = np.exp(wts[q] - top)
+                        q += 1
+                        x_row = CRv[i, k - i]
+                        if i == 0:
+                            tot[0] += fct * x_row[0] * UT0[m, m - k - 1]
+                        else:
+                            u = UT[m, m - k - 1]
+                            for a in range(M):
+                                tot[a] += fct * x_row[a] * u[a]
+                ah = 1 if i == 0 else M
+                mx = 0.0
+                for a in range(ah):
+                    if not tot[a] >= THRESHOLD:
+                        ok = False
+                    if tot[a] > mx:
+                        mx = tot[a]
+                if not ok:
+                    break
+                for a in range(M):
+                    Tv[i, a] = tot[a] / mx if a < ah else 0.0
+                Ts[i] = top + np.log(mx)
+            if not ok:
+                continue
+            log_z[b] = np.log(Tv[0, 0]) + Ts[0]
+        else:
+            log_z[b] = np.log(CRv[0, n, 0]) + CRs[0, n]
+        if not np.isfinite(log_z[b]):
+            continue
+        if not with_grad:
+            done[b] = True
+            continue
+        if with_table:
+            GR[:] = 0.0
+            GL[:] = 0.0
+            G0[:] = 0.0
+        Gb[:] = 0.0
+        # == reverse: the flows ==========================================================================
+        gCR[: n + 1] = 0.0
+        gCL[: n + 1] = 0.0
+        gUR[: n + 1] = 0.0
+        gUL[: n + 1] = 0.0
+        gU0[: n + 1] = 0.0
+        if tail:
+            gT[: n + 1] = 0.0
+            gUT[: n + 1] = 0.0
+            gUT0[: n + 1] = 0.0
+            gT[0, 0] = 1.0
+            for i in range(0, n - 1):
+                if i <= n - Kn - 1:  # share T[i]'s flow among its terms (the same frame as the inside)
+                    top = neg
+                    q = 0
+                    for m in range(i + 1, i + Kn + 1):
+                        for k in range(i, m):
+                            g = CRs[i, k - i] + ZTs[m, m - k - 1] + (tops[2] if i == 0 else logb[0, m - i] + tops[0])
+                            wts[q] = g
+                            q += 1
+                            if g > top:
+                                top = g
+                    shift = np.exp(top - Ts[i])  # the terms relative to T[i]'s values
+                    q = 0
+                    for m in range(i + 1, i + Kn + 1):
+                        for k in range(i, m):
+                            fct = np.exp(wts[q] - top) * shift
+                            q += 1
+                            if i == 0:
+                                r = fct * CRv[0, k, 0] * UT0[m, m - k - 1] / Tv[0, 0] * gT[0, 0]
+                                gCR[0, k, 0] += r
+                                gUT0[m, m - k - 1] += r
+                            else:
+                                u, gu = UT[m, m - k - 1], gUT[m, m - k - 1]
+                                mass = 0.0
+                                for a in range(M):
+                                    if gT[i, a] != 0.0:
+                                        r = fct * CRv[i, k - i, a] * u[a] / Tv[i, a] * gT[i, a]
+                                        gCR[i, k - i, a] += r
+                                        gu[a] += r
+                                        mass += r
+                                Gb[0, m - i] += mass
+                # the subtrees zT(i + 1, m) are complete now (every row that hangs them, i and below, is done)
+                j = i + 1
+                for m in range(j, min(j + Kn, n)):
+                    e = m - j
+                    z = ZTv[m, e]
+                    r0 = gUT0[m, e] / UT0[m, e] if m <= Kn and gUT0[m, e] != 0.0 else 0.0
+                    if j >= 2:  # flow(z)[c] = z[c] (sum_a R[a, c] flow(u)[a] / u[a] + root[c] flow(u0) / u0)
+                        u, gu = UT[m, e], gUT[m, e]
+                        for a in range(M):
+                            rho[a] = gu[a] / u[a]
+                        for c in range(M):
+                            row = RT[c]
+                            acc_ = 0.0
+                            for a in range(M):
+                                acc_ += row[a] * rho[a]
+                            fz = z[c] * (acc_ + r0 * root[c])
+                            gCL[j, e, c] += fz
+                            gT[m, c] += fz
+                        if with_table:  # the arcs' masses: rho[a] R[a, c] z[c]
+                            for a in range(M):
+                                ra, row = rho[a], GR[a]
+                                for c in range(M):
+                                    row[c] += ra * z[c]
+                    else:
+                        for c in range(M):
+                            fz = z[c] * r0 * root[c]
+                            gCL[j, e, c] += fz
+                            gT[m, c] += fz
+                    if with_table and r0 != 0.0:
+                        for c in range(M):
+                            G0[c] += r0 * z[c]
+            for i in range(n - Kn, n + 1):
+                for a in range(M):
+                    gCR[i, n - i, a] += gT[i, a]
+        else:
+            gCR[0, n, 0] = 1.0
+        for w in range(Kn, 0, -1):
+            for s in range(0, n - w + 1):
+                t = s + w
+                # CR[s, t]'s flow to its terms
+                top = neg
+                i = 0
+                for m in range(s + 1, t + 1):
+                    for k in range(s, m):
+                        g = (CRs[s, k - s] + Zs[m, m - k - 1, t - m] + (tops[2] if s == 0 else logb[0, m - s] + tops[0]))
+                        wts[i] = g
+                        i += 1
+                        if g > top:
+                            top = g
+                shift = np.exp(top - CRs[s, w])
+                i = 0
+                for m in range(s + 1, t + 1):
+                    for k in range(s, m):
+                        fct = np.exp(wts[i] - top) * shift
+                        i += 1
+                        e, f = m - k - 1, t - m
+                        if s == 0:
+                            if gCR[0, w, 0] != 0.0:
+                                r = fct * CRv[0, k, 0] * U0[m, e, f] / CRv[0, w, 0] * gCR[0, w, 0]
+                                gCR[0, k, 0] += r
+                                gU0[m, e, f] += r
+                        else:
+                            u, gu, x_row, g_row = UR[m, e, f], gUR[m, e, f], CRv[s, k - s], gCR[s, k - s]
+                            y_row, gy = CRv[s, w], gCR[s, w]
+                            mass = 0.0
+                            for a in range(M):
+                                r = fct * x_row[a] * u[a] / y_row[a] * gy[a]
+                                g_row[a] += r
+                                gu[a] += r
+                                mass += r
+                            Gb[0, m - s] += mass
+                if s == 0:
+                    continue
+                # CL[s, t]'s flow to its terms
+                top = neg
+                i = 0
+                for m in range(s, t):
+                    for k in range(m, t):
+                        g = CLs[k + 1, t - k - 1] + Zs[m, m - s, k - m] + logb[1, t - m] + tops[1]
+                        wts[i] = g
+                        i += 1
+                        if g > top:
+                            top = g
+                shift = np.exp(top - CLs[s, w])
+                i = 0
+                for m in range(s, t):
+                    for k in range(m, t):
+                        fct = np.exp(wts[i] - top) * shift
+                        i += 1
+                        u, gu = UL[m, m - s, k - m], gUL[m, m - s, k - m]
+                        y_row, g_row = CLv[k + 1, t - k - 1], gCL[k + 1, t - k - 1]
+                        x_row, gx = CLv[s, w], gCL[s, w]
+                        mass = 0.0
+                        for c in range(M):
+                            r = fct * y_row[c] * u[c] / x_row[c] * gx[c]
+                            g_row[c] += r
+                            gu[c] += r
+                            mass += r
+                        Gb[1, t - m] += mass
+            # the subtrees of total width w - 1 are complete: their flows to CL[j, m] and CR[m, t]
+            W = w - 1
+            for m in range(1, n + 1):
+                for e in range(W + 1):
+                    f = W - e
+                    j, t = m - e, m + f
+                    if j < 1 or t > n:
+                        continue
+                    z = Zv[m, e, f]
+                    # flow(z)[c] = z[c] (sum_a R[a, c] flow(uR)[a] / uR[a] + L[a, c] flow(uL)[a] / uL[a] + root[c] ...)
+                    r0 = gU0[m, e, f] / U0[m, e, f] if m <= Kn and gU0[m, e, f] != 0.0 else 0.0
+                    right, left = j >= 2, t < n and t + 1 <= j + Kn
+                    for a in range(M):
+                        rho[a] = gUR[m, e, f, a] / UR[m, e, f, a] if right else 0.0
+                        acc[a] = gUL[m, e, f, a] / UL[m, e, f, a] if left else 0.0
+                    for c in range(M):
+                        row_r, row_l = RT[c], LT[c]
+                        acc_ = 0.0
+                        for a in range(M):
+                            acc_ += row_r[a] * rho[a] + row_l[a] * acc[a]
+                        fz = z[c] * (acc_ + r0 * root[c])
+                        gCL[j, e, c] += fz
+                        gCR[m, f, c] += fz
+                    if with_table:  # the arcs' masses: rho[a] R[a, c] z[c], acc[h] L[h, a] z[a], r0 root[c] z[c]
+                        for a in range(M):
+                            ra, la, row_r, row_l = rho[a], acc[a], GR[a], GL[a]
+                            for c in range(M):
+                                row_r[c] += ra * z[c]
+                                row_l[c] += la * z[c]
+                        if r0 != 0.0:
+                            for c in range(M):
+                                G0[c] += r0 * z[c]
+        for m in range(1, n + 1):
+            for c in range(M):
+                labels[o + m - 1, c] = gCL[m, 0, c]
+        if with_table:
+            for a in range(M):
+                grad_table[b, 0, 0, a] = G0[a] * root[a]
+                grad_table[b, 1, 0, a] = 0.0
+                for c in range(M):
+                    grad_table[b, 0, 1 + a, c] = GR[a, c] * R[a, c]
+                    grad_table[b, 1, 1 + a, c] = GL[a, c] * L[a, c]
+        if with_bias:
+            grad_bias[b] = 0.0
+            for d in range(1, Kn + 1):
+                col = min(d, Kb) - 1
+                grad_bias[b, 0, col] += Gb[0, d]
+                grad_bias[b, 1, col] += Gb[1, d]
+        done[b] = True
