@@ -111,6 +111,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
     tot, rho, acc = np.zeros(M), np.zeros(M), np.zeros(M)
     wts = np.zeros((K + 1) * (K + 1))  # the terms' frame factors of one total
+    # each total's terms' factors exp(g - top) and its top, kept for the reverse pass: CR, CL [start, width, term]
+    # and the tail's rows [i, term]
+    FR, FL, FT = np.zeros((P, K + 1, (K + 1) * (K + 1))), np.zeros((P, K + 1, (K + 1) * (K + 1))), np.zeros((P, (K + 1) * (K + 1)))
+    TRt, TLt, TTt = np.zeros((P, K + 1)), np.zeros((P, K + 1)), np.zeros(P)
+    qv = np.zeros(M)  # flow(item) / item, per label
     with_table, with_bias = grad_table.shape[0] > 0, grad_bias.shape[0] > 0 and Kb > 0
     GR, GL, G0 = np.zeros((M, M)), np.zeros((M, M)), np.zeros(M)  # sum of mass(u)[a] / u[a] * z[c] per table
     Gb = np.zeros((2, K + 1))  # the mass of the terms of each arc length and direction
@@ -214,9 +219,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                 for c in range(M):
                     tot[c] = 0.0
                 i = 0
+                TRt[s, w] = top
                 for m in range(s + 1, t + 1):
                     for k in range(s, m):
                         fct = np.exp(wts[i] - top)
+                        FR[s, w, i] = fct
                         i += 1
                         x_row = CRv[s, k - s]
                         if s == 0:
@@ -252,9 +259,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                 for c in range(M):
                     tot[c] = 0.0
                 i = 0
+                TLt[s, w] = top
                 for m in range(s, t):
                     for k in range(m, t):
                         fct = np.exp(wts[i] - top)
+                        FL[s, w, i] = fct
                         i += 1
                         y_row, u = CLv[k + 1, t - k - 1], UL[m, m - s, k - m]
                         for c in range(M):
@@ -333,9 +342,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                 for a in range(M):
                     tot[a] = 0.0
                 q = 0
+                TTt[i] = top
                 for m in range(i + 1, i + Kn + 1):
                     for k in range(i, m):
                         fct = np.exp(wts[q] - top)
+                        FT[i, q] = fct
                         q += 1
                         x_row = CRv[i, k - i]
                         if i == 0:
@@ -383,21 +394,14 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
             gUT0[: n + 1] = 0.0
             gT[0, 0] = 1.0
             for i in range(0, n - 1):
-                if i <= n - Kn - 1:  # share T[i]'s flow among its terms (the same frame as the inside)
-                    top = neg
+                if i <= n - Kn - 1:  # share T[i]'s flow among its terms (the inside's factors)
+                    shift = np.exp(TTt[i] - Ts[i])  # the terms relative to T[i]'s values
+                    for a in range(M):
+                        qv[a] = gT[i, a] / Tv[i, a] if i > 0 else 0.0
                     q = 0
                     for m in range(i + 1, i + Kn + 1):
                         for k in range(i, m):
-                            g = CRs[i, k - i] + ZTs[m, m - k - 1] + (tops[2] if i == 0 else logb[0, m - i] + tops[0])
-                            wts[q] = g
-                            q += 1
-                            if g > top:
-                                top = g
-                    shift = np.exp(top - Ts[i])  # the terms relative to T[i]'s values
-                    q = 0
-                    for m in range(i + 1, i + Kn + 1):
-                        for k in range(i, m):
-                            fct = np.exp(wts[q] - top) * shift
+                            fct = FT[i, q] * shift
                             q += 1
                             if i == 0:
                                 r = fct * CRv[0, k, 0] * UT0[m, m - k - 1] / Tv[0, 0] * gT[0, 0]
@@ -406,12 +410,12 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                             else:
                                 u, gu = UT[m, m - k - 1], gUT[m, m - k - 1]
                                 mass = 0.0
+                                x_row, g_row = CRv[i, k - i], gCR[i, k - i]
                                 for a in range(M):
-                                    if gT[i, a] != 0.0:
-                                        r = fct * CRv[i, k - i, a] * u[a] / Tv[i, a] * gT[i, a]
-                                        gCR[i, k - i, a] += r
-                                        gu[a] += r
-                                        mass += r
+                                    r = fct * x_row[a] * u[a] * qv[a]
+                                    g_row[a] += r
+                                    gu[a] += r
+                                    mass += r
                                 Gb[0, m - i] += mass
                 # the subtrees zT(i + 1, m) are complete now (every row that hangs them, i and below, is done)
                 j = i + 1
@@ -452,21 +456,16 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
         for w in range(Kn, 0, -1):
             for s in range(0, n - w + 1):
                 t = s + w
-                # CR[s, t]'s flow to its terms
-                top = neg
+                # CR[s, t]'s flow to its terms (the inside's factors)
+                shift = np.exp(TRt[s, w] - CRs[s, w])
+                if s > 0:
+                    y_row, gy = CRv[s, w], gCR[s, w]
+                    for a in range(M):
+                        qv[a] = gy[a] / y_row[a]
                 i = 0
                 for m in range(s + 1, t + 1):
                     for k in range(s, m):
-                        g = (CRs[s, k - s] + Zs[m, m - k - 1, t - m] + (tops[2] if s == 0 else logb[0, m - s] + tops[0]))
-                        wts[i] = g
-                        i += 1
-                        if g > top:
-                            top = g
-                shift = np.exp(top - CRs[s, w])
-                i = 0
-                for m in range(s + 1, t + 1):
-                    for k in range(s, m):
-                        fct = np.exp(wts[i] - top) * shift
+                        fct = FR[s, w, i] * shift
                         i += 1
                         e, f = m - k - 1, t - m
                         if s == 0:
@@ -476,38 +475,30 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                                 gU0[m, e, f] += r
                         else:
                             u, gu, x_row, g_row = UR[m, e, f], gUR[m, e, f], CRv[s, k - s], gCR[s, k - s]
-                            y_row, gy = CRv[s, w], gCR[s, w]
                             mass = 0.0
                             for a in range(M):
-                                r = fct * x_row[a] * u[a] / y_row[a] * gy[a]
+                                r = fct * x_row[a] * u[a] * qv[a]
                                 g_row[a] += r
                                 gu[a] += r
                                 mass += r
                             Gb[0, m - s] += mass
                 if s == 0:
                     continue
-                # CL[s, t]'s flow to its terms
-                top = neg
+                # CL[s, t]'s flow to its terms (the inside's factors)
+                shift = np.exp(TLt[s, w] - CLs[s, w])
+                x_row, gx = CLv[s, w], gCL[s, w]
+                for c in range(M):
+                    qv[c] = gx[c] / x_row[c]
                 i = 0
                 for m in range(s, t):
                     for k in range(m, t):
-                        g = CLs[k + 1, t - k - 1] + Zs[m, m - s, k - m] + logb[1, t - m] + tops[1]
-                        wts[i] = g
-                        i += 1
-                        if g > top:
-                            top = g
-                shift = np.exp(top - CLs[s, w])
-                i = 0
-                for m in range(s, t):
-                    for k in range(m, t):
-                        fct = np.exp(wts[i] - top) * shift
+                        fct = FL[s, w, i] * shift
                         i += 1
                         u, gu = UL[m, m - s, k - m], gUL[m, m - s, k - m]
                         y_row, g_row = CLv[k + 1, t - k - 1], gCL[k + 1, t - k - 1]
-                        x_row, gx = CLv[s, w], gCL[s, w]
                         mass = 0.0
                         for c in range(M):
-                            r = fct * y_row[c] * u[c] / x_row[c] * gx[c]
+                            r = fct * y_row[c] * u[c] * qv[c]
                             g_row[c] += r
                             gu[c] += r
                             mass += r

@@ -1,16 +1,23 @@
-"""How fast the NLDM's label marginals could be on this CPU: the compiled inside and inside-outside passes
-of the latent tree beside the rate of their two inner loops alone.
+"""How fast the NLDM's label marginals could be on this CPU: the tree's two compiled recurrences on factored
+scores, each timed beside its multiply-adds at the rate of the inner loops alone.
 
     OMP_NUM_THREADS=1 python -m projects.paper.scripts.kernel_floor
 
-The kernel (``spacy_nldm.structs.compiled``) runs on factored scores of the shape ``nldm_tagger`` tags with
-(M = 25 labels, arcs up to k = 3 tokens long, batches of 256 sentences of 5 to 30 tokens). Its inside pass does,
-for each token, sum_{w=1..k} (3 w + 2) M^2 multiply-adds for the items of width w (the splits' outer
-products, the arcs' elementwise products, the complete items' matrix-vector products) and k M^2 more for the
-tail items: 27 M^2 at k = 3. The two loops it is made of (an (M, M) matrix times a vector, an (M, M) rank-one
-update) are timed alone in L1, compiled by numba as the kernel is. Their rate bounds what any rewrite of the
-same recurrence in this language reaches: the printed floor is the inside pass's multiply-adds at that rate,
-and twice that for the label marginals (the outside pass does at least as many multiply-adds as the inside).
+Both run on factored scores of the shape ``nldm_tagger`` tags with (M = 25 labels, arcs up to k = 3 tokens
+long, batches of 256 sentences of 5 to 30 tokens):
+
+- the item-by-item loop (``spacy_nldm.structs.compiled.inside_outside_factored``, what the factored lane hands
+  a sentence to when a total could lose digits): its inside pass does, for each token, sum_{w=1..k} (3 w + 2)
+  M^2 multiply-adds for the items of width w (the splits' outer products, the arcs' elementwise products, the
+  complete items' matrix-vector products) and k M^2 more for the tail items: 27 M^2 at k = 3;
+- the subtree messages (``spacy_nldm.structs.compiled_subtrees``, the factored lane's own): k (k + 1) / 2
+  subtrees a token, each hung by two matrix-vector products (to a head on its left and on its right), and k
+  more products in the tail: 15 M^2 at k = 3, plus the complete items' elementwise sums (26 M).
+
+The two loops they are made of (an (M, M) matrix times a vector, an (M, M) rank-one update) are timed alone
+in L1, compiled by numba as the kernels are. Their rate bounds what any rewrite of the same recurrence in this
+language reaches: the printed floor is the inside pass's multiply-adds at the faster rate, and twice that for
+the label marginals (each reverse pass does at least as many multiply-adds as its inside).
 """
 import time
 
@@ -31,6 +38,35 @@ def inside_macs(n: int, K: int, M: int) -> int:
             total += w * ah * M + ah * M + w * ah * M + (M * M + w * M * M if s > 0 else 0)
     if n > K:
         total += sum(K * (1 if i == 0 else M) * M for i in range(n - K))
+    return total
+
+
+def subtree_macs(n: int, K: int, M: int) -> int:
+    """Multiply-adds of the subtree messages' inside pass on one sentence of n tokens (the kernel's loops,
+    counted): each subtree z(m - e, m, m + f) (e + f < k) is hung by M^2 to a head on its left (one exists from
+    its start's second token on) and M^2 to a head on its right (one exists within k of its start, before the
+    end), and by M to the root (m <= k); each complete item of width w sums w (w + 1) / 2 terms of M; with a
+    tail (n > k), each tail subtree (a left item of m times the tail's T[m]) costs the same to its left, and
+    each tail row sums k (k + 1) / 2 terms of M."""
+    K = min(K, n)
+    total = 0
+    for m in range(1, n + 1):
+        for W in range(K):
+            for e in range(W + 1):
+                j, t = m - e, m + W - e
+                if j < 1 or t > n:
+                    continue
+                total += (M * M if j >= 2 else 0) + (M * M if t < n and t + 1 <= j + K else 0) + (M if m <= K else 0)
+    for w in range(1, K + 1):
+        terms = w * (w + 1) // 2
+        total += (n - w + 1) * terms * M + (n - w) * terms * M  # CR (the root's included), CL
+    if n > K:
+        for m in range(1, n):
+            for e in range(K):
+                if m - e < 1:
+                    break
+                total += (M * M if m - e >= 2 else 0) + (M if m <= K else 0)
+        total += (n - K) * (K * (K + 1) // 2) * M
     return total
 
 
@@ -72,7 +108,7 @@ def loop_rates(M: int, reps: int = 200_000):
 def main(labels: int = typer.Option(25, help="M, the labels"), max_dist: int = typer.Option(3, help="k, the longest arc"),
          batch: int = typer.Option(256, help="Sentences a batch"), longest: int = typer.Option(30, help="Longest sentence"),
          repeats: int = typer.Option(5, help="Timed calls; the fastest counts")) -> None:
-    from spacy_nldm.structs import compiled
+    from spacy_nldm.structs import compiled, compiled_subtrees
 
     torch.set_num_threads(1)
     M, K = labels, max_dist
@@ -81,30 +117,42 @@ def main(labels: int = typer.Option(25, help="M, the labels"), max_dist: int = t
     emissions = torch.randn(batch, longest, M, generator=g, dtype=torch.float64) * 3
     table = torch.randn(2, M + 1, M, generator=g, dtype=torch.float64)
     tokens = int(lengths.sum())
-    timed = {}
-    for name, with_grad in (("inside (log Z)", False), ("inside-outside (label marginals)", True)):
-        run = lambda: compiled.inside_outside_factored(emissions, table, None, lengths, K, with_grad,  # noqa: E731
-                                                       labels_only=True)
-        run()
-        best = float("inf")
-        for _ in range(repeats):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-        timed[name] = best / tokens
-    macs = sum(inside_macs(int(n), K, M) for n in lengths) / tokens  # the inside pass's, a token
+    real = torch.arange(longest)[None, :] < lengths[:, None]
+    packed = np.ascontiguousarray(emissions[real].numpy())
+    lens = lengths.numpy().astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
+
+    def subtrees(with_grad: bool) -> None:
+        done = np.zeros(batch, dtype=np.bool_)
+        compiled_subtrees.inside_outside(packed, table.numpy(), np.zeros((2, 0)), offsets, lens, K, compiled.THRESHOLD,
+                                         with_grad, np.zeros(batch), done, np.zeros(packed.shape),
+                                         np.zeros((0, 2, 1, 1)), np.zeros((0, 2, 0)))
+        assert done.all(), "every sentence is the subtree messages' own at this scale"
+
+    kernels = {
+        "item by item": (lambda with_grad: compiled.inside_outside_factored(emissions, table, None, lengths, K,
+                                                                             with_grad, labels_only=True),
+                         sum(inside_macs(int(n), K, M) for n in lengths) / tokens),
+        "subtree messages": (subtrees, sum(subtree_macs(int(n), K, M) for n in lengths) / tokens),
+    }
     rates = loop_rates(M)
     fastest = max(rates.values())
-    print(f"M = {M}, k = {K}, {batch} sentences, {tokens} tokens; inside pass: {macs:.0f} multiply-adds a token")
-    print("| measured | us a token | multiply-adds per second |")
-    print("|---|---|---|")
-    for name, seconds in timed.items():
-        done = macs * (1 if name.startswith("inside (") else 2)
-        print(f"| kernel, {name} | {seconds * 1e6:.2f} | {done / seconds / 1e9:.2f} G |")
+    print(f"M = {M}, k = {K}, {batch} sentences, {tokens} tokens")
+    print("| kernel | inside multiply-adds a token | pass | us a token | multiply-adds per second | floor, us a token |")
+    print("|---|---|---|---|---|---|")
+    for kernel, (run, macs) in kernels.items():
+        for name, with_grad in (("inside (log Z)", False), ("inside and reverse (label marginals)", True)):
+            run(with_grad)
+            best = float("inf")
+            for _ in range(repeats):
+                start = time.perf_counter()
+                run(with_grad)
+                best = min(best, time.perf_counter() - start)
+            done = macs * (2 if with_grad else 1)
+            print(f"| {kernel} | {macs:.0f} | {name} | {best / tokens * 1e6:.2f} | "
+                  f"{done * tokens / best / 1e9:.2f} G | {done / fastest * 1e6:.2f} |")
     for name, rate in rates.items():
-        print(f"| loop alone: {name} | - | {rate / 1e9:.2f} G |")
-    print(f"floor at the faster loop's rate: inside {macs / fastest * 1e6:.2f} us a token, "
-          f"label marginals {2 * macs / fastest * 1e6:.2f} us a token")
+        print(f"loop alone: {name}: {rate / 1e9:.2f} G multiply-adds a second")
 
 
 if __name__ == "__main__":
