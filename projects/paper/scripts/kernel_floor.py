@@ -17,7 +17,8 @@ long, batches of 256 sentences of 5 to 30 tokens):
 The two loops they are made of (an (M, M) matrix times a vector, an (M, M) rank-one update) are timed alone
 in L1, compiled by numba as the kernels are. Their rate bounds what any rewrite of the same recurrence in this
 language reaches: the printed floor is the inside pass's multiply-adds at the faster rate, and twice that for
-the label marginals (each reverse pass does at least as many multiply-adds as its inside).
+the label marginals (each reverse pass does at least as many multiply-adds as its inside). The training pass
+(the table's gradient besides) is timed too; its rate column counts the marginals' multiply-adds only.
 """
 import time
 
@@ -122,17 +123,18 @@ def main(labels: int = typer.Option(25, help="M, the labels"), max_dist: int = t
     lens = lengths.numpy().astype(np.int64)
     offsets = np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)
 
-    def subtrees(with_grad: bool) -> None:
+    def subtrees(with_grad: bool, params: bool) -> None:
         done = np.zeros(batch, dtype=np.bool_)
         compiled_subtrees.inside_outside(packed, table.numpy(), np.zeros((2, 0)), offsets, lens, K, compiled.THRESHOLD,
                                          with_grad, np.zeros(batch), done, np.zeros(packed.shape),
-                                         np.zeros((0, 2, 1, 1)), np.zeros((0, 2, 0)))
+                                         np.zeros((batch, 2, M + 1, M) if params else (0, 2, 1, 1)),
+                                         np.zeros((0, 2, 0)))
         assert done.all(), "every sentence is the subtree messages' own at this scale"
 
     kernels = {
-        "item by item": (lambda with_grad: compiled.inside_outside_factored(emissions, table, None, lengths, K,
-                                                                             with_grad, labels_only=True),
-                         sum(inside_macs(int(n), K, M) for n in lengths) / tokens),
+        "item by item": (lambda with_grad, params: compiled.inside_outside_factored(
+            emissions, table, None, lengths, K, with_grad, labels_only=not params),
+            sum(inside_macs(int(n), K, M) for n in lengths) / tokens),
         "subtree messages": (subtrees, sum(subtree_macs(int(n), K, M) for n in lengths) / tokens),
     }
     rates = loop_rates(M)
@@ -141,16 +143,19 @@ def main(labels: int = typer.Option(25, help="M, the labels"), max_dist: int = t
     print("| kernel | inside multiply-adds a token | pass | us a token | multiply-adds per second | floor, us a token |")
     print("|---|---|---|---|---|---|")
     for kernel, (run, macs) in kernels.items():
-        for name, with_grad in (("inside (log Z)", False), ("inside and reverse (label marginals)", True)):
-            run(with_grad)
+        for name, with_grad, params in (("inside (log Z)", False, False),
+                                        ("inside and reverse (label marginals)", True, False),
+                                        ("and the table's gradient (training)", True, True)):
+            run(with_grad, params)
             best = float("inf")
             for _ in range(repeats):
                 start = time.perf_counter()
-                run(with_grad)
+                run(with_grad, params)
                 best = min(best, time.perf_counter() - start)
             done = macs * (2 if with_grad else 1)
+            floor = f"{done / fastest * 1e6:.2f}" if not params else "-"
             print(f"| {kernel} | {macs:.0f} | {name} | {best / tokens * 1e6:.2f} | "
-                  f"{done * tokens / best / 1e9:.2f} G | {done / fastest * 1e6:.2f} |")
+                  f"{done * tokens / best / 1e9:.2f} G | {floor} |")
     for name, rate in rates.items():
         print(f"loop alone: {name}: {rate / 1e9:.2f} G multiply-adds a second")
 
