@@ -354,9 +354,9 @@ def test_a_masked_factored_gradient_against_finite_differences():
 @pytest.mark.parametrize("k", [1, 2, 3, 6])
 def test_the_subtree_messages_give_the_label_marginals_or_hand_the_sentence_back(scale, k):
     """compiled_subtrees.inside_outside on factored scores: every sentence it reports done has the reference's
-    log Z and label marginals (float64, to 1e-9); at the small scales it does every sentence; a sentence with an
-    emission of -inf (a label left out) is handed back; and the public label_marginals, which computes the
-    handed-back sentences by the item-by-item kernel, matches the reference whatever was handed back."""
+    log Z and label marginals (float64, to 1e-9); at the small scales it does every sentence, one with an
+    emission of -inf (a label left out) too; at the largest it hands some back; and the public label_marginals,
+    which computes the handed-back sentences by the item-by-item kernel, matches the reference either way."""
     import numpy as np
     from spacy_nldm.structs import compiled, compiled_subtrees
 
@@ -374,7 +374,10 @@ def test_the_subtree_messages_give_the_label_marginals_or_hand_the_sentence_back
                                      offsets, lengths.numpy().astype(np.int64), k, compiled.THRESHOLD, True, log_z, done,
                                      labels, np.zeros((0, 2, 1, 1)), np.zeros((0, 2, 0)))
     done = torch.from_numpy(done)
-    assert not bool(done[2]) and (bool(done[[0, 1, 3]].all()) or scale > 5.0)
+    if scale <= 5.0:  # every sentence, the one with a label left out (-inf) too
+        assert bool(done.all())
+    elif scale >= 5000.0:  # scores thousands of nats apart: totals that could lose digits are handed back
+        assert not bool(done.all())
     mine = (real & done[:, None])[real]
     torch.testing.assert_close(torch.from_numpy(labels)[mine], want[real & done[:, None]], rtol=0, atol=1e-9)
     torch.testing.assert_close(torch.from_numpy(log_z)[done], want_z[done], rtol=1e-12, atol=1e-9 * scale)

@@ -29,7 +29,8 @@ u[a]. The flow of CL[m, m][c] is P(y_m = c). Flows are ratios, so they need no s
 Items are held as values and a float64 shift (item = values * exp(shift)). A total below ``THRESHOLD`` in its
 frame (its largest possible term is 1, times the labels for a product's row) could have lost digits: the
 sentence is then reported as not done, and the caller computes it by :mod:`.compiled`, exact at any scale. So
-are sentences with a score that is not finite.
+are sentences with a NaN or +inf score, or a token that allows no label. An emission of -inf (a label left out by
+a label mask) is an exact 0 in the token's left items, which the checks know.
 """
 import numpy as np
 
@@ -116,6 +117,9 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     FR, FL, FT = np.zeros((P, K + 1, (K + 1) * (K + 1))), np.zeros((P, K + 1, (K + 1) * (K + 1))), np.zeros((P, (K + 1) * (K + 1)))
     TRt, TLt, TTt = np.zeros((P, K + 1)), np.zeros((P, K + 1)), np.zeros(P)
     qv = np.zeros(M)  # flow(item) / item, per label
+    # dead[m, c]: token m cannot take label c (its emission is -inf: a label mask). Every left item headed at m is
+    # then an exact 0 at c, which is structure, not underflow: its total is not checked there
+    dead = np.zeros((P, M), np.bool_)
     with_table, with_bias = grad_table.shape[0] > 0, grad_bias.shape[0] > 0 and Kb > 0
     GR, GL, G0 = np.zeros((M, M)), np.zeros((M, M)), np.zeros(M)  # sum of mass(u)[a] / u[a] * z[c] per table
     Gb = np.zeros((2, K + 1))  # the mass of the terms of each arc length and direction
@@ -134,13 +138,16 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
             top = neg
             for c in range(M):
                 v = Fe[o + m - 1, c]
-                if not np.isfinite(v):
+                if v != v or v == np.inf:  # NaN or +inf: the item-by-item loop names it
                     ok = False
+                dead[m, c] = v == neg
                 if v > top:
                     top = v
+            if top == neg:  # no label possible
+                ok = False
             for c in range(M):
                 CRv[m, 0, c] = 1.0
-                CLv[m, 0, c] = np.exp(Fe[o + m - 1, c] - top)
+                CLv[m, 0, c] = np.exp(Fe[o + m - 1, c] - top)  # an exact 0 for a label left out (-inf)
             CRs[m, 0], CLs[m, 0] = 0.0, top
         if not ok:
             continue
@@ -270,7 +277,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                             tot[c] += fct * y_row[c] * u[c]
                 mx = 0.0
                 for c in range(M):
-                    if not tot[c] >= THRESHOLD:
+                    if not tot[c] >= THRESHOLD and not dead[t, c]:
                         ok = False
                     if tot[c] > mx:
                         mx = tot[c]
@@ -488,7 +495,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                 shift = np.exp(TLt[s, w] - CLs[s, w])
                 x_row, gx = CLv[s, w], gCL[s, w]
                 for c in range(M):
-                    qv[c] = gx[c] / x_row[c]
+                    qv[c] = gx[c] / x_row[c] if x_row[c] > 0.0 else 0.0
                 i = 0
                 for m in range(s, t):
                     for k in range(m, t):
