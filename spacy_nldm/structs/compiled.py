@@ -38,6 +38,10 @@ Tensor = torch.Tensor
 #: a total below this (relative to its contraction's scale) is recomputed in log space: far above float64's
 #: smallest normal number (2.2e-308), so every term that underflowed or is subnormal is negligible beside it
 THRESHOLD = 1e-280
+#: the longest arcs (``limit``, or the batch's longest sentence if shorter) the subtree messages take: their sums
+#: grow as k^3 M a token (the item-by-item loop's work as k^2 M^2), and from about 12 on the latter is as fast
+#: (``python -m projects.paper.scripts.kernel_floor --max-dist K``: 2-3x faster at k = 3, even at 12, slower at 30)
+SUBTREES_UP_TO = 12
 
 
 def available() -> bool:
@@ -77,9 +81,12 @@ def _factored_pass(emissions: Tensor, table: Tensor, bias: Optional[Tensor], len
                    ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor], Optional[Tensor], Tensor]:
     """:func:`inside_outside_factored`'s results, by the subtree messages (:mod:`.compiled_subtrees`) for the
     sentences they take and by :func:`inside_outside_factored` for those they leave (a total that could have
-    lost digits, a score that is not finite)."""
+    lost digits, a score that is not finite); arcs longer than ``SUBTREES_UP_TO`` go to the latter whole."""
     B, N = emissions.shape[:2]
     M = emissions.shape[-1]
+    longest = int(lengths.max()) if B else 0
+    if min(int(limit), longest) > SUBTREES_UP_TO:
+        return inside_outside_factored(emissions, table, bias, lengths, limit, with_grad, labels_only)
     real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
     packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())  # (T, M)
     tab = np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
