@@ -3,7 +3,6 @@ files of the project's data mirror, see its README.md). No test reads ``../share
 that compare with the full mirror (md5 of the assets) run only where ``SPACY_NLDM_MIRROR`` names it."""
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -60,17 +59,34 @@ def copy_project(dest: Path) -> Path:
     return dest
 
 
-def project_runner(proj: Path) -> Callable[..., str]:
-    """``run(command, *overrides)``: `spacy project run COMMAND` in the project copied to ``proj``, on the
-    miniature mirror with the UD datasets te and it (it has no train file), one thread; its stdout. A failed
-    command fails the test with the end of its output."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+def run_project_command(proj: Path, command: str, *overrides: str) -> None:
+    """`spacy project run COMMAND PROJ --vars.KEY=VALUE ...` from this process (weasel's ``project_run``, what the
+    CLI calls; each of the command's steps runs in a process of its own, one torch thread): the test process
+    has spaCy imported already, which saves an interpreter's start per call. A failed step fails the test
+    (its output is the test's captured output)."""
+    import pytest
+    from weasel.cli.run import project_run
 
-    def run(command: str, *overrides: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(proj),
-                              f"--vars.mirror={MIRROR}", "--vars.ud_datasets=te,it", *overrides],
-                             capture_output=True, text=True, env=env, cwd=proj)
-        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-        return res.stdout
+    values = dict(override[2:].split("=", 1) for override in overrides)
+    threads = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        project_run(proj, command, overrides=values, parent_command="python -m spacy")
+    except SystemExit as stop:
+        pytest.fail(f"`spacy project run {command}` failed (exit {stop.code}): see the captured output")
+    finally:
+        if threads is None:
+            del os.environ["OMP_NUM_THREADS"]
+        else:
+            os.environ["OMP_NUM_THREADS"] = threads
+
+
+def project_runner(proj: Path) -> Callable[..., None]:
+    """``run(command, *overrides)``: `spacy project run COMMAND` in the project copied to ``proj``, on the
+    miniature mirror with the UD datasets te and it (it has no train file), one thread
+    (:func:`run_project_command`)."""
+
+    def run(command: str, *overrides: str) -> None:
+        run_project_command(proj, command, f"--vars.mirror={MIRROR}", "--vars.ud_datasets=te,it", *overrides)
 
     return run

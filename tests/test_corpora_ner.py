@@ -4,10 +4,7 @@ line; --repair reads broken sequences with a warning per line; the real WNUT 201
 root project's `ner` workflow runs on a miniature WNUT mirror."""
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ from spacy.training import biluo_to_iob, offsets_to_biluo_tags
 from spacy.vocab import Vocab
 from typer.testing import CliRunner
 
-from nldm_fixtures import copy_project
+from nldm_fixtures import copy_project, run_project_command
 from spacy_nldm.cli import app
 from spacy_nldm.corpora.conll_ner import NerSentence, entity_offsets
 from spacy_nldm.corpora.errors import ConversionError, ConversionWarning
@@ -235,14 +232,6 @@ def write_mini_wnut(mirror: Path) -> dict:
     return counts
 
 
-def run_project(proj: Path, command: str, mirror: Path, *overrides: str) -> str:
-    res = subprocess.run([sys.executable, "-m", "spacy", "project", "run", command, str(proj),
-                          f"--vars.mirror={mirror}", *overrides], capture_output=True, text=True, cwd=proj,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    return res.stdout
-
-
 def test_project_ner_workflow_trains_and_tests_both_systems(tmp_path):
     """The whole `ner` workflow, two steps per system: ner-corpora keeps every sentence and entity of the three
     WNUT files, the configs come from `spacy init config -p SYSTEM`, the test scores (spaCy's ents_p/r/f and
@@ -251,7 +240,7 @@ def test_project_ner_workflow_trains_and_tests_both_systems(tmp_path):
 
     proj = copy_project(tmp_path / "proj")
     counts = write_mini_wnut(tmp_path / "mirror")
-    run_project(proj, "ner", tmp_path / "mirror", "--vars.ner_steps=2")  # model-best: the evaluation at step 0
+    run_project_command(proj, "ner", f"--vars.mirror={tmp_path / 'mirror'}", "--vars.ner_steps=2")  # model-best: the evaluation at step 0
     for name, split in (("wnut17train.conll", "train"), ("emerging.dev.conll", "dev"),
                         ("emerging.test.annotated", "test")):
         docs = list(DocBin().from_disk(proj / "corpus" / "wnut17" / f"{split}.spacy").get_docs(Vocab()))
