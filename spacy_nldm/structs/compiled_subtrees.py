@@ -50,9 +50,107 @@ def inside_outside(emissions, table, bias, offsets, lengths, limit, threshold, w
     if _compiled is None:
         from numba import njit
 
+        for name in ("_term_factors", "_subtree", "_hang", "_dot", "_store", "_ratios", "_subtree_mass", "_table_mass"):
+            globals()[name] = njit(inline="always", error_model="numpy", fastmath={"reassoc", "contract"})(globals()[name])
         _compiled = njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(_batch)
     _compiled(emissions, table, bias, offsets, lengths, limit, threshold, with_grad, log_z, done, labels, grad_table,
               grad_bias)
+
+
+def _term_factors(logs, count, out):
+    """out[i] = exp(logs[i] - top) for the first ``count`` terms of a total; returns top, the largest (-inf if
+    every term is -inf)."""
+    top = -np.inf
+    for i in range(count):
+        if logs[i] > top:
+            top = logs[i]
+    for i in range(count):
+        out[i] = np.exp(logs[i] - top)
+    return top
+
+
+def _subtree(left, right, out, threshold):
+    """out = left * right (a subtree's vector over its head's label: its left item times its right item), scaled to
+    a largest of 1; the log of the scale, NaN if the largest is below ``threshold``."""
+    mx = 0.0
+    for c in range(out.shape[0]):
+        v = left[c] * right[c]
+        out[c] = v
+        if v > mx:
+            mx = v
+    if not mx >= threshold:
+        return np.nan
+    for c in range(out.shape[0]):
+        out[c] /= mx
+    return np.log(mx)
+
+
+def _hang(A, z, out, threshold):
+    """out = A z: the subtree z's messages to each label of a head (A = R or L); False if one is below
+    ``threshold`` (its terms are at most 1)."""
+    ok = True
+    for a in range(A.shape[0]):
+        row = A[a]
+        total = 0.0
+        for c in range(z.shape[0]):
+            total += row[c] * z[c]
+        out[a] = total
+        if not total >= threshold:
+            ok = False
+    return ok
+
+
+def _dot(x, z):
+    total = 0.0
+    for c in range(z.shape[0]):
+        total += x[c] * z[c]
+    return total
+
+
+def _store(tot, ah, values, dead, threshold):
+    """A complete item's values: the totals of its labels 0..ah-1 (the others 0) scaled to a largest of 1; the log
+    of the scale, NaN if a total is below ``threshold`` where its label is not ``dead`` (an exact 0 there)."""
+    mx = 0.0
+    for a in range(ah):
+        if not tot[a] >= threshold and not dead[a]:
+            return np.nan
+        if tot[a] > mx:
+            mx = tot[a]
+    for a in range(values.shape[0]):
+        values[a] = tot[a] / mx if a < ah else 0.0
+    return np.log(mx)
+
+
+def _ratios(flow, values, sent, out):
+    """out = flow / values, the mass a message brought back per unit of it (0 where the message was not sent)."""
+    for a in range(out.shape[0]):
+        out[a] = flow[a] / values[a] if sent else 0.0
+
+
+def _subtree_mass(z, ratio_r, ratio_l, r0, RT, LT, root, g_left, g_right):
+    """The subtree z's mass, z[c] (sum_a R[a, c] ratio_r[a] + L[a, c] ratio_l[a] + root[c] r0), added to the masses
+    of both its factors (its left and right items)."""
+    for c in range(z.shape[0]):
+        row_r, row_l = RT[c], LT[c]
+        total = 0.0
+        for a in range(row_r.shape[0]):
+            total += row_r[a] * ratio_r[a] + row_l[a] * ratio_l[a]
+        mass = z[c] * (total + r0 * root[c])
+        g_left[c] += mass
+        g_right[c] += mass
+
+
+def _table_mass(z, ratio_r, ratio_l, r0, GR, GL, G0):
+    """The masses of the arcs that hung z, to be multiplied by the table's factors: GR[a, c] += ratio_r[a] z[c],
+    GL[h, c] += ratio_l[h] z[c], G0[c] += r0 z[c]."""
+    for a in range(GR.shape[0]):
+        ra, la, row_r, row_l = ratio_r[a], ratio_l[a], GR[a], GL[a]
+        for c in range(z.shape[0]):
+            row_r[c] += ra * z[c]
+            row_l[c] += la * z[c]
+    if r0 != 0.0:
+        for c in range(z.shape[0]):
+            G0[c] += r0 * z[c]
 
 
 def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, done, labels, grad_table, grad_bias):  # noqa: C901  (one recurrence per block)
@@ -110,7 +208,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     gCR, gCL, gT = np.zeros((P, K + 1, M)), np.zeros((P, K + 1, M)), np.zeros((P, M))
     gUR, gUL, gU0 = np.zeros((P, K, K, M)), np.zeros((P, K, K, M)), np.zeros((P, K, K))
     gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
-    tot, rho, acc = np.zeros(M), np.zeros(M), np.zeros(M)
+    tot, rho, acc, none = np.zeros(M), np.zeros(M), np.zeros(M), np.zeros(M)  # (none: no messages that way)
     wts = np.zeros((K + 1) * (K + 1))  # the terms' frame factors of one total
     # each total's terms' factors exp(g - top) and its top, kept for the reverse pass: CR, CL [start, width, term]
     # and the tail's rows [i, term]
@@ -119,7 +217,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     qv = np.zeros(M)  # flow(item) / item, per label
     # dead[m, c]: token m cannot take label c (its emission is -inf: a label mask). Every left item headed at m is
     # then an exact 0 at c, which is structure, not underflow: its total is not checked there
-    dead = np.zeros((P, M), np.bool_)
+    dead, nothing_dead = np.zeros((P, M), np.bool_), np.zeros(M, np.bool_)
     with_table, with_bias = grad_table.shape[0] > 0, grad_bias.shape[0] > 0 and Kb > 0
     GR, GL, G0 = np.zeros((M, M)), np.zeros((M, M)), np.zeros(M)  # sum of mass(u)[a] / u[a] * z[c] per table
     Gb = np.zeros((2, K + 1))  # the mass of the terms of each arc length and direction
@@ -163,49 +261,20 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     j, t = m - e, m + f
                     if j < 1 or t > n:
                         continue
-                    mx = 0.0
-                    for c in range(M):
-                        v = CLv[j, e, c] * CRv[m, f, c]
-                        Zv[m, e, f, c] = v
-                        if v > mx:
-                            mx = v
-                    if not mx >= THRESHOLD:
+                    scale = _subtree(CLv[j, e], CRv[m, f], Zv[m, e, f], THRESHOLD)
+                    if scale != scale:
                         ok = False
                         break
-                    for c in range(M):
-                        Zv[m, e, f, c] /= mx
-                    Zs[m, e, f] = CLs[j, e] + CRs[m, f] + np.log(mx)
-                    z = Zv[m, e, f]
-                    # the messages: to a head on the left (one in 1..j-1 within K of m), on the right (one in t+1..j+K),
-                    # to the root (an arc 0 -> m)
-                    right, left = j >= 2, t < n and t + 1 <= j + Kn
-                    if right and left:
-                        for a in range(M):
-                            row_r, row_l = R[a], L[a]
-                            s_r = s_l = 0.0
-                            for c in range(M):
-                                s_r += row_r[c] * z[c]
-                                s_l += row_l[c] * z[c]
-                            UR[m, e, f, a], UL[m, e, f, a] = s_r, s_l
-                            if not (s_r >= THRESHOLD and s_l >= THRESHOLD):
-                                ok = False
-                    elif right or left:
-                        A, U = (R, UR) if right else (L, UL)
-                        for a in range(M):
-                            row = A[a]
-                            s_ = 0.0
-                            for c in range(M):
-                                s_ += row[c] * z[c]
-                            U[m, e, f, a] = s_
-                            if not s_ >= THRESHOLD:
-                                ok = False
+                    Zs[m, e, f] = CLs[j, e] + CRs[m, f] + scale
+                    # its messages: to a head on the left (one in 1..j-1 within K of m), on the right (one in
+                    # t+1..j+K), to the root (an arc 0 -> m)
+                    if j >= 2:
+                        ok &= _hang(R, Zv[m, e, f], UR[m, e, f], THRESHOLD)
+                    if t < n and t + 1 <= j + Kn:
+                        ok &= _hang(L, Zv[m, e, f], UL[m, e, f], THRESHOLD)
                     if m <= Kn:
-                        s_ = 0.0
-                        for c in range(M):
-                            s_ += root[c] * z[c]
-                        U0[m, e, f] = s_
-                        if not s_ >= THRESHOLD:
-                            ok = False
+                        U0[m, e, f] = _dot(root, Zv[m, e, f])
+                        ok &= U0[m, e, f] >= THRESHOLD
                 if not ok:
                     break
             if not ok:
@@ -214,23 +283,18 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
             for s in range(0, n - w + 1):
                 t = s + w
                 # CR[s, t][a] = sum_{m, k} bR(m - s) CR[s, k][a] uR(k+1, m, t)[a]  (the root: u0, no bias)
-                top = neg
                 i = 0
                 for m in range(s + 1, t + 1):
                     for k in range(s, m):
-                        g = (CRs[s, k - s] + Zs[m, m - k - 1, t - m] + (tops[2] if s == 0 else logb[0, m - s] + tops[0]))
-                        wts[i] = g
+                        wts[i] = CRs[s, k - s] + Zs[m, m - k - 1, t - m] + (tops[2] if s == 0 else logb[0, m - s] + tops[0])
                         i += 1
-                        if g > top:
-                            top = g
+                top = TRt[s, w] = _term_factors(wts, i, FR[s, w])
                 for c in range(M):
                     tot[c] = 0.0
                 i = 0
-                TRt[s, w] = top
                 for m in range(s + 1, t + 1):
                     for k in range(s, m):
-                        fct = np.exp(wts[i] - top)
-                        FR[s, w, i] = fct
+                        fct = FR[s, w, i]
                         i += 1
                         x_row = CRv[s, k - s]
                         if s == 0:
@@ -239,53 +303,35 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                             u = UR[m, m - k - 1, t - m]
                             for a in range(M):
                                 tot[a] += fct * x_row[a] * u[a]
-                ah = 1 if s == 0 else M
-                mx = 0.0
-                for a in range(ah):
-                    if not tot[a] >= THRESHOLD:
-                        ok = False
-                    if tot[a] > mx:
-                        mx = tot[a]
-                if not ok:
+                scale = _store(tot, 1 if s == 0 else M, CRv[s, w], nothing_dead, THRESHOLD)
+                if scale != scale:
+                    ok = False
                     break
-                for a in range(M):
-                    CRv[s, w, a] = tot[a] / mx if a < ah else 0.0
-                CRs[s, w] = top + np.log(mx)
+                CRs[s, w] = top + scale
                 if s == 0:
                     continue
                 # CL[s, t][c] = sum_{m, k} bL(t - m) CL[k+1, t][c] uL(s, m, k)[c]
-                top = neg
                 i = 0
                 for m in range(s, t):
                     for k in range(m, t):
-                        g = CLs[k + 1, t - k - 1] + Zs[m, m - s, k - m] + logb[1, t - m] + tops[1]
-                        wts[i] = g
+                        wts[i] = CLs[k + 1, t - k - 1] + Zs[m, m - s, k - m] + logb[1, t - m] + tops[1]
                         i += 1
-                        if g > top:
-                            top = g
+                top = TLt[s, w] = _term_factors(wts, i, FL[s, w])
                 for c in range(M):
                     tot[c] = 0.0
                 i = 0
-                TLt[s, w] = top
                 for m in range(s, t):
                     for k in range(m, t):
-                        fct = np.exp(wts[i] - top)
-                        FL[s, w, i] = fct
+                        fct = FL[s, w, i]
                         i += 1
                         y_row, u = CLv[k + 1, t - k - 1], UL[m, m - s, k - m]
                         for c in range(M):
                             tot[c] += fct * y_row[c] * u[c]
-                mx = 0.0
-                for c in range(M):
-                    if not tot[c] >= THRESHOLD and not dead[t, c]:
-                        ok = False
-                    if tot[c] > mx:
-                        mx = tot[c]
-                if not ok:
+                scale = _store(tot, M, CLv[s, w], dead[t], THRESHOLD)
+                if scale != scale:
+                    ok = False
                     break
-                for c in range(M):
-                    CLv[s, w, c] = tot[c] / mx
-                CLs[s, w] = top + np.log(mx)
+                CLs[s, w] = top + scale
             if not ok:
                 break
         if not ok:
@@ -303,57 +349,34 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     j = m - e
                     if j < 1:
                         break
-                    mx = 0.0
-                    for c in range(M):
-                        v = CLv[j, e, c] * Tv[m, c]
-                        ZTv[m, e, c] = v
-                        if v > mx:
-                            mx = v
-                    if not mx >= THRESHOLD:
+                    scale = _subtree(CLv[j, e], Tv[m], ZTv[m, e], THRESHOLD)
+                    if scale != scale:
                         ok = False
                         break
-                    for c in range(M):
-                        ZTv[m, e, c] /= mx
-                    ZTs[m, e] = CLs[j, e] + Ts[m] + np.log(mx)
-                    z = ZTv[m, e]
+                    ZTs[m, e] = CLs[j, e] + Ts[m] + scale
                     if j >= 2:
-                        for a in range(M):
-                            s_ = 0.0
-                            for c in range(M):
-                                s_ += R[a, c] * z[c]
-                            UT[m, e, a] = s_
-                            if not s_ >= THRESHOLD:
-                                ok = False
+                        ok &= _hang(R, ZTv[m, e], UT[m, e], THRESHOLD)
                     if m <= Kn:
-                        s_ = 0.0
-                        for c in range(M):
-                            s_ += root[c] * z[c]
-                        UT0[m, e] = s_
-                        if not s_ >= THRESHOLD:
-                            ok = False
+                        UT0[m, e] = _dot(root, ZTv[m, e])
+                        ok &= UT0[m, e] >= THRESHOLD
                 if not ok:
                     break
                 i = m - 1
                 if i > n - Kn - 1:  # T[i] is CR[i, n]
                     continue
                 # T[i][a] = sum_{m = i+1..i+K} bR(m - i) sum_{k = i..m-1} CR[i, k][a] uT(k+1, m)[a]
-                top = neg
                 q = 0
                 for m in range(i + 1, i + Kn + 1):
                     for k in range(i, m):
-                        g = CRs[i, k - i] + ZTs[m, m - k - 1] + (tops[2] if i == 0 else logb[0, m - i] + tops[0])
-                        wts[q] = g
+                        wts[q] = CRs[i, k - i] + ZTs[m, m - k - 1] + (tops[2] if i == 0 else logb[0, m - i] + tops[0])
                         q += 1
-                        if g > top:
-                            top = g
+                top = TTt[i] = _term_factors(wts, q, FT[i])
                 for a in range(M):
                     tot[a] = 0.0
                 q = 0
-                TTt[i] = top
                 for m in range(i + 1, i + Kn + 1):
                     for k in range(i, m):
-                        fct = np.exp(wts[q] - top)
-                        FT[i, q] = fct
+                        fct = FT[i, q]
                         q += 1
                         x_row = CRv[i, k - i]
                         if i == 0:
@@ -362,18 +385,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                             u = UT[m, m - k - 1]
                             for a in range(M):
                                 tot[a] += fct * x_row[a] * u[a]
-                ah = 1 if i == 0 else M
-                mx = 0.0
-                for a in range(ah):
-                    if not tot[a] >= THRESHOLD:
-                        ok = False
-                    if tot[a] > mx:
-                        mx = tot[a]
-                if not ok:
+                scale = _store(tot, 1 if i == 0 else M, Tv[i], nothing_dead, THRESHOLD)
+                if scale != scale:
+                    ok = False
                     break
-                for a in range(M):
-                    Tv[i, a] = tot[a] / mx if a < ah else 0.0
-                Ts[i] = top + np.log(mx)
+                Ts[i] = top + scale
             if not ok:
                 continue
             log_z[b] = np.log(Tv[0, 0]) + Ts[0]
@@ -430,31 +446,10 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     e = m - j
                     z = ZTv[m, e]
                     r0 = gUT0[m, e] / UT0[m, e] if m <= Kn and gUT0[m, e] != 0.0 else 0.0
-                    if j >= 2:  # flow(z)[c] = z[c] (sum_a R[a, c] flow(u)[a] / u[a] + root[c] flow(u0) / u0)
-                        u, gu = UT[m, e], gUT[m, e]
-                        for a in range(M):
-                            rho[a] = gu[a] / u[a]
-                        for c in range(M):
-                            row = RT[c]
-                            acc_ = 0.0
-                            for a in range(M):
-                                acc_ += row[a] * rho[a]
-                            fz = z[c] * (acc_ + r0 * root[c])
-                            gCL[j, e, c] += fz
-                            gT[m, c] += fz
-                        if with_table:  # the arcs' masses: rho[a] R[a, c] z[c]
-                            for a in range(M):
-                                ra, row = rho[a], GR[a]
-                                for c in range(M):
-                                    row[c] += ra * z[c]
-                    else:
-                        for c in range(M):
-                            fz = z[c] * r0 * root[c]
-                            gCL[j, e, c] += fz
-                            gT[m, c] += fz
-                    if with_table and r0 != 0.0:
-                        for c in range(M):
-                            G0[c] += r0 * z[c]
+                    _ratios(gUT[m, e], UT[m, e], j >= 2, rho)
+                    _subtree_mass(z, rho, none, r0, RT, LT, root, gCL[j, e], gT[m])
+                    if with_table:
+                        _table_mass(z, rho, none, r0, GR, GL, G0)
             for i in range(n - Kn, n + 1):
                 for a in range(M):
                     gCR[i, n - i, a] += gT[i, a]
@@ -519,29 +514,12 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     if j < 1 or t > n:
                         continue
                     z = Zv[m, e, f]
-                    # flow(z)[c] = z[c] (sum_a R[a, c] flow(uR)[a] / uR[a] + L[a, c] flow(uL)[a] / uL[a] + root[c] ...)
                     r0 = gU0[m, e, f] / U0[m, e, f] if m <= Kn and gU0[m, e, f] != 0.0 else 0.0
-                    right, left = j >= 2, t < n and t + 1 <= j + Kn
-                    for a in range(M):
-                        rho[a] = gUR[m, e, f, a] / UR[m, e, f, a] if right else 0.0
-                        acc[a] = gUL[m, e, f, a] / UL[m, e, f, a] if left else 0.0
-                    for c in range(M):
-                        row_r, row_l = RT[c], LT[c]
-                        acc_ = 0.0
-                        for a in range(M):
-                            acc_ += row_r[a] * rho[a] + row_l[a] * acc[a]
-                        fz = z[c] * (acc_ + r0 * root[c])
-                        gCL[j, e, c] += fz
-                        gCR[m, f, c] += fz
-                    if with_table:  # the arcs' masses: rho[a] R[a, c] z[c], acc[h] L[h, a] z[a], r0 root[c] z[c]
-                        for a in range(M):
-                            ra, la, row_r, row_l = rho[a], acc[a], GR[a], GL[a]
-                            for c in range(M):
-                                row_r[c] += ra * z[c]
-                                row_l[c] += la * z[c]
-                        if r0 != 0.0:
-                            for c in range(M):
-                                G0[c] += r0 * z[c]
+                    _ratios(gUR[m, e, f], UR[m, e, f], j >= 2, rho)
+                    _ratios(gUL[m, e, f], UL[m, e, f], t < n and t + 1 <= j + Kn, acc)
+                    _subtree_mass(z, rho, acc, r0, RT, LT, root, gCL[j, e], gCR[m, f])
+                    if with_table:
+                        _table_mass(z, rho, acc, r0, GR, GL, G0)
         for m in range(1, n + 1):
             for c in range(M):
                 labels[o + m - 1, c] = gCL[m, 0, c]
