@@ -209,7 +209,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     gUR, gUL, gU0 = np.zeros((P, K, K, M)), np.zeros((P, K, K, M)), np.zeros((P, K, K))
     gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
     tot, rho, acc, none = np.zeros(M), np.zeros(M), np.zeros(M), np.zeros(M)  # (none: no messages that way)
-    wts = np.zeros((K + 1) * (K + 1))  # the terms' frame factors of one total
+    wts = np.zeros((K + 1) * (K + 1))  # the logs of the terms of one total
     # each total's terms' factors exp(g - top) and its top, kept for the reverse pass: CR, CL [start, width, term]
     # and the tail's rows [i, term]
     FR, FL, FT = np.zeros((P, K + 1, (K + 1) * (K + 1))), np.zeros((P, K + 1, (K + 1) * (K + 1))), np.zeros((P, (K + 1) * (K + 1)))
