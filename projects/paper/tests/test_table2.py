@@ -16,7 +16,7 @@ from projects.paper.registry import PAPER_TABLE2
 from projects.paper.runs.records import RunsFile
 
 
-def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_path):
+def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_path, capfd):
     """`spacy project run convert-ud projects/paper` (the treebanks' corpora: UPOS as tags, the missing Italian
     train file noted), then `reproduce-train` (projects/paper/scripts/reproduce.py on
     projects/paper/runs/queue.py): one tiny run on the converted fixture tweets; a dataset without a train file
@@ -28,14 +28,17 @@ def test_reproduce_queue_runs_a_tiny_run_and_records_per_sentence_counts(tmp_pat
     project_runner(proj)("convert-twitter")  # the main job's corpus
     study = project_runner(proj / "projects" / "paper")
     mirror = f"--vars.mirror={os.path.relpath(MIRROR, proj)}"  # the study's mirror: relative to the root
-    out = study("convert-ud", mirror)  # (a declared dependency of reproduce-train)
+    capfd.readouterr()
+    study("convert-ud", mirror)  # (a declared dependency of reproduce-train)
+    out = capfd.readouterr().out  # the steps' output (each a process of its own)
     assert "MISSING_TRAIN.md" in out  # the missing Italian train file: the note says where to read why
     te = list(DocBin().from_disk(proj / "corpus/ud/te/train.spacy").get_docs(Vocab()))
     assert len(te) == 30 and all(t.tag_ == t.pos_ != "" for d in te for t in d)
     it_dev = list(DocBin().from_disk(proj / "corpus/ud/it/dev.spacy").get_docs(Vocab()))
     assert len(it_dev) == 20 and not (proj / "corpus/ud/it/train.spacy").exists()
-    out = study("reproduce-train", mirror, "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
-                "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
+    study("reproduce-train", mirror, "--vars.reproduce_datasets=twitter,it", "--vars.reproduce_systems=softmax",
+          "--vars.reproduce_seeds=0", "--vars.full_max_epochs=1")
+    out = capfd.readouterr().out
     rows = RunsFile(proj / "projects/paper/results/runs.jsonl").rows()
     assert not [key for key in rows if key.startswith("it/")] and "skip it: no train file" in out  # skipped
     record = rows["twitter/softmax-seed0"]
