@@ -82,18 +82,12 @@ def _factored_pass(emissions: Tensor, table: Tensor, bias: Optional[Tensor], len
     """:func:`inside_outside_factored`'s results, by the subtree messages (:mod:`.compiled_subtrees`) for the
     sentences they take and by :func:`inside_outside_factored` for those they leave (a total that could have
     lost digits, a score that is not finite); arcs longer than ``SUBTREES_UP_TO`` go to the latter whole."""
-    B, N = emissions.shape[:2]
-    M = emissions.shape[-1]
+    B, M = emissions.shape[0], emissions.shape[-1]
     longest = int(lengths.max()) if B else 0
     if min(int(limit), longest) > SUBTREES_UP_TO:
         return inside_outside_factored(emissions, table, bias, lengths, limit, with_grad, labels_only)
-    real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
-    packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())  # (T, M)
-    tab = np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
-    b64 = np.zeros((2, 0)) if bias is None else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy())
-    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
-    offsets = np.zeros(B, dtype=np.int64)
-    offsets[1:] = np.cumsum(lens)[:-1]
+    real, packed, tab = _packed_factors(emissions, table, lengths)
+    lens, offsets, b64 = _layout(lengths, bias)
     params = with_grad and not labels_only
     log_z, done = np.zeros(B), np.zeros(B, dtype=np.bool_)
     labels = np.zeros(packed.shape if with_grad else (0, M))
@@ -220,10 +214,7 @@ def inside_outside_factored(emissions: Tensor, table: Tensor, bias: Optional[Ten
     d emissions packed over the real tokens (T, M) (the label marginals), d log Z / d table per sentence
     (B, 2, M+1, M) and d log Z / d bias per sentence (B, *bias.shape) (both empty with ``labels_only``); and
     ``real``. All float64."""
-    B, N = emissions.shape[:2]
-    real = torch.arange(N, device=lengths.device)[None, :] < lengths[:, None]
-    packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())  # (T, M)
-    tab = np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
+    real, packed, tab = _packed_factors(emissions, table, lengths)
     log_z, grad_bias, labels, grad_table = _run(np.zeros((0, 2, 1, 1)), packed, tab, bias, lengths, limit,
                                                 emissions.shape[-1], with_grad, False, np.zeros((0, 2, 1, 1)),
                                                 with_grad, with_grad and not labels_only, not labels_only)
@@ -233,19 +224,32 @@ def inside_outside_factored(emissions: Tensor, table: Tensor, bias: Optional[Ten
             torch.from_numpy(grad_bias), real)
 
 
+def _packed_factors(emissions: Tensor, table: Tensor, lengths: Tensor) -> Tuple[Tensor, np.ndarray, np.ndarray]:
+    """``real`` (B, N), the emissions packed over the real tokens, sentence by sentence (T, M), and the table
+    (2, M+1, M), both float64 and contiguous, as the compiled loops read them."""
+    real = torch.arange(emissions.shape[1], device=lengths.device)[None, :] < lengths[:, None]
+    packed = np.ascontiguousarray(emissions.detach()[real].to(torch.float64).numpy())
+    return real, packed, np.ascontiguousarray(table.detach().to(torch.float64).cpu().numpy())
+
+
+def _layout(lengths: Tensor, bias: Optional[Tensor]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The sentences' lengths (B,) int64, each one's first row in the packed scores (B,), and the distance bias
+    float64 (2, Kb), (2, 0) for none."""
+    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
+    offsets = np.zeros(lens.shape[0], dtype=np.int64)
+    offsets[1:] = np.cumsum(lens)[:-1]
+    b64 = np.zeros((2, 0)) if bias is None else np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy())
+    return lens, offsets, b64
+
+
 def _run(packed, emissions, table, bias, lengths, limit, M, with_grad, arcs, grad, with_labels, with_table,
          with_bias_grad):
     """Call the kernel on packed scores (dense ``packed`` or, when ``emissions`` has rows, the factored
     pair) with M labels; returns log Z, the bias gradient per sentence (shaped like the bias, or empty without
     ``with_bias_grad``), the label marginals and the table gradient."""
-    lens = np.ascontiguousarray(lengths.detach().cpu().numpy().astype(np.int64))
+    lens, offsets, b64 = _layout(lengths, bias)
     B = lens.shape[0]
-    offsets = np.zeros(B, dtype=np.int64)
-    offsets[1:] = np.cumsum(lens)[:-1]
     T = emissions.shape[0] if emissions.shape[0] else packed.shape[0]
-    b64 = np.zeros((2, 0))
-    if bias is not None:
-        b64 = np.ascontiguousarray(bias.detach().to(torch.float64).cpu().numpy())
     log_z = np.zeros(B)
     grad_bias = (np.zeros((B, 2, b64.shape[1])) if with_grad and with_bias_grad and bias is not None
                  else np.zeros((0, 2, 0)))
