@@ -50,3 +50,28 @@ def test_it_is_a_best_tree_of_the_labels_with_a_distance_bias(max_dist):
 def test_a_bad_lane_is_refused():
     with pytest.raises(ValueError, match="lane"):
         canonical_heads(torch.zeros(1, 2, 2, 3, 2), torch.zeros(1, 2, dtype=torch.long), torch.tensor([2]), lane="x")
+
+
+@pytest.mark.parametrize("max_dist", [None, 2, 3])
+def test_factored_scores_give_the_dense_choices_on_both_lanes(max_dist):
+    """Scores as their factors (float32 emissions and table, as the models give them), small integers so that
+    many trees tie: both lanes return the dense algorithm's tree of the summed scores, and the same scores,
+    bit for bit; with a distance bias, the same tree and score on both lanes."""
+    generator = torch.Generator().manual_seed(7)
+    S, N, M = 30, 13, 4
+    emissions = torch.randint(-2, 3, (S, N, M), generator=generator).float()
+    table = torch.randint(-2, 3, (2, M + 1, M), generator=generator).float()
+    lengths = torch.randint(0, N + 1, (S,), generator=generator)
+    lengths[0] = N
+    labels = torch.randint(0, M, (S, N), generator=generator)
+    full = emissions.double()[:, :, None, None, :] + table.double()
+    want_heads, want_scores = dense_canonical_heads(full, labels, lengths, max_dist)
+    for lane in LANES:
+        heads, scores = canonical_heads(DirectionalScores.from_factors(emissions, table, None), labels, lengths,
+                                        max_dist, lane=lane)
+        assert torch.equal(heads, want_heads) and torch.equal(scores, want_scores)
+    bias = torch.randn(2, 3, generator=generator)
+    results = [canonical_heads(DirectionalScores.from_factors(emissions, table, bias), labels, lengths, max_dist,
+                               distance_bias=bias, lane=lane) for lane in LANES]
+    for heads, scores in results:
+        assert torch.equal(heads, results[0][0]) and torch.equal(scores, results[0][1])

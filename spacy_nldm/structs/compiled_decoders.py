@@ -20,28 +20,52 @@ Tensor = torch.Tensor
 BUDGET = 1 << 21
 
 
-def canonical_heads(dep: Tensor, codes: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
-                    tol: float) -> Tensor:
-    """Heads (B, N) of the canonical trees, from dep (B, N, 2, M+1) float64 (each dependent's scores at its
-    own label, by direction and head label code), the positions' label codes (B, N+1) (label + 1, 0 = the
-    root), the distance bias (2, K) float64 or None, lengths (B,) and the longest arc ``limit``."""
-    heads = np.zeros(tuple(codes.shape[:1]) + (codes.shape[1] - 1,), dtype=np.int64)
+def canonical_tree(dep: np.ndarray, codes: np.ndarray, bias: Optional[np.ndarray], lengths: np.ndarray, limit: int,
+                   tol: float) -> Tuple[np.ndarray, np.ndarray]:
+    """Heads (B, N) int64 of the canonical trees and their scores (B,) float64, from dep (B, N, 2, M+1) float64
+    (each dependent's scores at its own label, by direction and head label code: :func:`label_scores`), the
+    positions' label codes (B, N+1) (label + 1, 0 = the root), the distance bias (2, K) float64 or None,
+    lengths (B,) int64 and the longest arc ``limit``. A score is the sum of the tree's arcs, dependent by
+    dependent, as the reference adds them."""
+    kernels = _kernels()
+    B, N = dep.shape[:2]
+    heads = np.zeros((B, N), dtype=np.int64)
+    b64 = np.zeros((2, 0)) if bias is None else bias
     lens = [int(n) for n in lengths.tolist()]
-    d, c = dep.numpy(), codes.numpy()
-    b = None if bias is None else bias.numpy()
     for group in _groups(lens, limit):
+        rows = np.asarray(group, dtype=np.int64)
         n = lens[group[-1]]  # the longest of the group
-        right, left = _band_arcs(d[group, :n], c[group, : n + 1], [lens[i] for i in group], max(1, min(limit, n)))
-        if b is not None:  # arcs between tokens (span starts 1 and up) of length w
-            _add_bias(right, left, b)
-        heads[group, :n] = _eisner(right, left, [lens[i] for i in group], tol)
-    return torch.from_numpy(heads)
+        k = max(1, min(limit, n))
+        right, left = np.empty((len(group), n + 1, k + 1)), np.empty((len(group), n + 1, k + 1))
+        kernels["arcs"](dep, codes, lengths, rows, b64, right, left)
+        group_heads = np.zeros((len(group), n), dtype=np.int64)
+        kernels["eisner"](right, left, lengths[rows], tol, group_heads)
+        heads[rows, :n] = group_heads
+    score = np.zeros(B)
+    kernels["score"](dep, codes, heads, lengths, b64, score)
+    return heads, score
+
+
+def label_scores(emissions: np.ndarray, table: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """dep (B, N, 2, M+1) float64 of factored scores at given labels: dep[b, d, x, c] = emissions[b, d, y] +
+    table[x, c, y] with y = labels[b, d] (emissions (B, N, M), table (2, M+1, M) float64, labels (B, N))."""
+    B, N = labels.shape
+    dep = np.empty((B, N, 2, table.shape[1]))
+    _kernels()["label_scores"](emissions, table, labels, dep)
+    return dep
 
 
 def _groups(lens: List[int], limit: int) -> List[List[int]]:
-    """Non-empty sentences by increasing length, in groups of at most BUDGET chart cells."""
+    """Non-empty sentences by increasing length, in groups of at most BUDGET chart cells (all of them in one
+    where they fit)."""
+    present = sorted((i for i, n in enumerate(lens) if n > 0), key=lens.__getitem__)
+    if not present:
+        return []
+    longest = lens[present[-1]]
+    if len(present) * (longest + 1) * (max(1, min(limit, longest)) + 1) <= BUDGET:
+        return [present]
     groups: List[List[int]] = []
-    for i in sorted((i for i, n in enumerate(lens) if n > 0), key=lens.__getitem__):
+    for i in present:
         cells = (lens[i] + 1) * (max(1, min(limit, lens[i])) + 1)
         if groups and (len(groups[-1]) + 1) * cells <= BUDGET:
             groups[-1].append(i)
@@ -50,52 +74,72 @@ def _groups(lens: List[int], limit: int) -> List[List[int]]:
     return groups
 
 
-def _add_bias(right: np.ndarray, left: np.ndarray, bias: np.ndarray) -> None:
-    """Add the distance bias (2, K) to the banded arcs (B, N+1, k+1) between tokens, in place."""
-    k = right.shape[-1] - 1
-    columns = np.minimum(np.arange(1, k + 1), bias.shape[1]) - 1
-    right[:, 1:, 1:] += bias[0, columns]
-    left[:, 1:, 1:] += bias[1, columns]
+def _label_scores_loop(emissions, table, labels, dep):
+    B, N = labels.shape
+    for b in range(B):
+        for d in range(N):
+            y = labels[b, d]
+            e = emissions[b, d, y]
+            for x in range(2):
+                for c in range(table.shape[1]):
+                    dep[b, d, x, c] = e + table[x, c, y]
 
 
-def _band_arcs(dep: np.ndarray, codes: np.ndarray, lens: List[int], k: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Arc scores with the labels fixed, float64 (B, N+1, k+1), from the scores dep (B, N, 2, M+1) of
-    each token's label and the label codes (B, N+1) of the positions: right[b, i, w] of the arc
-    i -> i + w, left[b, i, w] of the arc i + w -> i; -inf where there is no such arc (w = 0, into the
-    root, beyond the segment's length)."""
-    B, N = dep.shape[:2]
-    i = np.arange(N + 1)[:, None]
-    w = np.arange(k + 1)[None, :]
-    j = np.minimum(i + w, N)
-    b = np.arange(B)[:, None, None]
-    right = dep[b, np.maximum(j - 1, 0)[None], 0, codes[:, :, None]]
-    left = dep[b, np.maximum(i - 1, 0)[None], 1, codes[b, j[None]]]
-    real = (i + w)[None] <= np.asarray(lens)[:, None, None]
-    ok = real & (w >= 1)[None]
-    right = np.where(ok, right, -np.inf)
-    left = np.where(ok & (i >= 1)[None], left, -np.inf)
-    return right, left
+def _band_arcs_loop(dep, codes, lens, rows, bias, right, left):
+    """right[g, i, w]: the arc i -> i + w of sentence rows[g], dep[., i + w - 1, 0, code of i]; left[g, i, w]: the
+    arc i + w -> i, dep[., i - 1, 1, code of i + w]; -inf where there is no such arc (w = 0, into the root,
+    beyond the sentence); arcs between tokens (i >= 1) get the bias of their direction and length."""
+    G, N1, K1 = right.shape
+    K = bias.shape[1]
+    for g in range(G):
+        b = rows[g]
+        n = lens[b]
+        for i in range(N1):
+            for w in range(K1):
+                right[g, i, w] = -np.inf
+                left[g, i, w] = -np.inf
+                if w == 0 or i + w > n:
+                    continue
+                right[g, i, w] = dep[b, i + w - 1, 0, codes[b, i]]
+                if i >= 1:
+                    left[g, i, w] = dep[b, i - 1, 1, codes[b, i + w]]
+                    if K > 0:
+                        column = min(w, K) - 1
+                        right[g, i, w] += bias[0, column]
+                        left[g, i, w] += bias[1, column]
 
 
-def _eisner(right: np.ndarray, left: np.ndarray, lens: List[int], tol: float):
-    """Tolerant first-order Eisner over banded arc scores (B, N+1, k+1); heads (B, N)."""
-    B, N1, _ = right.shape
-    heads = np.zeros((B, N1 - 1), dtype=np.int64)
-    _compiled_eisner()(right, left, np.asarray(lens, dtype=np.int64), tol, heads)
-    return heads
+def _tree_score_loop(dep, codes, heads, lens, bias, score):
+    """score[b]: the sum over the dependents d = 1..n, in order, of the arc heads[b, d-1] -> d's score (dep, plus
+    the bias of its direction and length where the head is a token)."""
+    B, N = heads.shape
+    K = bias.shape[1]
+    for b in range(B):
+        total = 0.0
+        for j in range(min(N, lens[b])):
+            h, d = heads[b, j], j + 1
+            x = 1 if h > d else 0
+            arc = dep[b, j, x, codes[b, h]]
+            if K > 0 and h > 0:
+                arc += bias[x, min(max(abs(h - d), 1), K) - 1]
+            total += arc
+        score[b] = total
 
 
-_CANONICAL = None
+_KERNELS = {}
 
 
-def _compiled_eisner():
-    global _CANONICAL, _pick
-    if _CANONICAL is None:
+def _kernels():
+    """The numba-compiled loops of the canonical tree, compiled at the first call."""
+    global _pick
+    if not _KERNELS:
         from numba import njit
 
         _pick = njit(inline="always")(_pick)  # the loop reads it as a module global
-        _CANONICAL = njit(cache=True, nogil=True)(_eisner_loops)
-    return _CANONICAL
+        compile_ = njit(cache=True, nogil=True)
+        _KERNELS.update(eisner=compile_(_eisner_loops), arcs=compile_(_band_arcs_loop),
+                        score=compile_(_tree_score_loop), label_scores=compile_(_label_scores_loop))
+    return _KERNELS
 
 
 def _eisner_loops(right, left, lens, tol, heads):  # noqa: C901 - the four items and the tail, as in the text

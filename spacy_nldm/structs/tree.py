@@ -47,6 +47,7 @@ near-best ones, by the same recurrences in a tolerant max.
 """
 from typing import Callable, List, NamedTuple, Optional, Tuple
 
+import numpy as np
 import torch
 
 from . import compiled, compiled_decoders, single_label
@@ -277,6 +278,12 @@ def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Option
         raise ValueError(f"lane must be 'reference', 'compiled' or None, got {lane!r}")
     B, N = labels.shape
     limit = N if max_dist is None else min(int(max_dist), N)
+    codes = torch.cat([labels.new_zeros(B, 1), labels + 1], 1).cpu()
+    bias = None if distance_bias is None else distance_bias.detach().to("cpu", torch.float64)
+    lens = lengths.cpu()
+    if lane == "compiled" or (lane is None and compiled.available()):
+        heads, score = _canonical_compiled(F, factors, labels, codes, bias, lens, limit, tol)
+        return heads.to(labels.device, labels.dtype), score
     # dep[b, d-1, x, code] = F[b, d-1, x, code, label of d]; codes (B, N+1): each position's label + 1, 0 = root
     if factors is None:
         index = labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1)
@@ -285,13 +292,7 @@ def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Option
         emissions, table = (f.detach().to("cpu", torch.float64) for f in factors)
         cpu_labels = labels.cpu()
         dep = emissions.gather(-1, cpu_labels[..., None])[..., None] + table[:, :, cpu_labels].permute(2, 3, 0, 1)
-    codes = torch.cat([labels.new_zeros(B, 1), labels + 1], 1).cpu()
-    bias = None if distance_bias is None else distance_bias.detach().to("cpu", torch.float64)
-    lens = lengths.cpu()
-    if lane == "compiled" or (lane is None and compiled.available()):
-        heads = compiled_decoders.canonical_heads(dep, codes, bias, lens, limit, tol)
-    else:
-        heads = _canonical_reference(dep, codes, bias, lens, limit, tol)
+    heads = _canonical_reference(dep, codes, bias, lens, limit, tol)
     # the tree's score, dependent by dependent (float64)
     d = torch.arange(1, N + 1)
     head_codes = codes.gather(1, heads)
@@ -304,6 +305,26 @@ def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Option
     for j in range(N):
         score = score + torch.where(real[:, j], arcs[:, j], 0.0)
     return heads.to(labels.device, labels.dtype), score
+
+
+def _canonical_compiled(F: Optional[Tensor], factors, labels: Tensor, codes: Tensor, bias: Optional[Tensor],
+                        lens: Tensor, limit: int, tol: float) -> Tuple[Tensor, Tensor]:
+    """:func:`canonical_heads` in the compiled loops (:func:`.compiled_decoders.canonical_tree`): the scores at
+    the labels gathered there too where F comes as its factors."""
+    numpy_of = lambda t, dtype: np.ascontiguousarray(t.detach().cpu().numpy().astype(dtype, copy=False))
+    labels_np = numpy_of(labels, np.int64)
+    if factors is None:
+        B, N = labels.shape
+        index = labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1)
+        dep = numpy_of(F.detach().gather(-1, index)[..., 0], np.float64)
+    else:
+        emissions, table = factors
+        dep = compiled_decoders.label_scores(numpy_of(emissions, np.float32 if emissions.dtype == torch.float32
+                                                      else np.float64), numpy_of(table, np.float64), labels_np)
+    heads, score = compiled_decoders.canonical_tree(dep, numpy_of(codes, np.int64),
+                                                    None if bias is None else numpy_of(bias, np.float64),
+                                                    numpy_of(lens, np.int64), limit, tol)
+    return torch.from_numpy(heads), torch.from_numpy(score)
 
 
 def _canonical_reference(dep: Tensor, codes: Tensor, bias: Optional[Tensor], lengths: Tensor, limit: int,
