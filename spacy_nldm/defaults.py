@@ -27,25 +27,27 @@ CRF = {**COMMON, "decode": "viterbi"}
 #: tag scheme the entities are learnt in; the span group that gets the entities with their probabilities
 #: (spancat's default key); the probability an entity needs to be kept; the lower one a span that was not
 #: decoded needs to join the span group (None: none joins); how many entity sets to keep per doc (0: none);
-#: the temperature every score is divided by at predict time (1: the distribution as trained). BILUO: on WNUT 2017
+#: the temperature every score is divided by at predict time (1: the distribution as trained); the bias
+#: towards entities of the tokens whose annotation is missing, in training (0: the plain likelihood). BILUO: on WNUT 2017
 #: (``spacy train``, seeds 0-2, two encoders) it was ahead of BIO in all four cells (crf_ner +0.18 / +1.03,
 #: nldm_ner +1.82 / +0.95 F1; projects/paper/results/ner/wnut17.md and wnut17_bio.md), at 25 tags instead of 13
 NER_COMMON = {
     "max_length": COMMON["max_length"],
     "store_probs": COMMON["store_probs"],
-    "average_params": COMMON["average_params"],
     "scheme": "BILUO",
     "spans_key": "sc",
     "threshold": 0.0,
     "candidate_threshold": None,
     "n_best": 0,
     "temperature": 1.0,
+    "missing_entity_bias": 0.0,
 }
-#: what the entity components train with and do not offer as settings: the taggers' loss normalisation and
-#: tok2vec gradient, and no label smoothing (spaCy's ``ner`` has none; a uniform target over every tag
-#: sequence would also count the sequences the scheme forbids)
+#: what the entity components train with and do not offer as settings: the taggers' loss normalisation,
+#: tok2vec gradient and weight averaging (left to the optimizer where it averages already), and no label
+#: smoothing (spaCy's ``ner`` has none; a uniform target over every tag sequence would also count the sequences
+#: the scheme forbids)
 NER_TRAINING = {"normalize_loss": COMMON["normalize_loss"], "tok2vec_loss": COMMON["tok2vec_loss"],
-                "label_smoothing": 0.0}
+                "average_params": COMMON["average_params"], "label_smoothing": 0.0}
 #: the span group of a gold doc whose spans the entity components learn are not entities of their type (as spaCy's
 #: ``ner`` reads its ``incorrect_spans_key``; Prodigy's name for it). Not a config setting: the components are at
 #: their 12; a pipeline can rename it on the component (``nlp.get_pipe("crf_ner").incorrect_spans_key = ...``)

@@ -81,6 +81,11 @@ def test_nll_is_a_normalised_distribution_and_partial_labels_marginalise(structu
     partial[0, 2] = torch.tensor([True, False, False])
     want = sum(p for y, p in probs.items() if y[0] == 1 and y[2] == 0)
     assert float(torch.exp(-structure.nll(F, lengths, partial))) == pytest.approx(want, rel=1e-9)
+    # offsets on log S weight each consistent labeling by exp(its summed offsets)
+    offsets = torch.randn(1, n, m, dtype=torch.float64)
+    weighted = sum(p * float(torch.exp(offsets[0, torch.arange(n), torch.tensor(y)].sum()))
+                   for y, p in probs.items() if y[0] == 1 and y[2] == 0)
+    assert float(torch.exp(-structure.nll(F, lengths, partial, gold_offsets=offsets))) == pytest.approx(weighted, rel=1e-9)
     # no label known: log Z - log Z
     assert float(structure.nll(F, lengths, torch.ones(1, n, m, dtype=torch.bool))) == pytest.approx(0, abs=1e-9)
     # marginals agree with the enumeration, and posterior decoding takes their arg-max
@@ -291,12 +296,14 @@ def test_emissions_with_the_interaction_table_are_the_full_scores(kind, name):
 
         return make(), make(interaction=tables["interaction"])
 
-    for mask, smoothing, approx in ((gold, 0.0, "exact"), (gold, 0.1, "exact"), (partial, 0.1, "exact"),
-                                    (gold, 0.0, "max" if tree else "exact")):
+    offsets = torch.randn(4, 6, 5, dtype=torch.float64)
+    for mask, smoothing, approx, added in ((gold, 0.0, "exact", None), (gold, 0.1, "exact", None),
+                                           (partial, 0.1, "exact", None), (gold, 0.0, "max" if tree else "exact", None),
+                                           (partial, 0.0, "exact", offsets)):
         emissions, tables = scorer(h, factored=True)
         full, factored = structures(tables)
-        losses = [full.nll(scorer(h), lengths, mask, approx=approx, smoothing=smoothing),
-                  factored.nll(emissions, lengths, mask, approx=approx, smoothing=smoothing)]
+        losses = [full.nll(scorer(h), lengths, mask, approx=approx, smoothing=smoothing, gold_offsets=added),
+                  factored.nll(emissions, lengths, mask, approx=approx, smoothing=smoothing, gold_offsets=added)]
         torch.testing.assert_close(losses[1], losses[0])
         params = list(scorer.parameters())
         for a, b in zip(torch.autograd.grad(losses[1], params, allow_unused=True),

@@ -179,6 +179,66 @@ def test_the_component_learns_entities_and_reports_spacy_scores(factory, tmp_pat
 
 
 @pytest.mark.parametrize("factory", FACTORIES)
+def test_the_missing_entity_bias_decides_what_unannotated_tokens_are_learnt_as(factory):
+    """Every person's tokens unannotated (spaCy's missing ``ent_iob``), the rest annotated: the plain likelihood
+    gives the gaps no target of their own; a positive ``missing_entity_bias`` teaches that they are inside
+    entities, a negative one that they are ``O``, while the annotated ``O`` tokens stay ``O`` either way."""
+    def entity_probs(bias):
+        torch.manual_seed(0)
+        nlp = pipeline(factory, missing_entity_bias=bias, store_probs=True)
+        train = []
+        for doc in synthetic(nlp.vocab, 40):
+            tags = ["" if t.ent_type_ == "PER" else (f"{t.ent_iob_}-{t.ent_type_}" if t.ent_type_ else "O")
+                    for t in doc]
+            train.append(Example(Doc(nlp.vocab, words=[t.text for t in doc]),
+                                 Doc(nlp.vocab, words=[t.text for t in doc], ents=tags)))
+        nlp.get_pipe(factory).add_label("PER")
+        nlp.initialize(lambda: train)
+        optimizer = Adam(0.01)
+        for _ in range(5):
+            random.Random(0).shuffle(train)
+            for i in range(0, len(train), 8):
+                nlp.update(train[i : i + 8], sgd=optimizer)
+        people, outside = [], []
+        for ref in synthetic(nlp.vocab, 20, seed=7):
+            p_entity = 1.0 - nlp(Doc(nlp.vocab, words=[t.text for t in ref]))._.nldm_probs[:, 0]
+            people += [p_entity[t.i] for t in ref if t.ent_type_ == "PER"]
+            outside += [p_entity[t.i] for t in ref if not t.ent_type_]
+        return numpy.mean(people), numpy.max(outside)
+
+    towards_entities, towards_o = entity_probs(4.0), entity_probs(-4.0)
+    assert towards_entities[0] > 0.95 and towards_o[0] < 0.05, (towards_entities, towards_o)
+    assert towards_entities[1] < 0.05 and towards_o[1] < 0.05
+
+
+@pytest.mark.parametrize("bias", [2.5, -1.5])
+def test_the_missing_entity_bias_weighs_only_the_missing_tokens_of_real_segments(bias):
+    """The loss's offsets: -bias on O (bias > 0), or the bias on every entity tag (bias < 0), on the missing
+    tokens only (not on annotated tokens, not on a segment's padding); none for fully annotated docs."""
+    nlp = pipeline("crf_ner", scheme="BILUO", missing_entity_bias=bias)
+    ner = nlp.get_pipe("crf_ner")
+    ner.initialize(lambda: examples_of(synthetic(nlp.vocab, 10)))
+    full = Doc(nlp.vocab, words=["Zorp", "flew", "to", "Oslo", "today"], ents=["B-PER", "O", "O", "B-LOC", "O"])
+    partial = Doc(nlp.vocab, words=["I", "met", "Ana", "Sol"], ents=["O", "O", "", ""])
+    examples = [Example(Doc(nlp.vocab, words=[t.text for t in d]), d) for d in (full, partial)]
+    scores = ner.segment_scores([eg.predicted for eg in examples], ner.model.predict([eg.predicted for eg in examples]))
+    gold = torch.from_numpy(ner.gold_mask(examples, scores))
+    lengths = torch.from_numpy(scores.lengths)
+    offsets = ner.gold_offsets(gold, lengths)
+    outside = torch.tensor([tag == "O" for tag in ner.outputs])
+    want = torch.zeros_like(offsets)
+    want[1, 2:4] = torch.where(outside, -bias, 0.0) if bias > 0 else torch.where(outside, 0.0, bias)
+    assert torch.equal(offsets, want)
+    assert ner.gold_offsets(gold[:1], lengths[:1]) is None
+
+
+def test_missing_entity_bias_must_be_a_finite_number():
+    for bad in (float("nan"), float("inf"), "4", True):
+        with pytest.raises(ValueError, match="missing_entity_bias"):
+            pipeline("crf_ner", missing_entity_bias=bad)
+
+
+@pytest.mark.parametrize("factory", FACTORIES)
 def test_empty_docs_and_stored_probabilities(factory):
     nlp = pipeline(factory, store_probs=True)
     docs = synthetic(nlp.vocab, 10)

@@ -44,6 +44,15 @@ def real_tokens(mask: Tensor, lengths: Tensor) -> Tensor:
     return torch.arange(mask.shape[1], device=mask.device)[None, :] < lengths.to(mask.device)[:, None]
 
 
+def with_offsets(F: Tensor, offsets: Optional[Tensor]) -> Tensor:
+    """F plus ``offsets`` (B, N, M) on its last axis, every structure's label of the token (its dependent's label
+    in the tree's dense layout, the current label in the chain's), for each context: each token of a labelling
+    gains its label's offset once. F itself when ``offsets`` is None."""
+    if offsets is None:
+        return F
+    return F + offsets.reshape(*offsets.shape[:2], *([1] * (F.dim() - 3)), offsets.shape[-1])
+
+
 def allowed_first(mask: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
     """For a (B, N, M) label mask: indices (B, N, K) of each token's allowed labels, allowed ones
     first, K = the most any real token allows, and whether each index is allowed (B, N, K).
@@ -173,8 +182,8 @@ class Structure:
         batch decodes at once): False."""
         return False
 
-    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0
-            ) -> Tensor:
+    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0,
+            gold_offsets: Optional[Tensor] = None) -> Tensor:
         """Summed -log P(y | x): log Z(x) - log S(x, y), S restricted by ``gold_mask`` (S, L, M).
 
         ``approx="max"`` replaces log S by the best tree's score (the paper's max approximation).
@@ -182,11 +191,15 @@ class Structure:
         distribution over the outputs (:mod:`.smoothing`), on the segments whose every token has its label
         (as spaCy's ``tagger`` leaves tokens without a label out of its loss, smoothing included, a segment
         with unknown labels keeps the plain likelihood of what is known); 0 computes the plain loss, unchanged.
+        ``gold_offsets`` (S, L, M): scores added to each token's labels in log S only (:func:`with_offsets`), so
+        that log S sums the allowed sequences weighted by exp(their summed offsets): on tokens of unknown label,
+        a prior over what they are; its gradient is then the allowed sequences' marginals under that weighting.
         """
         weights = self.smoothing_weights(gold_mask, lengths, smoothing)
         total = F.new_zeros(())
         for idx, Fb, lens in self._buckets(F, lengths):
-            log_z, log_s = self._log_z_and_s(Fb, lens, gold_mask[idx, : Fb.shape[1]], approx)
+            offsets = None if gold_offsets is None else gold_offsets[idx, : Fb.shape[1]].to(Fb)
+            log_z, log_s = self._log_z_and_s(Fb, lens, gold_mask[idx, : Fb.shape[1]], approx, offsets)
             if weights is None:
                 total = total + (log_z - log_s).sum()
             else:
@@ -393,13 +406,13 @@ class LatentTree(Structure):
         scores = self.expand(dep)  # (B, N+1, N+1, M, K)
         return self._with_bias(scores.gather(3, idx[:, :, None, :, None].expand(B, N + 1, N + 1, K, K)), F), ok
 
-    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0
-            ) -> Tensor:
+    def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0,
+            gold_offsets: Optional[Tensor] = None) -> Tensor:
         """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``),
-        log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET``."""
+        log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET`` (without ``gold_offsets``)."""
         one_label = (gold_mask.sum(-1) == 1) | ~real_tokens(gold_mask, lengths)
-        if approx != "exact" or not bool(one_label.all()):
-            return super().nll(F, lengths, gold_mask, approx, smoothing)
+        if approx != "exact" or not bool(one_label.all()) or gold_offsets is not None:
+            return super().nll(F, lengths, gold_mask, approx, smoothing, gold_offsets)
         weights = self.smoothing_weights(gold_mask, lengths, smoothing)  # every segment labelled: all equal
         total = F.new_zeros(())
         for idx, Fb, lens in self._buckets(F, lengths):
@@ -434,10 +447,10 @@ class LatentTree(Structure):
             arcs = emitted[:, None, :] + table[(h > d).long(), head_label[:, :, None], labels[:, None, :]]
         return torch.cat([arcs.new_zeros(B, N + 1, 1), arcs], dim=2)[..., None, None]  # arcs into the root: unread
 
-    def _log_z_and_s(self, F, lengths, gold_mask, approx):
+    def _log_z_and_s(self, F, lengths, gold_mask, approx, offsets=None):
         # log Z reads F directly (no O(n^2 M^2) arc tensor or gradient)
         log_z = structs.log_partition(self.directional(F), lengths, max_dist=self.max_dist)
-        return log_z, self._log_s(F, lengths, gold_mask, approx)
+        return log_z, self._log_s(with_offsets(F, offsets), lengths, gold_mask, approx)
 
     def _log_s(self, F, lengths, gold_mask, approx):
         # log S runs on few labels, or, on the factored scores where the compiled loops run, on F with the gold
@@ -616,9 +629,12 @@ class Chain(Structure):
             pot = pot.gather(axis, shifted.reshape(view).expand(shape))
         return pot, ok
 
-    def _log_z_and_s(self, F, lengths, gold_mask, approx):
+    def _log_z_and_s(self, F, lengths, gold_mask, approx, offsets=None):
         scores = self._scores(F, lengths)
-        return structs.crf_log_partition(scores, lengths), self._log_s(F, lengths, gold_mask, approx, scores)
+        log_z = structs.crf_log_partition(scores, lengths)
+        if offsets is not None:
+            return log_z, self._log_s(with_offsets(F, offsets), lengths, gold_mask, approx)
+        return log_z, self._log_s(F, lengths, gold_mask, approx, scores)
 
     def _log_s(self, F, lengths, gold_mask, approx, scores=None):
         """``scores``: :meth:`_scores` of F, where the caller has them."""

@@ -97,19 +97,20 @@ def make_nldm_ner(
     loss: str,
     max_length: int,
     store_probs: bool,
-    average_params: bool,
     spans_key: Optional[str],
     threshold: float,
     candidate_threshold: Optional[float],
     n_best: int,
     temperature: float,
+    missing_entity_bias: float,
     scorer: Optional[Callable],
 ) -> StructuredEntityRecognizer:
     """Named entities with the Neural Latent Dependency Model (BIO or BILUO tags linked by a latent tree)."""
     return StructuredEntityRecognizer(
         nlp.vocab, model, name, scheme=scheme, decode="posterior", loss=loss, max_length=max_length,
-        store_probs=store_probs, average_params=average_params, spans_key=spans_key, threshold=threshold,
-        candidate_threshold=candidate_threshold, n_best=n_best, temperature=temperature, scorer=scorer,
+        store_probs=store_probs, spans_key=spans_key, threshold=threshold,
+        candidate_threshold=candidate_threshold, n_best=n_best, temperature=temperature,
+        missing_entity_bias=missing_entity_bias, scorer=scorer,
     )
 
 
@@ -127,18 +128,19 @@ def make_crf_ner(
     decode: str,
     max_length: int,
     store_probs: bool,
-    average_params: bool,
     spans_key: Optional[str],
     threshold: float,
     candidate_threshold: Optional[float],
     n_best: int,
     temperature: float,
+    missing_entity_bias: float,
     scorer: Optional[Callable],
 ) -> StructuredEntityRecognizer:
     """Named entities with a linear-chain CRF of order 1 or 2 over BIO or BILUO tags, the scheme's rules
     enforced."""
     return StructuredEntityRecognizer(
         nlp.vocab, model, name, scheme=scheme, decode=decode, max_length=max_length, store_probs=store_probs,
-        average_params=average_params, spans_key=spans_key, threshold=threshold,
-        candidate_threshold=candidate_threshold, n_best=n_best, temperature=temperature, scorer=scorer,
+        spans_key=spans_key, threshold=threshold,
+        candidate_threshold=candidate_threshold, n_best=n_best, temperature=temperature,
+        missing_entity_bias=missing_entity_bias, scorer=scorer,
     )

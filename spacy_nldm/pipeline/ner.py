@@ -22,6 +22,7 @@ annotation allows in which none of them is an entity (exactly, for the CRF and t
 than ``max_length`` is labelled in windows: an entity across a window's edge is cut there (in training and in
 prediction).
 """
+import math
 import warnings
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
@@ -57,6 +58,13 @@ class StructuredEntityRecognizer(StructuredTagger):
     threshold: entities of a lower probability are left out of ``Doc.ents`` (and of the span group).
     candidate_threshold: also put in the span group every span that was not decoded and has at least this
         probability (spans that overlap the entities included: for recall-oriented uses); None: none.
+    missing_entity_bias: in training, a score added to every entity tag (``B-``, ``I-``, ...) of each token whose
+        annotation is missing, in the loss's sum over the labellings the annotation allows: each such labelling
+        is weighted by exp(bias) per missing token it puts inside an entity. 0: the plain likelihood of what is
+        annotated (the model's own belief fills the gaps, which for a model that mostly predicts ``O`` reads them
+        as ``O``); > 0: unannotated tokens are read as likelier inside an entity than the model thinks, for
+        data where entities were left out (fit it on a fully annotated dev set); < 0: likelier ``O``.
+        Prediction ignores it.
     temperature: at predict time every score (emissions, transitions, arcs) is divided by it, before
         decoding and before any probability: T > 1 flattens the model's distribution, T < 1 sharpens it; 1:
         the distribution as trained. Training ignores it. :func:`~spacy_nldm.pipeline.fit_temperature` fits it
@@ -89,12 +97,12 @@ class StructuredEntityRecognizer(StructuredTagger):
         loss: str = NLDM_NER["loss"],
         max_length: int = CRF_NER["max_length"],
         store_probs: bool = CRF_NER["store_probs"],
-        average_params: bool = CRF_NER["average_params"],
         spans_key: Optional[str] = CRF_NER["spans_key"],
         threshold: float = CRF_NER["threshold"],
         candidate_threshold: Optional[float] = CRF_NER["candidate_threshold"],
         n_best: int = CRF_NER["n_best"],
         temperature: float = CRF_NER["temperature"],
+        missing_entity_bias: float = CRF_NER["missing_entity_bias"],
         scorer: Optional[Callable] = None,
     ):
         if scheme not in structs.SCHEMES:
@@ -107,9 +115,12 @@ class StructuredEntityRecognizer(StructuredTagger):
             raise ValueError(f"[spacy-nldm] {name}: n_best must be an integer >= 0, not {n_best!r}")
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0.0 < temperature < float("inf"):
             raise ValueError(f"[spacy-nldm] {name}: temperature must be a positive number, not {temperature!r}")
+        if isinstance(missing_entity_bias, bool) or not isinstance(missing_entity_bias, (int, float)) \
+                or not math.isfinite(missing_entity_bias):
+            raise ValueError(f"[spacy-nldm] {name}: missing_entity_bias must be a finite number, not {missing_entity_bias!r}")
         super().__init__(
             vocab, model, name, attr="ents", decode=decode, loss=loss, max_length=max_length,
-            store_probs=store_probs, store_tree=False, average_params=average_params, scorer=scorer, **NER_TRAINING,
+            store_probs=store_probs, store_tree=False, scorer=scorer, **NER_TRAINING,
         )
         self.scheme = scheme
         self.spans_key = spans_key
@@ -117,6 +128,7 @@ class StructuredEntityRecognizer(StructuredTagger):
         self.candidate_threshold = candidate_threshold
         self.n_best = n_best
         self.temperature = float(temperature)
+        self.missing_entity_bias = float(missing_entity_bias)
         self._scheme: Optional[SchemeParts] = None
 
     # ------------------------------------------------------------------ tags
@@ -204,6 +216,25 @@ class StructuredEntityRecognizer(StructuredTagger):
             group = example.get_aligned_spans_y2x(group, allow_overlap=True)
         known = set(self.labels)
         return [(span.start, span.end, span.label_) for span in group if span.label_ in known]
+
+    def gold_offsets(self, gold: torch.Tensor, lengths: torch.Tensor) -> Optional[torch.Tensor]:
+        """On the real tokens (``lengths`` (S,)) of unknown annotation (more than one tag allowed in the gold mask
+        (S, L, M)), -bias on
+        ``O`` for a positive ``missing_entity_bias``, the bias on every entity tag for a negative one; 0
+        elsewhere. The loss's log S then weights each labelling the annotation allows by exp(bias) per such
+        token it puts inside an entity, up to a constant factor (so that its gradient is the same, and the loss,
+        every offset <= 0, stays >= 0). None at bias 0 (the plain marginal likelihood) and where every token is
+        annotated."""
+        bias = self.missing_entity_bias
+        if not bias:
+            return None
+        real = torch.arange(gold.shape[1], device=gold.device)[None, :] < lengths.to(gold.device)[:, None]
+        unknown = ((gold.sum(-1) > 1) & real)[..., None]
+        if not bool(unknown.any()):
+            return None
+        outside = torch.tensor([prefix == "O" for prefix in self._parts().prefixes], device=gold.device)
+        against = outside if bias > 0 else ~outside  # the reading the bias argues against
+        return (unknown & against).to(torch.float32) * -abs(bias)
 
     def exclusion_loss(self, examples: List[Example], scores, structure, F: torch.Tensor, lengths: torch.Tensor,
                        gold: torch.Tensor) -> torch.Tensor:

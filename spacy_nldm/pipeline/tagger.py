@@ -284,7 +284,8 @@ class StructuredTagger(TrainablePipe):
         lengths = torch.from_numpy(segmented.lengths)
         smoothing = mixture_weight(self.label_smoothing, len(self.outputs))
         structure = self.structure(self.model, tables)
-        loss = structure.nll(F, lengths, gold, approx=self.loss, smoothing=smoothing)
+        loss = structure.nll(F, lengths, gold, approx=self.loss, smoothing=smoothing,
+                             gold_offsets=self.gold_offsets(gold, lengths))
         loss = loss + self.exclusion_loss(examples, segmented, structure, F, lengths, gold)
         n_tokens = int(segmented.lengths.sum())
         if not loss.requires_grad:  # no tokens
@@ -305,6 +306,11 @@ class StructuredTagger(TrainablePipe):
                     for name, grad in zip(names, grads[1:])}
         d_scores = ScoreGradient(segmented.unpad(torch2xp(grads[0])), d_tables, self._tok2vec_factor(n_tokens))
         return float(loss.detach()), d_scores
+
+    def gold_offsets(self, gold: torch.Tensor, lengths: torch.Tensor) -> Optional[torch.Tensor]:
+        """Scores (S, L, M) the loss's log S adds to the labels, given the gold mask (S, L, M) and the segments'
+        lengths (S,) (:meth:`~spacy_nldm.models.structure.Structure.nll`); the taggers add none: None."""
+        return None
 
     def exclusion_loss(self, examples: List[Example], scores: SegmentScores, structure, F: torch.Tensor,
                        lengths: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
