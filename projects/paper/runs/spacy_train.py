@@ -184,7 +184,8 @@ def labels_with_bang(train: Path) -> bool:
 def apply_overrides(config, settings: List[str], system: str, *, every_system: bool = False):
     """``--set`` overrides (``section.key=value``, value as JSON, else a string) on a structured component
     (on every system, spaCy's ``tagger``, ``ner`` and ``spancat`` too, with ``every_system``); ``{c}`` in the section stands for the
-    component's name."""
+    component's name; an override of another component's block (``components.crf_ner.x=1`` on ``nldm_ner``'s
+    config) is left out, so that one command can set each system its own value."""
     if system in ("tagger",) + SPACY_ENTITY_SYSTEMS and not every_system:
         return config
     for item in settings:
@@ -194,6 +195,8 @@ def apply_overrides(config, settings: List[str], system: str, *, every_system: b
         except json.JSONDecodeError:
             value = raw
         *sections, key = path.replace("{c}", system).split(".")
+        if len(sections) > 1 and sections[0] == "components" and sections[1] not in config.get("components", {}):
+            continue
         node = config
         for section in sections:
             node = node.setdefault(section, {})

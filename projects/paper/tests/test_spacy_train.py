@@ -7,6 +7,7 @@ import spacy
 from spacy.tokens import Doc, DocBin, Span
 from spacy.training import Example
 from typer.testing import CliRunner
+from thinc.api import Config
 
 from projects.paper.cli import app
 from projects.paper.runs.spacy_train import (DATASETS, DEFAULT_RESULTS, HELD_OUT, Run, apply_overrides, dev_curve,
@@ -49,6 +50,34 @@ def test_overrides_reach_the_structured_component_only():
     assert tagger["components"]["tagger"]["label_smoothing"] == 0.05
     ner = apply_overrides(generate_entity_config("ner", "own", "en", 100), ["components.{c}.moves=\"x\""], "ner")
     assert ner["components"]["ner"]["moves"] is None
+
+
+def test_an_override_of_another_components_block_is_left_out():
+    """One command sets each structured system its own value; the block of the other is not created."""
+    settings = ["components.crf_ner.missing_entity_bias=6", "components.nldm_ner.missing_entity_bias=3"]
+    for system, value in (("crf_ner", 6), ("nldm_ner", 3)):
+        config = apply_overrides(generate_entity_config(system, "own", "en", 100), settings, system)
+        assert config["components"][system]["missing_entity_bias"] == value
+        assert set(config["components"]) == set(generate_entity_config(system, "own", "en", 100)["components"])
+
+
+def test_the_entity_records_migrate_to_todays_config_and_key():
+    """A record of a run made before ``temperature`` and ``missing_entity_bias`` came and ``average_params`` left
+    takes today's config and key; a record whose config was not a generated one is refused."""
+    from projects.paper.scripts.migrate_ner_configs import migrated
+
+    today = generate_entity_config("crf_ner", "own", "en", 100)
+    old = Config().from_str(today.to_str(), interpolate=False)
+    block = old["components"]["crf_ner"]
+    del block["temperature"], block["missing_entity_bias"]
+    block["average_params"] = True
+    row = {"key": "x", "dataset": "wnut17", "system": "crf_ner", "setting": "own", "seed": 0, "config": old.to_str()}
+    moved = migrated(row)
+    assert moved["key"] == run_key("wnut17", today.to_str(), 0)
+    assert migrated(moved) == moved
+    block["label_dim"] = 7
+    with pytest.raises(ValueError, match="not today's"):
+        migrated({**row, "config": old.to_str()})
 
 
 def test_average_params_is_part_of_a_runs_key_in_both_settings():
