@@ -54,6 +54,16 @@ def examples_of(docs):
     return [Example(Doc(doc.vocab, words=[t.text for t in doc]), doc) for doc in docs]
 
 
+def train_on(nlp, train, epochs: int):
+    """Initialise on ``train``, then ``epochs`` passes of Adam(0.01) in batches of 8, shuffled (seed 0)."""
+    nlp.initialize(lambda: train)
+    optimizer = Adam(0.01)
+    for _ in range(epochs):
+        random.Random(0).shuffle(train)
+        for i in range(0, len(train), 8):
+            nlp.update(train[i : i + 8], sgd=optimizer)
+
+
 def pipeline(factory: str, scheme: str = "BIO", **config):
     nlp = spacy.blank("en")
     nlp.add_pipe(factory, config={"model": SMALL, "scheme": scheme, **config})
@@ -160,12 +170,7 @@ def test_decoded_tags_are_valid_under_the_scheme_with_random_weights(factory, sc
 def test_the_component_learns_entities_and_reports_spacy_scores(factory, tmp_path):
     nlp = pipeline(factory)
     train = examples_of(synthetic(nlp.vocab, 40))
-    nlp.initialize(lambda: train)
-    optimizer = Adam(0.01)
-    for _ in range(15):
-        random.Random(0).shuffle(train)
-        for i in range(0, len(train), 8):
-            nlp.update(train[i : i + 8], sgd=optimizer)
+    train_on(nlp, train, epochs=15)
     held_out = examples_of(synthetic(nlp.vocab, 20, seed=7))
     scores = nlp.evaluate(held_out)
     assert scores["ents_f"] == 1.0, scores
@@ -193,12 +198,7 @@ def test_the_missing_entity_bias_decides_what_unannotated_tokens_are_learnt_as(f
             train.append(Example(Doc(nlp.vocab, words=[t.text for t in doc]),
                                  Doc(nlp.vocab, words=[t.text for t in doc], ents=tags)))
         nlp.get_pipe(factory).add_label("PER")
-        nlp.initialize(lambda: train)
-        optimizer = Adam(0.01)
-        for _ in range(5):
-            random.Random(0).shuffle(train)
-            for i in range(0, len(train), 8):
-                nlp.update(train[i : i + 8], sgd=optimizer)
+        train_on(nlp, train, epochs=5)
         people, outside = [], []
         for ref in synthetic(nlp.vocab, 20, seed=7):
             p_entity = 1.0 - nlp(Doc(nlp.vocab, words=[t.text for t in ref]))._.nldm_probs[:, 0]
