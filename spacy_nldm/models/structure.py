@@ -408,8 +408,8 @@ class LatentTree(Structure):
 
     def nll(self, F: Tensor, lengths: Tensor, gold_mask: Tensor, approx: str = "exact", smoothing: float = 0.0,
             gold_offsets: Optional[Tensor] = None) -> Tensor:
-        """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``),
-        log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET`` (without ``gold_offsets``)."""
+        """As :meth:`Structure.nll`; when every token's label is known (and ``approx="exact"``, without
+        ``gold_offsets``), log S is taken on the gold arcs (:meth:`gold_arcs`) in buckets of ``GOLD_BUDGET``."""
         one_label = (gold_mask.sum(-1) == 1) | ~real_tokens(gold_mask, lengths)
         if approx != "exact" or not bool(one_label.all()) or gold_offsets is not None:
             return super().nll(F, lengths, gold_mask, approx, smoothing, gold_offsets)
