@@ -28,8 +28,8 @@ CRF = {**COMMON, "decode": "viterbi"}
 #: (spancat's default key); the probability an entity needs to be kept; the lower one a span that was not
 #: decoded needs to join the span group (None: none joins); how many entity sets to keep per doc (0: none);
 #: the temperature every score is divided by at predict time (1: the distribution as trained); the bias
-#: towards entities of the tokens whose annotation is missing, in training (0: the plain likelihood). BILUO: on WNUT 2017
-#: (``spacy train``, seeds 0-2, two encoders) it was ahead of BIO in all four cells (crf_ner +0.18 / +1.03,
+#: towards entities of the tokens whose annotation is missing, in training (0: the plain likelihood). BILUO: on
+#: WNUT 2017 (``spacy train``, seeds 0-2, two encoders) it was ahead of BIO in all four cells (crf_ner +0.18 / +1.03,
 #: nldm_ner +1.82 / +0.95 F1; projects/paper/results/ner/wnut17.md and wnut17_bio.md), at 25 tags instead of 13
 NER_COMMON = {
     "max_length": COMMON["max_length"],

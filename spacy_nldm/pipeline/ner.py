@@ -37,7 +37,7 @@ from thinc.api import Model
 from .. import structs
 from ..defaults import CRF_NER, INCORRECT_SPANS_KEY, NER_TRAINING, NLDM_NER
 from ..models.segments import doc_segments
-from ..models.structure import ExclusionError
+from ..models.structure import ExclusionError, real_tokens
 from ..models.tagger import get_structure
 from .tagger import Predictions, StructuredTagger, same_tokens
 
@@ -113,11 +113,11 @@ class StructuredEntityRecognizer(StructuredTagger):
             raise ValueError(f"[spacy-nldm] {name}: candidate_threshold must be in (0, 1] or null, not {candidate_threshold}")
         if isinstance(n_best, bool) or not isinstance(n_best, int) or n_best < 0:
             raise ValueError(f"[spacy-nldm] {name}: n_best must be an integer >= 0, not {n_best!r}")
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0.0 < temperature < float("inf"):
+        if not _is_number(temperature) or not 0.0 < temperature < float("inf"):
             raise ValueError(f"[spacy-nldm] {name}: temperature must be a positive number, not {temperature!r}")
-        if isinstance(missing_entity_bias, bool) or not isinstance(missing_entity_bias, (int, float)) \
-                or not math.isfinite(missing_entity_bias):
-            raise ValueError(f"[spacy-nldm] {name}: missing_entity_bias must be a finite number, not {missing_entity_bias!r}")
+        if not _is_number(missing_entity_bias) or not math.isfinite(missing_entity_bias):
+            raise ValueError(f"[spacy-nldm] {name}: missing_entity_bias must be a finite number, "
+                             f"not {missing_entity_bias!r}")
         super().__init__(
             vocab, model, name, attr="ents", decode=decode, loss=loss, max_length=max_length,
             store_probs=store_probs, store_tree=False, scorer=scorer, **NER_TRAINING,
@@ -219,17 +219,15 @@ class StructuredEntityRecognizer(StructuredTagger):
 
     def gold_offsets(self, gold: torch.Tensor, lengths: torch.Tensor) -> Optional[torch.Tensor]:
         """On the real tokens (``lengths`` (S,)) of unknown annotation (more than one tag allowed in the gold mask
-        (S, L, M)), -bias on
-        ``O`` for a positive ``missing_entity_bias``, the bias on every entity tag for a negative one; 0
-        elsewhere. The loss's log S then weights each labelling the annotation allows by exp(bias) per such
+        (S, L, M)), -bias on ``O`` for a positive ``missing_entity_bias``, the bias on every entity tag for a
+        negative one; 0 elsewhere. The loss's log S then weights each labelling the annotation allows by exp(bias) per such
         token it puts inside an entity, up to a constant factor (so that its gradient is the same, and the loss,
         every offset <= 0, stays >= 0). None at bias 0 (the plain marginal likelihood) and where every token is
         annotated."""
         bias = self.missing_entity_bias
         if not bias:
             return None
-        real = torch.arange(gold.shape[1], device=gold.device)[None, :] < lengths.to(gold.device)[:, None]
-        unknown = ((gold.sum(-1) > 1) & real)[..., None]
+        unknown = ((gold.sum(-1) > 1) & real_tokens(gold, lengths))[..., None]
         if not bool(unknown.any()):
             return None
         outside = torch.tensor([prefix == "O" for prefix in self._parts().prefixes], device=gold.device)
@@ -428,6 +426,11 @@ class SchemeParts(NamedTuple):
         return cls(labels, tags, structs.allowed_transitions(tags, scheme), structs.entity_tags(tags, scheme),
                    [tag.partition("-")[0] for tag in tags],
                    [index[tag.partition("-")[2]] if tag != "O" else -1 for tag in tags])
+
+
+def _is_number(value) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def tag_spans(labels: List[int], prefix: List[str], kinds: List[int]) -> List[Tuple[int, int]]:

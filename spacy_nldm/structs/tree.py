@@ -286,8 +286,7 @@ def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Option
         return heads.to(labels.device, labels.dtype), score
     # dep[b, d-1, x, code] = F[b, d-1, x, code, label of d]; codes (B, N+1): each position's label + 1, 0 = root
     if factors is None:
-        index = labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1)
-        dep = F.detach().gather(-1, index)[..., 0].to("cpu", torch.float64)
+        dep = _dense_label_scores(F, labels)
     else:
         emissions, table = (f.detach().to("cpu", torch.float64) for f in factors)
         cpu_labels = labels.cpu()
@@ -307,20 +306,25 @@ def canonical_heads(F: Tensor, labels: Tensor, lengths: Tensor, max_dist: Option
     return heads.to(labels.device, labels.dtype), score
 
 
+def _dense_label_scores(F: Tensor, labels: Tensor) -> Tensor:
+    """dep (B, N, 2, M+1) float64 on the CPU: the dense scores F (B, N, 2, M+1, M) at each dependent's label."""
+    B, N = labels.shape
+    index = labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1)
+    return F.detach().gather(-1, index)[..., 0].to("cpu", torch.float64)
+
+
 def _canonical_compiled(F: Optional[Tensor], factors, labels: Tensor, codes: Tensor, bias: Optional[Tensor],
                         lens: Tensor, limit: int, tol: float) -> Tuple[Tensor, Tensor]:
     """:func:`canonical_heads` in the compiled loops (:func:`.compiled_decoders.canonical_tree`): the scores at
     the labels gathered there too where F comes as its factors."""
     numpy_of = lambda t, dtype: np.ascontiguousarray(t.detach().cpu().numpy().astype(dtype, copy=False))
-    labels_np = numpy_of(labels, np.int64)
     if factors is None:
-        B, N = labels.shape
-        index = labels.to(F.device)[:, :, None, None, None].expand(B, N, *F.shape[2:4], 1)
-        dep = numpy_of(F.detach().gather(-1, index)[..., 0], np.float64)
-    else:
+        dep = numpy_of(_dense_label_scores(F, labels), np.float64)
+    else:  # float32 emissions as they are: the loop adds them to the float64 table as the reference does
         emissions, table = factors
-        dep = compiled_decoders.label_scores(numpy_of(emissions, np.float32 if emissions.dtype == torch.float32
-                                                      else np.float64), numpy_of(table, np.float64), labels_np)
+        precision = np.float32 if emissions.dtype == torch.float32 else np.float64
+        dep = compiled_decoders.label_scores(numpy_of(emissions, precision), numpy_of(table, np.float64),
+                                             numpy_of(labels, np.int64))
     heads, score = compiled_decoders.canonical_tree(dep, numpy_of(codes, np.int64),
                                                     None if bias is None else numpy_of(bias, np.float64),
                                                     numpy_of(lens, np.int64), limit, tol)
