@@ -75,7 +75,7 @@ def test_the_entity_records_migrate_to_todays_config_and_key():
     moved = migrated(row)
     assert moved["key"] == run_key("wnut17", today.to_str(), 0)
     assert migrated(moved) == moved
-    block["label_dim"] = 7
+    block["model"]["label_dim"] = 7  # a model the generated config does not build
     with pytest.raises(ValueError, match="not today's"):
         migrated({**row, "config": old.to_str()})
 
