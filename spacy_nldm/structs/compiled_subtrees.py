@@ -19,7 +19,10 @@ right) and L[c, a] (dependent a <- head c on its right):
 
 with bR, bL the distance bias's factors. A subtree spans at most K - 1 tokens besides the tail's, so a token
 costs K (K + 1) / 2 vectors z, two matrix-vector products each, and K more in the tail: 15 M^2 multiply-adds
-at K = 3 (the item-by-item passes of :mod:`.compiled` take 27 M^2, with (M, M) items written and read).
+at K = 3 (the item-by-item passes of :mod:`.compiled` take 27 M^2, with (M, M) items written and read). The
+subtrees of one width do not depend on each other, so their products run as one product of [R; L] with the
+width's rows (and the tail's K subtrees of a token as one with R), three rows at a time: each entry of the
+table is then read once for three products, about twice the rate of one product at a time.
 
 The marginals come from the reverse pass as flows: an item's flow is the probability mass of the derivations
 through it (1 for the root item). A sum gives each term its share (term / total), a product gives both
@@ -50,7 +53,8 @@ def inside_outside(emissions, table, bias, offsets, lengths, limit, threshold, w
     if _compiled is None:
         from numba import njit
 
-        for name in ("_term_factors", "_subtree", "_hang", "_dot", "_store", "_ratios", "_subtree_mass", "_table_mass"):
+        for name in ("_term_factors", "_subtree", "_products", "_outer_sums", "_sent", "_hung_mass", "_dot", "_store",
+                     "_ratios"):
             globals()[name] = njit(inline="always", error_model="numpy", fastmath={"reassoc", "contract"})(globals()[name])
         _compiled = njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(_batch)
     _compiled(emissions, table, bias, offsets, lengths, limit, threshold, with_grad, log_z, done, labels, grad_table,
@@ -85,19 +89,62 @@ def _subtree(left, right, out, threshold):
     return np.log(mx)
 
 
-def _hang(A, z, out, threshold):
-    """out = A z: the subtree z's messages to each label of a head (A = R or L); False if one is below
-    ``threshold`` (its terms are at most 1)."""
-    ok = True
-    for a in range(A.shape[0]):
-        row = A[a]
-        total = 0.0
-        for c in range(z.shape[0]):
-            total += row[c] * z[c]
-        out[a] = total
-        if not total >= threshold:
-            ok = False
-    return ok
+def _products(A, X, Y, count):
+    """Y[i] = A X[i] for the first ``count`` rows of X (A: (p, q), X: (rows, q), Y: (rows, p)), three rows at a
+    time: each entry of A is read once for three products (twice the rate of one product at a time)."""
+    p, q = A.shape
+    i = 0
+    while i + 3 <= count:
+        for a in range(p):
+            s0, s1, s2 = 0.0, 0.0, 0.0
+            for c in range(q):
+                v = A[a, c]
+                s0 += v * X[i, c]
+                s1 += v * X[i + 1, c]
+                s2 += v * X[i + 2, c]
+            Y[i, a], Y[i + 1, a], Y[i + 2, a] = s0, s1, s2
+        i += 3
+    while i < count:
+        for a in range(p):
+            s0 = 0.0
+            for c in range(q):
+                s0 += A[a, c] * X[i, c]
+            Y[i, a] = s0
+        i += 1
+
+
+def _outer_sums(X, Z, G, count):
+    """G[a, c] += sum_i X[i, a] Z[i, c] over the first ``count`` rows, three rows at a time."""
+    i = 0
+    while i + 3 <= count:
+        for a in range(G.shape[0]):
+            x0, x1, x2 = X[i, a], X[i + 1, a], X[i + 2, a]
+            for c in range(G.shape[1]):
+                G[a, c] += x0 * Z[i, c] + x1 * Z[i + 1, c] + x2 * Z[i + 2, c]
+        i += 3
+    while i < count:
+        for a in range(G.shape[0]):
+            x0 = X[i, a]
+            for c in range(G.shape[1]):
+                G[a, c] += x0 * Z[i, c]
+        i += 1
+
+
+def _sent(u, threshold):
+    """Whether every message in u is at least ``threshold`` (its terms are at most 1)."""
+    for a in range(u.shape[0]):
+        if not u[a] >= threshold:
+            return False
+    return True
+
+
+def _hung_mass(z, hung, r0, root, g_left, g_right):
+    """The subtree z's mass, z[c] (hung[c] + root[c] r0) (``hung``: its messages' mass to the heads, sum_a
+    R[a, c] ratio_r[a] + L[a, c] ratio_l[a]), added to the masses of both its factors (its left and right items)."""
+    for c in range(z.shape[0]):
+        mass = z[c] * (hung[c] + r0 * root[c])
+        g_left[c] += mass
+        g_right[c] += mass
 
 
 def _dot(x, z):
@@ -125,32 +172,6 @@ def _ratios(flow, values, sent, out):
     """out = flow / values, the mass a message brought back per unit of it (0 where the message was not sent)."""
     for a in range(out.shape[0]):
         out[a] = flow[a] / values[a] if sent else 0.0
-
-
-def _subtree_mass(z, ratio_r, ratio_l, r0, RT, LT, root, g_left, g_right):
-    """The subtree z's mass, z[c] (sum_a R[a, c] ratio_r[a] + L[a, c] ratio_l[a] + root[c] r0), added to the masses
-    of both its factors (its left and right items)."""
-    for c in range(z.shape[0]):
-        row_r, row_l = RT[c], LT[c]
-        total = 0.0
-        for a in range(row_r.shape[0]):
-            total += row_r[a] * ratio_r[a] + row_l[a] * ratio_l[a]
-        mass = z[c] * (total + r0 * root[c])
-        g_left[c] += mass
-        g_right[c] += mass
-
-
-def _table_mass(z, ratio_r, ratio_l, r0, GR, GL, G0):
-    """The masses of the arcs that hung z, to be multiplied by the table's factors: GR[a, c] += ratio_r[a] z[c],
-    GL[h, c] += ratio_l[h] z[c], G0[c] += r0 z[c]."""
-    for a in range(GR.shape[0]):
-        ra, la, row_r, row_l = ratio_r[a], ratio_l[a], GR[a], GL[a]
-        for c in range(z.shape[0]):
-            row_r[c] += ra * z[c]
-            row_l[c] += la * z[c]
-    if r0 != 0.0:
-        for c in range(z.shape[0]):
-            G0[c] += r0 * z[c]
 
 
 def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, done, labels, grad_table, grad_bias):  # noqa: C901  (one recurrence per block)
@@ -187,7 +208,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
             L[a, c] = np.exp(Ft[1, 1 + a, c] - tops[1])  # L[head c', dependent a'] laid out as [c', a']
     for c in range(M):
         root[c] = np.exp(Ft[0, 0, c] - tops[2])
-    RT, LT = np.ascontiguousarray(R.T), np.ascontiguousarray(L.T)  # the reverse pass's matrix-vector products
+    # a subtree's messages to both sides at once: [uR; uL] = [R; L] z, and in reverse their mass
+    # sum_a R[a, c] rho[a] + L[a, c] acc[a] = [R^T | L^T] [rho; acc]
+    both = np.zeros((2 * M, M))
+    both[:M], both[M:] = R, L
+    both_T, RT = np.ascontiguousarray(both.T), np.ascontiguousarray(R.T)
     logb = np.zeros((2, K + 1))  # the bias of an arc of length d, [direction, d]
     for d in range(1, K + 1):
         if Kb > 0:
@@ -196,19 +221,24 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     # complete items [start, width, label] (CR[0, w]: the root's, label 0 only), shifts [start, width]
     CRv, CLv = np.zeros((P, K + 1, M)), np.zeros((P, K + 1, M))
     CRs, CLs = np.zeros((P, K + 1)), np.zeros((P, K + 1))
-    # subtrees z(m - e, m, m + f) at [m, e, f] and their messages: to a head on the left (uR), on the right (uL),
-    # to the root (u0, a number)
-    Zv, Zs = np.zeros((P, K, K, M)), np.zeros((P, K, K))
-    UR, UL, U0 = np.zeros((P, K, K, M)), np.zeros((P, K, K, M)), np.zeros((P, K, K))
+    # subtrees z(m - e, m, m + f) of total width W = e + f at [W, (m - 1) (W + 1) + e] (rows of one width
+    # together, for the matrix products), their messages to a head on the left (uR, [..., 0, :]) and on the right
+    # (uL, [..., 1, :]) and to the root (u0, a number)
+    rows = N * K
+    Zv, Zs = np.zeros((K, rows, M)), np.zeros((K, rows))
+    U, U0 = np.zeros((K, rows, 2, M)), np.zeros((K, rows))
     # the tail: T[i], and its subtrees zT(m - e, m) = CL[m - e, m] * T[m] with their messages
     Tv, Ts = np.zeros((P, M)), np.zeros(P)
     ZTv, ZTs = np.zeros((P, K, M)), np.zeros((P, K))
     UT, UT0 = np.zeros((P, K, M)), np.zeros((P, K))
     # flows
     gCR, gCL, gT = np.zeros((P, K + 1, M)), np.zeros((P, K + 1, M)), np.zeros((P, M))
-    gUR, gUL, gU0 = np.zeros((P, K, K, M)), np.zeros((P, K, K, M)), np.zeros((P, K, K))
+    gU, gU0 = np.zeros((K, rows, 2, M)), np.zeros((K, rows))
+    ratio = np.zeros((rows, 2, M))  # flow(u) / u of one width's messages, [rho | acc]
+    masses = np.zeros((rows, M))  # their mass sum_a R[a, c] rho[a] + L[a, c] acc[a]
+    tail_ratio, tail_z, tail_mass = np.zeros((K, M)), np.zeros((K, M)), np.zeros((K, M))  # the same for the tail's
     gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
-    tot, rho, acc, none = np.zeros(M), np.zeros(M), np.zeros(M), np.zeros(M)  # (none: no messages that way)
+    tot = np.zeros(M)
     wts = np.zeros((K + 1) * (K + 1))  # the logs of the terms of one total
     # each total's terms' factors exp(g - top) and its top, kept for the reverse pass: CR, CL [start, width, term]
     # and the tail's rows [i, term]
@@ -219,7 +249,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     # then an exact 0 at c, which is structure, not underflow: its total is not checked there
     dead, nothing_dead = np.zeros((P, M), np.bool_), np.zeros(M, np.bool_)
     with_table, with_bias = grad_table.shape[0] > 0, grad_bias.shape[0] > 0 and Kb > 0
-    GR, GL, G0 = np.zeros((M, M)), np.zeros((M, M)), np.zeros(M)  # sum of mass(u)[a] / u[a] * z[c] per table
+    G, G0 = np.zeros((2 * M, M)), np.zeros(M)  # sum of mass(u)[a] / u[a] * z[c] per table ([GR; GL])
     Gb = np.zeros((2, K + 1))  # the mass of the terms of each arc length and direction
 
     for b in range(B):
@@ -255,28 +285,37 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
         # -- inside, by width: the subtrees of total width w - 1 and their messages, then the items of width w
         for w in range(1, Kn + 1):
             W = w - 1
+            Zw, Uw = Zv[W], U[W]
             for m in range(1, n + 1):
                 for e in range(W + 1):
                     f = W - e
-                    j, t = m - e, m + f
+                    j, t, row = m - e, m + f, (m - 1) * w + e
                     if j < 1 or t > n:
+                        Zw[row] = 0.0
                         continue
-                    scale = _subtree(CLv[j, e], CRv[m, f], Zv[m, e, f], THRESHOLD)
+                    scale = _subtree(CLv[j, e], CRv[m, f], Zw[row], THRESHOLD)
                     if scale != scale:
                         ok = False
                         break
-                    Zs[m, e, f] = CLs[j, e] + CRs[m, f] + scale
-                    # its messages: to a head on the left (one in 1..j-1 within K of m), on the right (one in
-                    # t+1..j+K), to the root (an arc 0 -> m)
-                    if j >= 2:
-                        ok &= _hang(R, Zv[m, e, f], UR[m, e, f], THRESHOLD)
-                    if t < n and t + 1 <= j + Kn:
-                        ok &= _hang(L, Zv[m, e, f], UL[m, e, f], THRESHOLD)
-                    if m <= Kn:
-                        U0[m, e, f] = _dot(root, Zv[m, e, f])
-                        ok &= U0[m, e, f] >= THRESHOLD
+                    Zs[W, row] = CLs[j, e] + CRs[m, f] + scale
+                    if m <= Kn:  # its message to the root (an arc 0 -> m)
+                        U0[W, row] = _dot(root, Zw[row])
+                        ok &= U0[W, row] >= THRESHOLD
                 if not ok:
                     break
+            if not ok:
+                break
+            # their messages to a head on the left (one in 1..j-1 within K of m) and on the right (one in t+1..j+K)
+            _products(both, Zw, Uw.reshape((rows, 2 * M)), n * w)
+            for m in range(1, n + 1):
+                for e in range(W + 1):
+                    j, t, row = m - e, m + W - e, (m - 1) * w + e
+                    if j < 1 or t > n:
+                        continue
+                    if j >= 2:
+                        ok &= _sent(Uw[row, 0], THRESHOLD)
+                    if t < n and t + 1 <= j + Kn:
+                        ok &= _sent(Uw[row, 1], THRESHOLD)
             if not ok:
                 break
             # CR[s, s + w] for s >= 1, the root's CR[0, w], CL[s, s + w]
@@ -286,7 +325,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                 i = 0
                 for m in range(s + 1, t + 1):
                     for k in range(s, m):
-                        wts[i] = CRs[s, k - s] + Zs[m, m - k - 1, t - m] + (tops[2] if s == 0 else logb[0, m - s] + tops[0])
+                        wts[i] = CRs[s, k - s] + Zs[t - k - 1, (m - 1) * (t - k) + m - k - 1] + (tops[2] if s == 0 else logb[0, m - s] + tops[0])
                         i += 1
                 top = TRt[s, w] = _term_factors(wts, i, FR[s, w])
                 for c in range(M):
@@ -298,9 +337,9 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                         i += 1
                         x_row = CRv[s, k - s]
                         if s == 0:
-                            tot[0] += fct * x_row[0] * U0[m, m - k - 1, t - m]
+                            tot[0] += fct * x_row[0] * U0[t - k - 1, (m - 1) * (t - k) + m - k - 1]
                         else:
-                            u = UR[m, m - k - 1, t - m]
+                            u = U[t - k - 1, (m - 1) * (t - k) + m - k - 1, 0]
                             for a in range(M):
                                 tot[a] += fct * x_row[a] * u[a]
                 scale = _store(tot, 1 if s == 0 else M, CRv[s, w], nothing_dead, THRESHOLD)
@@ -314,7 +353,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                 i = 0
                 for m in range(s, t):
                     for k in range(m, t):
-                        wts[i] = CLs[k + 1, t - k - 1] + Zs[m, m - s, k - m] + logb[1, t - m] + tops[1]
+                        wts[i] = CLs[k + 1, t - k - 1] + Zs[k - s, (m - 1) * (k - s + 1) + m - s] + logb[1, t - m] + tops[1]
                         i += 1
                 top = TLt[s, w] = _term_factors(wts, i, FL[s, w])
                 for c in range(M):
@@ -324,7 +363,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     for k in range(m, t):
                         fct = FL[s, w, i]
                         i += 1
-                        y_row, u = CLv[k + 1, t - k - 1], UL[m, m - s, k - m]
+                        y_row, u = CLv[k + 1, t - k - 1], U[k - s, (m - 1) * (k - s + 1) + m - s, 1]
                         for c in range(M):
                             tot[c] += fct * y_row[c] * u[c]
                 scale = _store(tot, M, CLv[s, w], dead[t], THRESHOLD)
@@ -354,11 +393,14 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                         ok = False
                         break
                     ZTs[m, e] = CLs[j, e] + Ts[m] + scale
-                    if j >= 2:
-                        ok &= _hang(R, ZTv[m, e], UT[m, e], THRESHOLD)
                     if m <= Kn:
                         UT0[m, e] = _dot(root, ZTv[m, e])
                         ok &= UT0[m, e] >= THRESHOLD
+                if not ok:
+                    break
+                _products(R, ZTv[m], UT[m], min(Kn, m))  # their messages to a head on the left
+                for e in range(min(Kn, m - 1)):
+                    ok &= _sent(UT[m, e], THRESHOLD)
                 if not ok:
                     break
                 i = m - 1
@@ -401,16 +443,14 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
             done[b] = True
             continue
         if with_table:
-            GR[:] = 0.0
-            GL[:] = 0.0
+            G[:] = 0.0
             G0[:] = 0.0
         Gb[:] = 0.0
         # == reverse: the flows ==========================================================================
         gCR[: n + 1] = 0.0
         gCL[: n + 1] = 0.0
-        gUR[: n + 1] = 0.0
-        gUL[: n + 1] = 0.0
-        gU0[: n + 1] = 0.0
+        gU[:, : n * Kn] = 0.0
+        gU0[:, : n * Kn] = 0.0
         if tail:
             gT[: n + 1] = 0.0
             gUT[: n + 1] = 0.0
@@ -442,14 +482,20 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                                 Gb[0, m - i] += mass
                 # the subtrees zT(i + 1, m) are complete now (every row that hangs them, i and below, is done)
                 j = i + 1
-                for m in range(j, min(j + Kn, n)):
-                    e = m - j
-                    z = ZTv[m, e]
+                count = min(j + Kn, n) - j
+                for e in range(count):
+                    _ratios(gUT[j + e, e], UT[j + e, e], j >= 2, tail_ratio[e])
+                    tail_z[e] = ZTv[j + e, e]
+                _products(RT, tail_ratio, tail_mass, count)
+                if with_table:
+                    _outer_sums(tail_ratio, tail_z, G[:M], count)
+                for e in range(count):
+                    m = j + e
                     r0 = gUT0[m, e] / UT0[m, e] if m <= Kn and gUT0[m, e] != 0.0 else 0.0
-                    _ratios(gUT[m, e], UT[m, e], j >= 2, rho)
-                    _subtree_mass(z, rho, none, r0, RT, LT, root, gCL[j, e], gT[m])
-                    if with_table:
-                        _table_mass(z, rho, none, r0, GR, GL, G0)
+                    _hung_mass(tail_z[e], tail_mass[e], r0, root, gCL[j, e], gT[m])
+                    if with_table and r0 != 0.0:
+                        for c in range(M):
+                            G0[c] += r0 * tail_z[e, c]
             for i in range(n - Kn, n + 1):
                 for a in range(M):
                     gCR[i, n - i, a] += gT[i, a]
@@ -469,14 +515,14 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     for k in range(s, m):
                         fct = FR[s, w, i] * shift
                         i += 1
-                        e, f = m - k - 1, t - m
+                        W, row = t - k - 1, (m - 1) * (t - k) + m - k - 1  # the subtree z(k + 1, m, t)
                         if s == 0:
                             if gCR[0, w, 0] != 0.0:
-                                r = fct * CRv[0, k, 0] * U0[m, e, f] / CRv[0, w, 0] * gCR[0, w, 0]
+                                r = fct * CRv[0, k, 0] * U0[W, row] / CRv[0, w, 0] * gCR[0, w, 0]
                                 gCR[0, k, 0] += r
-                                gU0[m, e, f] += r
+                                gU0[W, row] += r
                         else:
-                            u, gu, x_row, g_row = UR[m, e, f], gUR[m, e, f], CRv[s, k - s], gCR[s, k - s]
+                            u, gu, x_row, g_row = U[W, row, 0], gU[W, row, 0], CRv[s, k - s], gCR[s, k - s]
                             mass = 0.0
                             for a in range(M):
                                 r = fct * x_row[a] * u[a] * qv[a]
@@ -496,7 +542,8 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     for k in range(m, t):
                         fct = FL[s, w, i] * shift
                         i += 1
-                        u, gu = UL[m, m - s, k - m], gUL[m, m - s, k - m]
+                        W, row = k - s, (m - 1) * (k - s + 1) + m - s  # the subtree z(s, m, k)
+                        u, gu = U[W, row, 1], gU[W, row, 1]
                         y_row, g_row = CLv[k + 1, t - k - 1], gCL[k + 1, t - k - 1]
                         mass = 0.0
                         for c in range(M):
@@ -507,19 +554,29 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                         Gb[1, t - m] += mass
             # the subtrees of total width w - 1 are complete: their flows to CL[j, m] and CR[m, t]
             W = w - 1
+            Zw, Uw, gUw = Zv[W], U[W], gU[W]
             for m in range(1, n + 1):
                 for e in range(W + 1):
-                    f = W - e
-                    j, t = m - e, m + f
+                    j, t, row = m - e, m + W - e, (m - 1) * w + e
+                    if j < 1 or t > n:
+                        ratio[row] = 0.0
+                        continue
+                    _ratios(gUw[row, 0], Uw[row, 0], j >= 2, ratio[row, 0])
+                    _ratios(gUw[row, 1], Uw[row, 1], t < n and t + 1 <= j + Kn, ratio[row, 1])
+            flat = ratio.reshape((rows, 2 * M))
+            _products(both_T, flat, masses, n * w)
+            if with_table:
+                _outer_sums(flat, Zw, G, n * w)
+            for m in range(1, n + 1):
+                for e in range(W + 1):
+                    j, t, row = m - e, m + W - e, (m - 1) * w + e
                     if j < 1 or t > n:
                         continue
-                    z = Zv[m, e, f]
-                    r0 = gU0[m, e, f] / U0[m, e, f] if m <= Kn and gU0[m, e, f] != 0.0 else 0.0
-                    _ratios(gUR[m, e, f], UR[m, e, f], j >= 2, rho)
-                    _ratios(gUL[m, e, f], UL[m, e, f], t < n and t + 1 <= j + Kn, acc)
-                    _subtree_mass(z, rho, acc, r0, RT, LT, root, gCL[j, e], gCR[m, f])
-                    if with_table:
-                        _table_mass(z, rho, acc, r0, GR, GL, G0)
+                    r0 = gU0[W, row] / U0[W, row] if m <= Kn and gU0[W, row] != 0.0 else 0.0
+                    _hung_mass(Zw[row], masses[row], r0, root, gCL[j, e], gCR[m, W - e])
+                    if with_table and r0 != 0.0:
+                        for c in range(M):
+                            G0[c] += r0 * Zw[row, c]
         for m in range(1, n + 1):
             for c in range(M):
                 labels[o + m - 1, c] = gCL[m, 0, c]
@@ -528,8 +585,8 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                 grad_table[b, 0, 0, a] = G0[a] * root[a]
                 grad_table[b, 1, 0, a] = 0.0
                 for c in range(M):
-                    grad_table[b, 0, 1 + a, c] = GR[a, c] * R[a, c]
-                    grad_table[b, 1, 1 + a, c] = GL[a, c] * L[a, c]
+                    grad_table[b, 0, 1 + a, c] = G[a, c] * R[a, c]
+                    grad_table[b, 1, 1 + a, c] = G[M + a, c] * L[a, c]
         if with_bias:
             grad_bias[b] = 0.0
             for d in range(1, Kn + 1):

@@ -12,11 +12,12 @@ long, batches of 256 sentences of 5 to 30 tokens):
   complete items' matrix-vector products) and k M^2 more for the tail items: 27 M^2 at k = 3;
 - the subtree messages (``spacy_nldm.structs.compiled_subtrees``, the factored lane's own): k (k + 1) / 2
   subtrees a token, each hung by two matrix-vector products (to a head on its left and on its right), and k
-  more products in the tail: 15 M^2 at k = 3, plus the complete items' elementwise sums (26 M).
+  more products in the tail: 15 M^2 at k = 3, plus the complete items' elementwise sums (26 M); the products
+  run three vectors at a time.
 
-The two loops they are made of (an (M, M) matrix times a vector, an (M, M) rank-one update) are timed alone
-in L1, compiled by numba as the kernels are. Their rate bounds what any rewrite of the same recurrence in this
-language reaches: the printed floor is the inside pass's multiply-adds at the faster rate, and twice that for
+The loops they are made of (an (M, M) matrix times a vector, times three vectors at once, an (M, M) rank-one
+update) are timed alone in L1, compiled by numba as the kernels are. Their rate bounds what any rewrite of the
+same recurrence in this language reaches: the printed floor is the inside pass's multiply-adds at the fastest rate, and twice that for
 the label marginals (each reverse pass does at least as many multiply-adds as its inside). The training pass
 (the table's gradient besides) is timed too; its rate column counts the marginals' multiply-adds only.
 """
@@ -72,7 +73,8 @@ def subtree_macs(n: int, K: int, M: int) -> int:
 
 
 def loop_rates(M: int, reps: int = 200_000):
-    """Multiply-adds per second of an (M, M) matrix-vector product and rank-one update (float64)."""
+    """Multiply-adds per second of an (M, M) matrix-vector product, the same three vectors at a time, and a
+    rank-one update (float64)."""
     from numba import njit
 
     @njit(fastmath={"reassoc", "contract"}, error_model="numpy")
@@ -86,6 +88,21 @@ def loop_rates(M: int, reps: int = 200_000):
         return y
 
     @njit(fastmath={"reassoc", "contract"}, error_model="numpy")
+    def matvec3(A, X, Y, reps):
+        for _ in range(reps):
+            for a in range(A.shape[0]):
+                s0, s1, s2 = 0.0, 0.0, 0.0
+                for c in range(A.shape[1]):
+                    v = A[a, c]
+                    s0 += v * X[0, c]
+                    s1 += v * X[1, c]
+                    s2 += v * X[2, c]
+                Y[0, a] += s0 * 1e-9
+                Y[1, a] += s1 * 1e-9
+                Y[2, a] += s2 * 1e-9
+        return Y
+
+    @njit(fastmath={"reassoc", "contract"}, error_model="numpy")
     def rank_one(A, x, z, reps):
         for _ in range(reps):
             for a in range(A.shape[0]):
@@ -97,12 +114,13 @@ def loop_rates(M: int, reps: int = 200_000):
     rng = np.random.default_rng(0)
     A, x = rng.random((M, M)), rng.random(M)
     rates = {}
-    for name, fn, args in (("matrix-vector", matvec, (A.copy(), x, np.zeros(M))),
-                           ("rank-one update", rank_one, (A.copy(), x, x.copy()))):
+    for name, fn, args, vectors in (("matrix-vector", matvec, (A.copy(), x, np.zeros(M)), 1),
+                                    ("matrix times three vectors", matvec3, (A.copy(), rng.random((3, M)), np.zeros((3, M))), 3),
+                                    ("rank-one update", rank_one, (A.copy(), x, x.copy()), 1)):
         fn(*args, 10)
         start = time.perf_counter()
         fn(*args, reps)
-        rates[name] = reps * M * M / (time.perf_counter() - start)
+        rates[name] = vectors * reps * M * M / (time.perf_counter() - start)
     return rates
 
 
