@@ -293,11 +293,21 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     if j < 1 or t > n:
                         Zw[row] = 0.0
                         continue
-                    scale = _subtree(CLv[j, e], CRv[m, f], Zw[row], THRESHOLD)
-                    if scale != scale:
+                    # z = CL[j, m] * CR[m, t], scaled to a largest of 1 (indexed in place here and below: a
+                    # view of a row costs a reference count, which is a third of these loops' time)
+                    mx = 0.0
+                    for c in range(M):
+                        v = CLv[j, e, c] * CRv[m, f, c]
+                        Zv[W, row, c] = v
+                        if v > mx:
+                            mx = v
+                    if not mx >= THRESHOLD:
                         ok = False
                         break
-                    Zs[W, row] = CLs[j, e] + CRs[m, f] + scale
+                    inv = 1.0 / mx
+                    for c in range(M):
+                        Zv[W, row, c] *= inv
+                    Zs[W, row] = CLs[j, e] + CRs[m, f] + np.log(mx)
                     if m <= Kn:  # its message to the root (an arc 0 -> m)
                         U0[W, row] = _dot(root, Zw[row])
                         ok &= U0[W, row] >= THRESHOLD
@@ -312,10 +322,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     j, t, row = m - e, m + W - e, (m - 1) * w + e
                     if j < 1 or t > n:
                         continue
-                    if j >= 2:
-                        ok &= _sent(Uw[row, 0], THRESHOLD)
-                    if t < n and t + 1 <= j + Kn:
-                        ok &= _sent(Uw[row, 1], THRESHOLD)
+                    for x in range(2):  # a head on the left (j >= 2), on the right (t < n, t + 1 <= j + K)
+                        if (j >= 2) if x == 0 else (t < n and t + 1 <= j + Kn):
+                            for c in range(M):
+                                if not U[W, row, x, c] >= THRESHOLD:
+                                    ok = False
             if not ok:
                 break
             # CR[s, s + w] for s >= 1, the root's CR[0, w], CL[s, s + w]
@@ -335,13 +346,12 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     for k in range(s, m):
                         fct = FR[s, w, i]
                         i += 1
-                        x_row = CRv[s, k - s]
+                        W, row = t - k - 1, (m - 1) * (t - k) + m - k - 1  # the subtree z(k + 1, m, t)
                         if s == 0:
-                            tot[0] += fct * x_row[0] * U0[t - k - 1, (m - 1) * (t - k) + m - k - 1]
+                            tot[0] += fct * CRv[0, k, 0] * U0[W, row]
                         else:
-                            u = U[t - k - 1, (m - 1) * (t - k) + m - k - 1, 0]
                             for a in range(M):
-                                tot[a] += fct * x_row[a] * u[a]
+                                tot[a] += fct * CRv[s, k - s, a] * U[W, row, 0, a]
                 scale = _store(tot, 1 if s == 0 else M, CRv[s, w], nothing_dead, THRESHOLD)
                 if scale != scale:
                     ok = False
@@ -363,9 +373,9 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     for k in range(m, t):
                         fct = FL[s, w, i]
                         i += 1
-                        y_row, u = CLv[k + 1, t - k - 1], U[k - s, (m - 1) * (k - s + 1) + m - s, 1]
+                        W, row = k - s, (m - 1) * (k - s + 1) + m - s  # the subtree z(s, m, k)
                         for c in range(M):
-                            tot[c] += fct * y_row[c] * u[c]
+                            tot[c] += fct * CLv[k + 1, t - k - 1, c] * U[W, row, 1, c]
                 scale = _store(tot, M, CLv[s, w], dead[t], THRESHOLD)
                 if scale != scale:
                     ok = False
@@ -522,12 +532,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                                 gCR[0, k, 0] += r
                                 gU0[W, row] += r
                         else:
-                            u, gu, x_row, g_row = U[W, row, 0], gU[W, row, 0], CRv[s, k - s], gCR[s, k - s]
                             mass = 0.0
                             for a in range(M):
-                                r = fct * x_row[a] * u[a] * qv[a]
-                                g_row[a] += r
-                                gu[a] += r
+                                r = fct * CRv[s, k - s, a] * U[W, row, 0, a] * qv[a]
+                                gCR[s, k - s, a] += r
+                                gU[W, row, 0, a] += r
                                 mass += r
                             Gb[0, m - s] += mass
                 if s == 0:
@@ -543,26 +552,26 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                         fct = FL[s, w, i] * shift
                         i += 1
                         W, row = k - s, (m - 1) * (k - s + 1) + m - s  # the subtree z(s, m, k)
-                        u, gu = U[W, row, 1], gU[W, row, 1]
-                        y_row, g_row = CLv[k + 1, t - k - 1], gCL[k + 1, t - k - 1]
                         mass = 0.0
                         for c in range(M):
-                            r = fct * y_row[c] * u[c] * qv[c]
-                            g_row[c] += r
-                            gu[c] += r
+                            r = fct * CLv[k + 1, t - k - 1, c] * U[W, row, 1, c] * qv[c]
+                            gCL[k + 1, t - k - 1, c] += r
+                            gU[W, row, 1, c] += r
                             mass += r
                         Gb[1, t - m] += mass
             # the subtrees of total width w - 1 are complete: their flows to CL[j, m] and CR[m, t]
             W = w - 1
-            Zw, Uw, gUw = Zv[W], U[W], gU[W]
+            Zw = Zv[W]
             for m in range(1, n + 1):
                 for e in range(W + 1):
                     j, t, row = m - e, m + W - e, (m - 1) * w + e
                     if j < 1 or t > n:
                         ratio[row] = 0.0
                         continue
-                    _ratios(gUw[row, 0], Uw[row, 0], j >= 2, ratio[row, 0])
-                    _ratios(gUw[row, 1], Uw[row, 1], t < n and t + 1 <= j + Kn, ratio[row, 1])
+                    for x in range(2):  # flow(u) / u, 0 where the message was not sent
+                        sent = (j >= 2) if x == 0 else (t < n and t + 1 <= j + Kn)
+                        for c in range(M):
+                            ratio[row, x, c] = gU[W, row, x, c] / U[W, row, x, c] if sent else 0.0
             flat = ratio.reshape((rows, 2 * M))
             _products(both_T, flat, masses, n * w)
             if with_table:
@@ -573,7 +582,10 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     if j < 1 or t > n:
                         continue
                     r0 = gU0[W, row] / U0[W, row] if m <= Kn and gU0[W, row] != 0.0 else 0.0
-                    _hung_mass(Zw[row], masses[row], r0, root, gCL[j, e], gCR[m, W - e])
+                    for c in range(M):  # z[c] (its messages' mass + the root's), to both its factors
+                        mass = Zv[W, row, c] * (masses[row, c] + r0 * root[c])
+                        gCL[j, e, c] += mass
+                        gCR[m, W - e, c] += mass
                     if with_table and r0 != 0.0:
                         for c in range(M):
                             G0[c] += r0 * Zw[row, c]
