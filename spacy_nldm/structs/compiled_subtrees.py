@@ -27,7 +27,9 @@ table is then read once for three products, about twice the rate of one product 
 The marginals come from the reverse pass as flows: an item's flow is the probability mass of the derivations
 through it (1 for the root item). A sum gives each term its share (term / total), a product gives both
 factors its whole flow, and a matrix-vector product u = A z gives z[c] the flow z[c] sum_a A[a, c] flow(u)[a] /
-u[a]. The flow of CL[m, m][c] is P(y_m = c). Flows are ratios, so they need no shifts.
+u[a]. The flow of CL[m, m][c] is P(y_m = c). Flows are ratios, so they need no shifts. A message's flow is only
+ever read divided by the message, so the reverse pass keeps flow(u) / u itself: each term that reads u adds
+its flow without the factor u (no division).
 
 Items are held as values and a float64 shift (item = values * exp(shift)). A total below ``THRESHOLD`` in its
 frame (its largest possible term is 1, times the labels for a product's row) could have lost digits: the
@@ -53,8 +55,7 @@ def inside_outside(emissions, table, bias, offsets, lengths, limit, threshold, w
     if _compiled is None:
         from numba import njit
 
-        for name in ("_term_factors", "_subtree", "_products", "_outer_sums", "_sent", "_hung_mass", "_dot", "_store",
-                     "_ratios"):
+        for name in ("_term_factors", "_subtree", "_products", "_outer_sums", "_dot", "_store"):
             globals()[name] = njit(inline="always", error_model="numpy", fastmath={"reassoc", "contract"})(globals()[name])
         _compiled = njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(_batch)
     _compiled(emissions, table, bias, offsets, lengths, limit, threshold, with_grad, log_z, done, labels, grad_table,
@@ -130,21 +131,8 @@ def _outer_sums(X, Z, G, count):
         i += 1
 
 
-def _sent(u, threshold):
-    """Whether every message in u is at least ``threshold`` (its terms are at most 1)."""
-    for a in range(u.shape[0]):
-        if not u[a] >= threshold:
-            return False
-    return True
 
 
-def _hung_mass(z, hung, r0, root, g_left, g_right):
-    """The subtree z's mass, z[c] (hung[c] + root[c] r0) (``hung``: its messages' mass to the heads, sum_a
-    R[a, c] ratio_r[a] + L[a, c] ratio_l[a]), added to the masses of both its factors (its left and right items)."""
-    for c in range(z.shape[0]):
-        mass = z[c] * (hung[c] + r0 * root[c])
-        g_left[c] += mass
-        g_right[c] += mass
 
 
 def _dot(x, z):
@@ -163,15 +151,12 @@ def _store(tot, ah, values, dead, threshold):
             return np.nan
         if tot[a] > mx:
             mx = tot[a]
+    inv = 1.0 / mx
     for a in range(values.shape[0]):
-        values[a] = tot[a] / mx if a < ah else 0.0
+        values[a] = tot[a] * inv if a < ah else 0.0
     return np.log(mx)
 
 
-def _ratios(flow, values, sent, out):
-    """out = flow / values, the mass a message brought back per unit of it (0 where the message was not sent)."""
-    for a in range(out.shape[0]):
-        out[a] = flow[a] / values[a] if sent else 0.0
 
 
 def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, done, labels, grad_table, grad_bias):  # noqa: C901  (one recurrence per block)
@@ -233,8 +218,8 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     UT, UT0 = np.zeros((P, K, M)), np.zeros((P, K))
     # flows
     gCR, gCL, gT = np.zeros((P, K + 1, M)), np.zeros((P, K + 1, M)), np.zeros((P, M))
+    # the messages' flow(u) / u, laid out as U, U0 ([..., 0, :] = rho, [..., 1, :] = acc), UT, UT0
     gU, gU0 = np.zeros((K, rows, 2, M)), np.zeros((K, rows))
-    ratio = np.zeros((rows, 2, M))  # flow(u) / u of one width's messages, [rho | acc]
     masses = np.zeros((rows, M))  # their mass sum_a R[a, c] rho[a] + L[a, c] acc[a]
     tail_ratio, tail_z, tail_mass = np.zeros((K, M)), np.zeros((K, M)), np.zeros((K, M))  # the same for the tail's
     gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
@@ -410,7 +395,9 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     break
                 _products(R, ZTv[m], UT[m], min(Kn, m))  # their messages to a head on the left
                 for e in range(min(Kn, m - 1)):
-                    ok &= _sent(UT[m, e], THRESHOLD)
+                    for a in range(M):
+                        if not UT[m, e, a] >= THRESHOLD:
+                            ok = False
                 if not ok:
                     break
                 i = m - 1
@@ -430,13 +417,11 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     for k in range(i, m):
                         fct = FT[i, q]
                         q += 1
-                        x_row = CRv[i, k - i]
                         if i == 0:
-                            tot[0] += fct * x_row[0] * UT0[m, m - k - 1]
+                            tot[0] += fct * CRv[0, k, 0] * UT0[m, m - k - 1]
                         else:
-                            u = UT[m, m - k - 1]
                             for a in range(M):
-                                tot[a] += fct * x_row[a] * u[a]
+                                tot[a] += fct * CRv[i, k - i, a] * UT[m, m - k - 1, a]
                 scale = _store(tot, 1 if i == 0 else M, Tv[i], nothing_dead, THRESHOLD)
                 if scale != scale:
                     ok = False
@@ -477,32 +462,35 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                             fct = FT[i, q] * shift
                             q += 1
                             if i == 0:
-                                r = fct * CRv[0, k, 0] * UT0[m, m - k - 1] / Tv[0, 0] * gT[0, 0]
-                                gCR[0, k, 0] += r
-                                gUT0[m, m - k - 1] += r
+                                p = fct * CRv[0, k, 0] / Tv[0, 0] * gT[0, 0]
+                                gCR[0, k, 0] += p * UT0[m, m - k - 1]
+                                gUT0[m, m - k - 1] += p
                             else:
-                                u, gu = UT[m, m - k - 1], gUT[m, m - k - 1]
                                 mass = 0.0
-                                x_row, g_row = CRv[i, k - i], gCR[i, k - i]
                                 for a in range(M):
-                                    r = fct * x_row[a] * u[a] * qv[a]
-                                    g_row[a] += r
-                                    gu[a] += r
+                                    p = fct * CRv[i, k - i, a] * qv[a]
+                                    r = p * UT[m, m - k - 1, a]
+                                    gCR[i, k - i, a] += r
+                                    gUT[m, m - k - 1, a] += p
                                     mass += r
                                 Gb[0, m - i] += mass
                 # the subtrees zT(i + 1, m) are complete now (every row that hangs them, i and below, is done)
                 j = i + 1
                 count = min(j + Kn, n) - j
                 for e in range(count):
-                    _ratios(gUT[j + e, e], UT[j + e, e], j >= 2, tail_ratio[e])
-                    tail_z[e] = ZTv[j + e, e]
+                    for a in range(M):  # flow(u) / u, 0 where the message was not sent (no head left of j)
+                        tail_ratio[e, a] = gUT[j + e, e, a]
+                        tail_z[e, a] = ZTv[j + e, e, a]
                 _products(RT, tail_ratio, tail_mass, count)
                 if with_table:
                     _outer_sums(tail_ratio, tail_z, G[:M], count)
                 for e in range(count):
                     m = j + e
-                    r0 = gUT0[m, e] / UT0[m, e] if m <= Kn and gUT0[m, e] != 0.0 else 0.0
-                    _hung_mass(tail_z[e], tail_mass[e], r0, root, gCL[j, e], gT[m])
+                    r0 = gUT0[m, e] if m <= Kn else 0.0
+                    for c in range(M):  # zT[c] (its messages' mass + the root's), to both its factors
+                        mass = tail_z[e, c] * (tail_mass[e, c] + r0 * root[c])
+                        gCL[j, e, c] += mass
+                        gT[m, c] += mass
                     if with_table and r0 != 0.0:
                         for c in range(M):
                             G0[c] += r0 * tail_z[e, c]
@@ -528,15 +516,16 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                         W, row = t - k - 1, (m - 1) * (t - k) + m - k - 1  # the subtree z(k + 1, m, t)
                         if s == 0:
                             if gCR[0, w, 0] != 0.0:
-                                r = fct * CRv[0, k, 0] * U0[W, row] / CRv[0, w, 0] * gCR[0, w, 0]
-                                gCR[0, k, 0] += r
-                                gU0[W, row] += r
+                                p = fct * CRv[0, k, 0] / CRv[0, w, 0] * gCR[0, w, 0]
+                                gCR[0, k, 0] += p * U0[W, row]
+                                gU0[W, row] += p
                         else:
                             mass = 0.0
                             for a in range(M):
-                                r = fct * CRv[s, k - s, a] * U[W, row, 0, a] * qv[a]
+                                p = fct * CRv[s, k - s, a] * qv[a]
+                                r = p * U[W, row, 0, a]
                                 gCR[s, k - s, a] += r
-                                gU[W, row, 0, a] += r
+                                gU[W, row, 0, a] += p
                                 mass += r
                             Gb[0, m - s] += mass
                 if s == 0:
@@ -554,25 +543,16 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                         W, row = k - s, (m - 1) * (k - s + 1) + m - s  # the subtree z(s, m, k)
                         mass = 0.0
                         for c in range(M):
-                            r = fct * CLv[k + 1, t - k - 1, c] * U[W, row, 1, c] * qv[c]
+                            p = fct * CLv[k + 1, t - k - 1, c] * qv[c]
+                            r = p * U[W, row, 1, c]
                             gCL[k + 1, t - k - 1, c] += r
-                            gU[W, row, 1, c] += r
+                            gU[W, row, 1, c] += p
                             mass += r
                         Gb[1, t - m] += mass
             # the subtrees of total width w - 1 are complete: their flows to CL[j, m] and CR[m, t]
             W = w - 1
             Zw = Zv[W]
-            for m in range(1, n + 1):
-                for e in range(W + 1):
-                    j, t, row = m - e, m + W - e, (m - 1) * w + e
-                    if j < 1 or t > n:
-                        ratio[row] = 0.0
-                        continue
-                    for x in range(2):  # flow(u) / u, 0 where the message was not sent
-                        sent = (j >= 2) if x == 0 else (t < n and t + 1 <= j + Kn)
-                        for c in range(M):
-                            ratio[row, x, c] = gU[W, row, x, c] / U[W, row, x, c] if sent else 0.0
-            flat = ratio.reshape((rows, 2 * M))
+            flat = gU[W].reshape((rows, 2 * M))
             _products(both_T, flat, masses, n * w)
             if with_table:
                 _outer_sums(flat, Zw, G, n * w)
@@ -581,7 +561,7 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     j, t, row = m - e, m + W - e, (m - 1) * w + e
                     if j < 1 or t > n:
                         continue
-                    r0 = gU0[W, row] / U0[W, row] if m <= Kn and gU0[W, row] != 0.0 else 0.0
+                    r0 = gU0[W, row] if m <= Kn else 0.0
                     for c in range(M):  # z[c] (its messages' mass + the root's), to both its factors
                         mass = Zv[W, row, c] * (masses[row, c] + r0 * root[c])
                         gCL[j, e, c] += mass
