@@ -74,10 +74,12 @@ def subtree_macs(n: int, K: int, M: int) -> int:
 
 def loop_rates(M: int, reps: int = 200_000):
     """Multiply-adds per second of an (M, M) matrix-vector product, the same three vectors at a time, and a
-    rank-one update (float64)."""
+    rank-one update (float64), compiled with the subtree kernel's floating-point flags."""
     from numba import njit
 
-    @njit(fastmath={"reassoc", "contract"}, error_model="numpy")
+    from spacy_nldm.structs.compiled_subtrees import FASTMATH
+
+    @njit(fastmath=FASTMATH, error_model="numpy")
     def matvec(A, x, y, reps):
         for _ in range(reps):
             for a in range(A.shape[0]):
@@ -87,7 +89,7 @@ def loop_rates(M: int, reps: int = 200_000):
                 y[a] += acc * 1e-9
         return y
 
-    @njit(fastmath={"reassoc", "contract"}, error_model="numpy")
+    @njit(fastmath=FASTMATH, error_model="numpy")
     def matvec3(A, X, Y, reps):
         for _ in range(reps):
             for a in range(A.shape[0]):
@@ -102,7 +104,7 @@ def loop_rates(M: int, reps: int = 200_000):
                 Y[2, a] += s2 * 1e-9
         return Y
 
-    @njit(fastmath={"reassoc", "contract"}, error_model="numpy")
+    @njit(fastmath=FASTMATH, error_model="numpy")
     def rank_one(A, x, z, reps):
         for _ in range(reps):
             for a in range(A.shape[0]):
