@@ -283,8 +283,8 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
                     if j < 1 or t > n:
                         Zw[row] = 0.0
                         continue
-                    # z = CL[j, m] * CR[m, t], scaled to a largest of 1 (indexed in place here and below: a
-                    # view of a row costs a reference count, which is a third of these loops' time)
+                    # z = CL[j, m] * CR[m, t], scaled to a largest of 1 (indexed in place here and below, not
+                    # through a view of the row: 2-15% faster, by CPU)
                     mx = 0.0
                     for c in range(M):
                         v = CLv[j, e, c] * CRv[m, f, c]
