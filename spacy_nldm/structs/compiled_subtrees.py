@@ -219,9 +219,9 @@ def _batch(Fe, Ft, bias, offsets, lengths, limit, THRESHOLD, with_grad, log_z, d
     gCR, gCL, gT = np.zeros((P, K + 1, M)), np.zeros((P, K + 1, M)), np.zeros((P, M))
     # the messages' flow(u) / u, laid out as U, U0 ([..., 0, :] = rho, [..., 1, :] = acc), UT, UT0
     gU, gU0 = np.zeros((K, rows, 2, M)), np.zeros((K, rows))
+    gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
     masses = np.zeros((rows, M))  # their mass sum_a R[a, c] rho[a] + L[a, c] acc[a]
     tail_ratio, tail_z, tail_mass = np.zeros((K, M)), np.zeros((K, M)), np.zeros((K, M))  # the same for the tail's
-    gUT, gUT0 = np.zeros((P, K, M)), np.zeros((P, K))
     tot = np.zeros(M)
     wts = np.zeros((K + 1) * (K + 1))  # the logs of the terms of one total
     # each total's terms' factors exp(g - top) and its top, kept for the reverse pass: CR, CL [start, width, term]
