@@ -98,21 +98,6 @@ def loop_rates(M: int, reps: int = 200_000):
         return y
 
     @njit(fastmath=FASTMATH, error_model="numpy")
-    def matvec3(A, X, Y, reps):
-        for _ in range(reps):
-            for a in range(A.shape[0]):
-                s0, s1, s2 = 0.0, 0.0, 0.0
-                for c in range(A.shape[1]):
-                    v = A[a, c]
-                    s0 += v * X[0, c]
-                    s1 += v * X[1, c]
-                    s2 += v * X[2, c]
-                Y[0, a] += s0 * 1e-9
-                Y[1, a] += s1 * 1e-9
-                Y[2, a] += s2 * 1e-9
-        return Y
-
-    @njit(fastmath=FASTMATH, error_model="numpy")
     def rank_one(A, x, z, reps):
         for _ in range(reps):
             for a in range(A.shape[0]):
@@ -122,7 +107,7 @@ def loop_rates(M: int, reps: int = 200_000):
         return A
 
     @njit(fastmath=FASTMATH, error_model="numpy")
-    def rows3(A, X, Y, reps):  # the kernel's width products: Y[i] = A X[i] for every row, three rows at a time
+    def rows3(A, X, Y, reps):  # Y[i] = A X[i] for every row of X, three rows at a time (the kernel's products)
         for _ in range(reps):
             for i in range(0, X.shape[0] - 2, 3):
                 for a in range(A.shape[0]):
@@ -145,14 +130,15 @@ def loop_rates(M: int, reps: int = 200_000):
     A, x = rng.random((M, M)), rng.random(M)
     both, rows = rng.random((2 * M, M)), rng.random((WIDTH_ROWS, M))  # [R; L] and one width's subtrees
     cases = [("matrix-vector", matvec, (A.copy(), x, np.zeros(M)), M * M),
-             ("matrix times three vectors", matvec3, (A.copy(), rng.random((3, M)), np.zeros((3, M))), 3 * M * M),
+             ("matrix times three vectors", rows3, (A.copy(), rng.random((3, M)), np.zeros((3, M))), 3 * M * M),
              ("rank-one update", rank_one, (A.copy(), x, x.copy()), M * M),
              (f"[R; L] times {WIDTH_ROWS} rows, three at a time", rows3, (both, rows, np.zeros((WIDTH_ROWS, 2 * M))),
               WIDTH_ROWS * 2 * M * M)]
+    both_T = np.ascontiguousarray(both.T)
     try:  # numba's np.dot needs SciPy's BLAS
-        rows_blas(np.ascontiguousarray(both.T), rows, np.zeros((WIDTH_ROWS, 2 * M)), 1)
-        cases.append((f"[R; L] times {WIDTH_ROWS} rows, BLAS", rows_blas,
-                      (np.ascontiguousarray(both.T), rows, np.zeros((WIDTH_ROWS, 2 * M))), WIDTH_ROWS * 2 * M * M))
+        rows_blas(both_T, rows, np.zeros((WIDTH_ROWS, 2 * M)), 1)
+        cases.append((f"[R; L] times {WIDTH_ROWS} rows, BLAS", rows_blas, (both_T, rows, np.zeros((WIDTH_ROWS, 2 * M))),
+                      WIDTH_ROWS * 2 * M * M))
     except Exception:  # noqa: BLE001 (no SciPy: the line is left out)
         pass
     rates = {}
