@@ -7,6 +7,7 @@ import pytest
 import torch
 import spacy
 from spacy.tokens import Doc, DocBin
+from thinc.api import fix_random_seed
 
 from test_ner import FACTORIES, examples_of, pipeline, synthetic, tags_of_scheme, valid
 
@@ -15,6 +16,7 @@ TEXTS = ["I met Zorp in Oslo .", "we saw Mia Blick and Tove at Port Zima", "Pari
 
 def trained(factory: str, steps: int = 4, **config):
     """A pipeline trained a few steps: far from sure of its entities, so that probabilities are spread."""
+    fix_random_seed(0)
     nlp = pipeline(factory, **config)
     train = examples_of(synthetic(nlp.vocab, 20))
     optimizer = nlp.initialize(lambda: train)
@@ -100,7 +102,8 @@ def test_the_crf_best_entity_set_is_the_decoded_one_and_a_doc_combines_its_sente
 
 def test_nldm_nbest_sets_are_valid_ordered_and_carry_their_exact_probabilities():
     """Each of the NLDM's k sequences carries its probability under the model (the trees summed out), as the
-    loss computes it on that sequence as gold; they come in the order of their products of tag marginals."""
+    loss computes it on that sequence as gold; they come in the order of those probabilities (found as the k
+    largest products of tag marginals, then reordered by their exact probability)."""
     nlp = trained("nldm_ner", steps=6, n_best=4)
     ner = nlp.get_pipe("nldm_ner")
     for doc in nlp.pipe(TEXTS):
@@ -109,10 +112,7 @@ def test_nldm_nbest_sets_are_valid_ordered_and_carry_their_exact_probabilities()
         preds = ner.predict([nlp.make_doc(doc.text)])
         structure, F, lengths = preds.scored
         seqs, log_p = preds.nbest
-        marginals = structure.label_marginals(F, lengths)[0, : int(lengths[0])].double()
-        products = [float(marginals.gather(-1, torch.as_tensor(seq[: int(lengths[0])])[:, None]).log().sum())
-                    for seq in seqs[0]]
-        assert all(a >= b - 1e-5 for a, b in zip(products, products[1:])), products  # (float32 ties aside)
+        assert all(a >= b for a, b in zip(log_p[0], log_p[0][1:])), log_p[0]
         for seq, lp in zip(seqs[0], log_p[0]):
             gold = torch.nn.functional.one_hot(torch.as_tensor(seq), F.shape[-1]).bool()[None]
             assert lp == pytest.approx(-float(structure.nll(F, lengths, gold)), abs=1e-4)
